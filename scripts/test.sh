@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Every test CI runs: install, build, unit/property/crash tests, ThreadSanitizer run of the
+# concurrent tests, and short fuzzing runs. GPU tests run separately (scripts/gpu/run.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+start=$(date +%s)
+stage() { echo; echo "=== $* ($(( $(date +%s) - start ))s)"; }
+
+stage "build (default preset: clang, -Werror, -Wthread-safety)"
+bash scripts/setup.sh
+
+stage "unit, property and crash tests"
+ctest --preset default -j "$jobs"
+
+stage "ThreadSanitizer build and concurrent tests"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j "$jobs"
+ctest --preset tsan -j "$jobs" -L tsan
+
+stage "fuzz targets (short runs)"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$jobs"
+for f in build/fuzz/fuzz/*_fuzzer; do
+  [ -x "$f" ] || continue
+  name=$(basename "$f")
+  corpus="build/fuzz/corpus/$name"
+  mkdir -p "$corpus"
+  echo "fuzz: $name"
+  "$f" -max_total_time="${RANGEKV_FUZZ_SECONDS:-20}" -print_final_stats=0 "$corpus" 2>&1 | tail -2
+done
+
+stage "done"

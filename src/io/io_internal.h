@@ -1,0 +1,107 @@
+// Machinery shared by the engines (not part of the io contract; include io_engine.h instead).
+//
+// SpanQueue: the bounded FIFO of submitted batches that engine threads take spans from, and
+// the completion path that writes IoCompletion records and finishes batches.
+// RunSpan: one span run to completion through File::ReadAt/WriteAt with the contract's
+// checking (validation, short-transfer continuation, O_DIRECT tail bounce, error mapping).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "base/thread_annotations.h"
+#include "io/io_engine.h"
+
+namespace rangekv::io_internal {
+
+// One file call or SQE never moves more than this (io_uring lengths are 32-bit; Linux caps a
+// read/write at 2 GiB - 4 KiB). Reaching this cap is not a short transfer.
+inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
+
+struct SpanRef {
+  IoBatch* batch = nullptr;
+  uint32_t index = 0;
+};
+
+// Engine-wide counters, updated with relaxed atomics.
+struct Counters {
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> spans{0};
+  std::atomic<uint64_t> failed_spans{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> native_ops{0};
+  std::atomic<uint64_t> short_retries{0};
+  std::atomic<uint64_t> fixed_buffer_ops{0};
+  std::atomic<uint64_t> fixed_file_ops{0};
+  std::atomic<uint64_t> file_path_spans{0};
+  IoEngineStats Snapshot() const;
+};
+
+class SpanQueue {
+ public:
+  enum class Block : uint8_t { kYes, kNo };
+
+  SpanQueue(uint32_t max_queued_batches, Counters* counters)
+      : max_queued_batches_(max_queued_batches), counters_(counters) {}
+  SpanQueue(const SpanQueue&) = delete;
+  SpanQueue& operator=(const SpanQueue&) = delete;
+
+  // IoEngine::Submit's contract.
+  Status Submit(IoBatch& batch) EXCLUDES(mu_);
+  // Hands out the next span. With Block::kYes waits for one; returns false only once Stop()
+  // was called and the queue is empty. With Block::kNo returns false when nothing is queued.
+  bool Take(SpanRef* out, Block block) EXCLUDES(mu_);
+  // Records the span's outcome; finishes the batch when it was the last span.
+  void Complete(SpanRef ref, IoCompletion completion) EXCLUDES(mu_);
+  // Waits until no batch is outstanding, then makes Take(kYes) return false when empty.
+  void DrainAndStop() EXCLUDES(mu_);
+  // Runs `fn` under the queue lock when no batch is outstanding (so engine threads are idle);
+  // kFailedPrecondition otherwise.
+  Status WhileIdle(const std::function<Status()>& fn) EXCLUDES(mu_);
+
+  static const IoRequest& Request(SpanRef ref) { return ref.batch->requests_[ref.index]; }
+
+ private:
+  void Finish(IoBatch& batch);  // the last touch of `batch` by the engine
+
+  const uint32_t max_queued_batches_;
+  Counters* const counters_;
+  Mutex mu_;
+  CondVar work_cv_;  // takers wait for spans
+  CondVar room_cv_;  // submitters wait for room, DrainAndStop for zero
+  IoBatch* head_ GUARDED_BY(mu_) = nullptr;  // batches with spans not yet handed out
+  IoBatch* tail_ GUARDED_BY(mu_) = nullptr;
+  uint32_t outstanding_ GUARDED_BY(mu_) = 0;  // submitted and not done
+  bool stopping_ GUARDED_BY(mu_) = false;
+};
+
+// An aligned block of kMaxDirectAlignmentBytes for O_DIRECT tails, one per engine thread.
+struct BounceBlock {
+  BounceBlock();
+  ~BounceBlock();
+  BounceBlock(const BounceBlock&) = delete;
+  BounceBlock& operator=(const BounceBlock&) = delete;
+  uint8_t* data;
+};
+
+// Checks the REQUIRES of io_engine.h for one span (kInvalidArgument with the reason).
+Status ValidateSpan(const IoRequest& r);
+
+// "read /path [offset, +length)" for messages.
+std::string SpanName(const IoRequest& r);
+
+// Runs one validated span through File::ReadAt/WriteAt, continuing short transfers.
+IoCompletion RunSpan(const IoRequest& r, uint32_t max_short_retries, BounceBlock& bounce,
+                     Counters& counters);
+
+// True when a direct read's length leaves a partial last block (served by the bounce path).
+inline bool HasDirectTail(const IoRequest& r) {
+  return r.op == IoOp::kRead && r.file->direct() && r.length % r.file->direct_alignment() != 0;
+}
+
+Result<std::unique_ptr<IoEngine>> MakePosixEngine(const IoEngineOptions& options);
+Result<std::unique_ptr<IoEngine>> MakeUringEngine(const IoEngineOptions& options);
+
+}  // namespace rangekv::io_internal

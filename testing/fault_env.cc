@@ -17,7 +17,7 @@ namespace rangekv::testing {
 struct FaultInjectingEnv::PathState {
   struct Undo {
     uint64_t offset = 0;
-    uint64_t size_before = 0;       // file size before the op
+    uint64_t size_before = 0;        // file size before the op
     std::vector<uint8_t> old_bytes;  // contents of [offset, offset + old_bytes.size()) before it
   };
   Mutex mu;
@@ -95,8 +95,8 @@ class FaultFile final : public File {
         const uint64_t n = Prefix(d.prefix_bytes);
         if (n == 0) {
           if (d.action == A::kSpaceShort) {
-            return Status(StatusCode::kNoSpace, "injected ENOSPC on write " +
-                                                    Range(path_, offset, size));
+            return Status(StatusCode::kNoSpace,
+                          "injected ENOSPC on write " + Range(path_, offset, size));
           }
           return uint64_t{0};
         }
@@ -113,8 +113,8 @@ class FaultFile final : public File {
                                                 Range(path_, offset, size));
       }
       case A::kNoSpace:
-        return Status(StatusCode::kNoSpace, "injected ENOSPC on write " +
-                                                Range(path_, offset, size));
+        return Status(StatusCode::kNoSpace,
+                      "injected ENOSPC on write " + Range(path_, offset, size));
       case A::kFail:
         break;
     }
@@ -154,7 +154,8 @@ class FaultFile final : public File {
     MutexLock lock(state_->mu);
     if (state_->plain == nullptr) return base_->Truncate(size);
     RANGEKV_ASSIGN_OR_RETURN(const uint64_t current, state_->plain->Size());
-    FaultInjectingEnv::PathState::Undo undo{.offset = size, .size_before = current, .old_bytes = {}};
+    FaultInjectingEnv::PathState::Undo undo{
+        .offset = size, .size_before = current, .old_bytes = {}};
     if (size < current) RANGEKV_RETURN_IF_ERROR(CaptureLocked(size, current - size, &undo));
     state_->undo.push_back(std::move(undo));
     return base_->Truncate(size);
@@ -177,8 +178,8 @@ class FaultFile final : public File {
     MutexLock lock(state_->mu);
     if (state_->plain == nullptr) return base_->WriteAt(offset, buf, size);
     RANGEKV_ASSIGN_OR_RETURN(const uint64_t current, state_->plain->Size());
-    FaultInjectingEnv::PathState::Undo undo{.offset = offset, .size_before = current,
-                                            .old_bytes = {}};
+    FaultInjectingEnv::PathState::Undo undo{
+        .offset = offset, .size_before = current, .old_bytes = {}};
     if (offset < current) {
       RANGEKV_RETURN_IF_ERROR(CaptureLocked(offset, std::min(size, current - offset), &undo));
     }
@@ -371,8 +372,8 @@ Status FaultInjectingEnv::ChargeAllocate(uint64_t growth_bytes) {
   if (!space_limited_) return OkStatus();
   if (growth_bytes > space_left_bytes_) {
     ++counters_.no_space;
-    return Status(StatusCode::kNoSpace, "injected ENOSPC on allocate of " +
-                                            std::to_string(growth_bytes) + " more bytes");
+    return Status(StatusCode::kNoSpace,
+                  "injected ENOSPC on allocate of " + std::to_string(growth_bytes) + " more bytes");
   }
   return OkStatus();
 }
@@ -385,8 +386,8 @@ Status FaultInjectingEnv::CheckEnvOp(EnvOp op, const std::string& path) {
     if (f.times > 0) --f.times;
     ++counters_.env_op_failures;
     if (f.code == StatusCode::kNoSpace) ++counters_.no_space;
-    return Status(f.code, "injected failure of env op " +
-                              std::to_string(static_cast<int>(op)) + " on " + path);
+    return Status(f.code, "injected failure of env op " + std::to_string(static_cast<int>(op)) +
+                              " on " + path);
   }
   return OkStatus();
 }
@@ -405,8 +406,8 @@ std::shared_ptr<FaultInjectingEnv::PathState> FaultInjectingEnv::StateFor(const 
   auto state = std::make_shared<PathState>();
   if (track) {
     // A buffered read-write handle, so undo capture works on O_DIRECT and read-only files.
-    auto plain = base_->OpenFile(path, FileOptions{.mode = OpenMode::kReadWrite,
-                                                   .direct = DirectIo::kOff});
+    auto plain =
+        base_->OpenFile(path, FileOptions{.mode = OpenMode::kReadWrite, .direct = DirectIo::kOff});
     if (plain.ok()) {
       MutexLock lock(state->mu);
       state->plain = std::move(plain).value();

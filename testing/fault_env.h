@@ -59,24 +59,24 @@ enum class FaultKind : uint8_t {
 };
 
 struct FaultRule {
-  std::string path;                // exact path as passed to OpenFile/CreateFile; "" = any
+  std::string path;  // exact path as passed to OpenFile/CreateFile; "" = any
   FaultOp op = FaultOp::kRead;
-  uint64_t offset = 0;             // the op's bytes must overlap [offset, offset + length)
+  uint64_t offset = 0;  // the op's bytes must overlap [offset, offset + length)
   uint64_t length = UINT64_MAX;
   FaultKind kind = FaultKind::kIoError;
-  int64_t times = -1;              // how many ops it still fails; -1 = every matching op
+  int64_t times = -1;  // how many ops it still fails; -1 = every matching op
 };
 
 // Env-level operations that FailEnvOp can fail.
 enum class EnvOp : uint8_t {
   kOpen,
   kCreate,
-  kRename,   // matched against the source path
+  kRename,  // matched against the source path
   kDelete,
   kSyncDir,
-  kSync,     // File::Sync
-  kAllocate, // File::Allocate
-  kTruncate, // File::Truncate
+  kSync,      // File::Sync
+  kAllocate,  // File::Allocate
+  kTruncate,  // File::Truncate
 };
 
 enum class UnsyncedData : uint8_t {
@@ -101,15 +101,15 @@ struct FaultOptions {
 
 // Faults injected so far (ops that passed through untouched are counted in reads/writes too).
 struct FaultCounters {
-  uint64_t reads = 0;           // ReadAt calls
-  uint64_t writes = 0;          // WriteAt calls
-  uint64_t read_errors = 0;     // injected kIoError on reads
-  uint64_t write_errors = 0;    // injected kIoError on writes (torn writes not included)
+  uint64_t reads = 0;         // ReadAt calls
+  uint64_t writes = 0;        // WriteAt calls
+  uint64_t read_errors = 0;   // injected kIoError on reads
+  uint64_t write_errors = 0;  // injected kIoError on writes (torn writes not included)
   uint64_t short_reads = 0;
-  uint64_t short_writes = 0;    // includes the short write at the edge of the space budget
+  uint64_t short_writes = 0;  // includes the short write at the edge of the space budget
   uint64_t torn_writes = 0;
-  uint64_t no_space = 0;        // kNoSpace from rules, the space budget, or Allocate
-  uint64_t env_op_failures = 0; // FailEnvOp firings
+  uint64_t no_space = 0;         // kNoSpace from rules, the space budget, or Allocate
+  uint64_t env_op_failures = 0;  // FailEnvOp firings
   uint64_t delayed_ops = 0;
   uint64_t undo_overflows = 0;  // writes refused because the undo log was full
   uint64_t dropped_ops = 0;     // writes/truncates/allocates reverted by DropUnsyncedData

@@ -67,12 +67,15 @@ TEST_F(FaultEnvTest, EioOnlyOnOverlappingReadsOfTheChosenPath) {
   const auto data = Pattern(16384, 2);
   auto a = Create("a", data);
   auto b = Create("b", data);
-  env_.AddRule({.path = dir_.Join("a"), .op = FaultOp::kRead, .offset = 4096, .length = 4096,
+  env_.AddRule({.path = dir_.Join("a"),
+                .op = FaultOp::kRead,
+                .offset = 4096,
+                .length = 4096,
                 .kind = FaultKind::kIoError});
   std::vector<uint8_t> buf(4096);
-  EXPECT_TRUE(a->ReadAt(0, buf.data(), 4096).ok());      // ends where the range starts
-  EXPECT_TRUE(a->ReadAt(8192, buf.data(), 4096).ok());   // starts where it ends
-  auto bad = a->ReadAt(4000, buf.data(), 200);           // overlaps by 104 bytes
+  EXPECT_TRUE(a->ReadAt(0, buf.data(), 4096).ok());     // ends where the range starts
+  EXPECT_TRUE(a->ReadAt(8192, buf.data(), 4096).ok());  // starts where it ends
+  auto bad = a->ReadAt(4000, buf.data(), 200);          // overlaps by 104 bytes
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kIoError);
   EXPECT_TRUE(b->ReadAt(4096, buf.data(), 4096).ok());   // other path untouched
@@ -97,8 +100,11 @@ TEST_F(FaultEnvTest, RuleFiresTheGivenNumberOfTimes) {
 TEST_F(FaultEnvTest, ShortReadsStopAtTheRuleOrHalve) {
   const auto data = Pattern(16384, 4);
   auto a = Create("a", data);
-  env_.AddRule({.op = FaultOp::kRead, .offset = 10000, .length = 1,
-                .kind = FaultKind::kShortTransfer, .times = 2});
+  env_.AddRule({.op = FaultOp::kRead,
+                .offset = 10000,
+                .length = 1,
+                .kind = FaultKind::kShortTransfer,
+                .times = 2});
   std::vector<uint8_t> buf(16384);
   auto r = a->ReadAt(0, buf.data(), buf.size());
   ASSERT_TRUE(r.ok());
@@ -118,8 +124,8 @@ TEST_F(FaultEnvTest, ShortWriteMovesOnlyThePrefix) {
   const auto old_data = Pattern(8192, 5);
   const auto new_data = Pattern(8192, 6);
   auto a = Create("a", old_data);
-  env_.AddRule({.op = FaultOp::kWrite, .offset = 1000, .kind = FaultKind::kShortTransfer,
-                .times = 1});
+  env_.AddRule(
+      {.op = FaultOp::kWrite, .offset = 1000, .kind = FaultKind::kShortTransfer, .times = 1});
   auto w = a->WriteAt(0, new_data.data(), new_data.size());
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(*w, 1000u);
@@ -134,14 +140,17 @@ TEST_F(FaultEnvTest, TornWriteLeavesAPrefixAndFails) {
   const auto old_data = Pattern(8192, 7);
   const auto new_data = Pattern(8192, 8);
   auto a = Create("a", old_data);
-  env_.AddRule({.op = FaultOp::kWrite, .offset = 4096, .length = 4096,
-                .kind = FaultKind::kTornWrite, .times = 1});
+  env_.AddRule({.op = FaultOp::kWrite,
+                .offset = 4096,
+                .length = 4096,
+                .kind = FaultKind::kTornWrite,
+                .times = 1});
   auto w = a->WriteAt(0, new_data.data(), new_data.size());
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kIoError);
   const auto now = ReadAll(&env_, dir_.Join("a"));
   ASSERT_EQ(now.size(), 8192u);
-  EXPECT_EQ(0, std::memcmp(now.data(), new_data.data(), 4096));            // torn prefix landed
+  EXPECT_EQ(0, std::memcmp(now.data(), new_data.data(), 4096));                // torn prefix landed
   EXPECT_EQ(0, std::memcmp(now.data() + 4096, old_data.data() + 4096, 4096));  // rest did not
   EXPECT_EQ(env_.counters().torn_writes, 1u);
 }
@@ -188,10 +197,10 @@ TEST_F(FaultEnvTest, DropUnsyncedDataRevertsToLastSync) {
   auto a2 = env_.OpenFile(dir_.Join("a"), kBuffered);
   ASSERT_TRUE(a2.ok());
   const auto junk = Pattern(30000, 11);
-  ASSERT_TRUE(a->WriteAt(10000, junk.data(), 30000).ok());  // overwrite
+  ASSERT_TRUE(a->WriteAt(10000, junk.data(), 30000).ok());      // overwrite
   ASSERT_TRUE((*a2)->WriteAt(45000, junk.data(), 30000).ok());  // overwrite + extend
-  ASSERT_TRUE(a->Truncate(20000).ok());                     // shrink
-  ASSERT_TRUE((*a2)->Allocate(1 << 20).ok());               // grow
+  ASSERT_TRUE(a->Truncate(20000).ok());                         // shrink
+  ASSERT_TRUE((*a2)->Allocate(1 << 20).ok());                   // grow
   ASSERT_TRUE(a->WriteAt(5, junk.data(), 7).ok());
   EXPECT_EQ(env_.UnsyncedOps(dir_.Join("a")), 5u);
 
@@ -345,8 +354,8 @@ TEST_F(FaultEnvTest, SeededFaultsReproduceUnderAnyInterleaving) {
 }
 
 TEST_F(FaultEnvTest, RandomTornAndFailedWrites) {
-  env_.SetOptions(FaultOptions{.seed = 7, .write_error_probability = 0.3,
-                               .torn_write_probability = 0.3});
+  env_.SetOptions(
+      FaultOptions{.seed = 7, .write_error_probability = 0.3, .torn_write_probability = 0.3});
   auto a = Create("a", {});
   const auto data = Pattern(4096, 21);
   int failed = 0;

@@ -8,10 +8,11 @@
 namespace rangekv {
 
 Result<std::string> Env::ReadSmallFile(const std::string& path, uint64_t max_bytes) {
-  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> file, OpenFile(path, FileOptions{
-                                                                          .mode = OpenMode::kReadOnly,
-                                                                          .direct = DirectIo::kOff,
-                                                                      }));
+  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                           OpenFile(path, FileOptions{
+                                              .mode = OpenMode::kReadOnly,
+                                              .direct = DirectIo::kOff,
+                                          }));
   RANGEKV_ASSIGN_OR_RETURN(const uint64_t size, file->Size());
   if (size > max_bytes) {
     return ResourceExhausted(path + " is " + std::to_string(size) + " bytes, more than the " +
@@ -45,9 +46,8 @@ Status Env::WriteSmallFile(const std::string& path, const std::string& data, boo
     RANGEKV_ASSIGN_OR_RETURN(const uint64_t n,
                              file.WriteAt(done, data.data() + done, data.size() - done));
     if (n == 0) {
-      return Status(StatusCode::kShortTransfer, path + ": wrote " + std::to_string(done) +
-                                                    " of " + std::to_string(data.size()) +
-                                                    " bytes");
+      return Status(StatusCode::kShortTransfer, path + ": wrote " + std::to_string(done) + " of " +
+                                                    std::to_string(data.size()) + " bytes");
     }
     done += n;
   }

@@ -170,7 +170,8 @@ Result<std::unique_ptr<File>> PosixEnv::CreateFile(const std::string& path,
 }
 
 Status PosixEnv::RenameFile(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) return PathErrno(errno, "rename", from + " -> " + to);
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    return PathErrno(errno, "rename", from + " -> " + to);
   return OkStatus();
 }
 

@@ -128,8 +128,8 @@ TEST(PosixEnvTest, AllocateTruncateSize) {
 TEST(PosixEnvTest, DirectAlignmentIsAtLeast4KiBAndPowerOfTwo) {
   TempDir dir;
   for (const FileOptions& options : {kBuffered, kDirect}) {
-    auto f = DefaultEnv()->CreateFile(dir.Join(options.direct == DirectIo::kOff ? "b" : "d"),
-                                      options);
+    auto f =
+        DefaultEnv()->CreateFile(dir.Join(options.direct == DirectIo::kOff ? "b" : "d"), options);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     const uint64_t a = (*f)->direct_alignment();
     EXPECT_GE(a, 4096u);

@@ -66,8 +66,10 @@ uint64_t IoBatch::bytes_moved() const {
 
 std::string_view IoEngineKindName(IoEngineKind kind) {
   switch (kind) {
-    case IoEngineKind::kPosix: return "posix";
-    case IoEngineKind::kUring: return "uring";
+    case IoEngineKind::kPosix:
+      return "posix";
+    case IoEngineKind::kUring:
+      return "uring";
   }
   return "unknown";
 }
@@ -78,8 +80,7 @@ Result<IoEngineKind> ParseIoEngineKind(std::string_view name) {
   return InvalidArgument("unknown I/O engine '" + std::string(name) + "' (posix, uring)");
 }
 
-Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind,
-                                               const IoEngineOptions& options) {
+Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind, const IoEngineOptions& options) {
   if (options.workers < 1 || options.workers > 256) {
     return InvalidArgument("IoEngineOptions::workers must be in [1, 256], got " +
                            std::to_string(options.workers));
@@ -96,8 +97,10 @@ Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind,
                            std::to_string(options.max_short_retries));
   }
   switch (kind) {
-    case IoEngineKind::kPosix: return io_internal::MakePosixEngine(options);
-    case IoEngineKind::kUring: return io_internal::MakeUringEngine(options);
+    case IoEngineKind::kPosix:
+      return io_internal::MakePosixEngine(options);
+    case IoEngineKind::kUring:
+      return io_internal::MakeUringEngine(options);
   }
   return InvalidArgument("unknown IoEngineKind");
 }

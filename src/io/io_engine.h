@@ -161,15 +161,15 @@ struct IoEngineCaps {
 
 // Work-unit counters (cumulative since the engine was made).
 struct IoEngineStats {
-  uint64_t batches = 0;             // batches completed
-  uint64_t spans = 0;               // spans completed (ok or not)
+  uint64_t batches = 0;  // batches completed
+  uint64_t spans = 0;    // spans completed (ok or not)
   uint64_t failed_spans = 0;
-  uint64_t bytes = 0;               // bytes moved
-  uint64_t native_ops = 0;          // system calls / SQEs issued for span data
-  uint64_t short_retries = 0;       // continuations after a short result
-  uint64_t fixed_buffer_ops = 0;    // uring: SQEs that used a registered buffer
-  uint64_t fixed_file_ops = 0;      // uring: SQEs that used a registered file
-  uint64_t file_path_spans = 0;     // uring: spans served through File::ReadAt/WriteAt
+  uint64_t bytes = 0;             // bytes moved
+  uint64_t native_ops = 0;        // system calls / SQEs issued for span data
+  uint64_t short_retries = 0;     // continuations after a short result
+  uint64_t fixed_buffer_ops = 0;  // uring: SQEs that used a registered buffer
+  uint64_t fixed_file_ops = 0;    // uring: SQEs that used a registered file
+  uint64_t file_path_spans = 0;   // uring: spans served through File::ReadAt/WriteAt
 };
 
 enum class IoEngineKind : uint8_t {
@@ -189,10 +189,10 @@ enum class UringSubmit : uint8_t {
 };
 
 struct IoEngineOptions {
-  uint32_t workers = 4;             // posix: threads; uring: rings, one thread each. [1, 256]
-  uint32_t queue_depth = 8;         // uring: SQEs in flight per ring. [1, 4096]
-  uint32_t max_queued_batches = 64; // Submit blocks while this many are outstanding. >= 1
-  uint32_t max_short_retries = 8;   // per span, see header comment. [0, 1000]
+  uint32_t workers = 4;              // posix: threads; uring: rings, one thread each. [1, 256]
+  uint32_t queue_depth = 8;          // uring: SQEs in flight per ring. [1, 4096]
+  uint32_t max_queued_batches = 64;  // Submit blocks while this many are outstanding. >= 1
+  uint32_t max_short_retries = 8;    // per span, see header comment. [0, 1000]
   UringSubmit uring_submit = UringSubmit::kInline;
 };
 

@@ -29,8 +29,8 @@ constexpr uint64_t kAlign = 4096;
 
 struct AlignedBuffer {
   explicit AlignedBuffer(uint64_t n, uint8_t fill = 0)
-      : data(static_cast<uint8_t*>(std::aligned_alloc(kMaxDirectAlignmentBytes,
-                                                      AlignUp(n, kMaxDirectAlignmentBytes)))),
+      : data(static_cast<uint8_t*>(
+            std::aligned_alloc(kMaxDirectAlignmentBytes, AlignUp(n, kMaxDirectAlignmentBytes)))),
         size(n) {
     std::memset(data, fill, n);
   }
@@ -57,7 +57,8 @@ void FillPattern(uint8_t* p, uint64_t n, uint64_t seed) {
 std::vector<uint8_t> MakeFile(const std::string& path, uint64_t n, uint64_t seed) {
   std::vector<uint8_t> data(n);
   FillPattern(data.data(), n, seed);
-  EXPECT_TRUE(DefaultEnv()->WriteSmallFile(path, std::string(data.begin(), data.end()), false).ok());
+  EXPECT_TRUE(
+      DefaultEnv()->WriteSmallFile(path, std::string(data.begin(), data.end()), false).ok());
   return data;
 }
 
@@ -122,12 +123,14 @@ TEST_P(IoEngineTest, ManySpansRoundTripBitExact) {
     IoBatch writes(kSpans), reads(kSpans);
     // Reverse order for writes, so completion order differs from file order.
     for (uint32_t i = kSpans; i-- > 0;) {
-      ASSERT_TRUE(writes.Add({file->get(), offsets[i], src.data + offsets[i], lengths[i],
-                              IoOp::kWrite}).ok());
+      ASSERT_TRUE(
+          writes.Add({file->get(), offsets[i], src.data + offsets[i], lengths[i], IoOp::kWrite})
+              .ok());
     }
     for (uint32_t i = 0; i < kSpans; ++i) {
-      ASSERT_TRUE(reads.Add({file->get(), offsets[i], dst.data + offsets[i], lengths[i],
-                             IoOp::kRead}).ok());
+      ASSERT_TRUE(
+          reads.Add({file->get(), offsets[i], dst.data + offsets[i], lengths[i], IoOp::kRead})
+              .ok());
     }
     ASSERT_TRUE(Run(writes).ok()) << writes.status().ToString();
     EXPECT_EQ(writes.bytes_moved(), total);
@@ -214,16 +217,20 @@ TEST_P(IoEngineTest, ShortReadsAreContinuedUntilComplete) {
   const auto data = MakeFile(path, 64 * kAlign, 14);
   FaultInjectingEnv env(DefaultEnv());
   // Three short results in span 1: up to the rule's range, then half of what is asked, twice.
-  env.AddRule({.path = path, .op = FaultOp::kRead, .offset = 20 * kAlign, .length = 40 * kAlign,
-               .kind = FaultKind::kShortTransfer, .times = 3});
+  env.AddRule({.path = path,
+               .op = FaultOp::kRead,
+               .offset = 20 * kAlign,
+               .length = 40 * kAlign,
+               .kind = FaultKind::kShortTransfer,
+               .times = 3});
   auto file = env.OpenFile(path, kBuffered);
   ASSERT_TRUE(file.ok());
   EXPECT_EQ((*file)->fd(), -1);
   AlignedBuffer buf(64 * kAlign);
   IoBatch batch(2);
   ASSERT_TRUE(batch.Add({file->get(), 0, buf.data, 16 * kAlign, IoOp::kRead}).ok());
-  ASSERT_TRUE(batch.Add({file->get(), 16 * kAlign, buf.data + 16 * kAlign, 48 * kAlign,
-                         IoOp::kRead}).ok());
+  ASSERT_TRUE(
+      batch.Add({file->get(), 16 * kAlign, buf.data + 16 * kAlign, 48 * kAlign, IoOp::kRead}).ok());
   ASSERT_TRUE(Run(batch).ok()) << batch.status().ToString();
   EXPECT_EQ(0, std::memcmp(buf.data, data.data(), data.size()));
   EXPECT_EQ(env.counters().short_reads, 3u);
@@ -237,7 +244,9 @@ TEST_P(IoEngineTest, EndlessShortReadsStopAtTheRetryLimit) {
   const std::string path = dir_.Join("f");
   MakeFile(path, 64 * kAlign, 15);
   FaultInjectingEnv env(DefaultEnv());
-  env.AddRule({.path = path, .op = FaultOp::kRead, .offset = 10 * kAlign,
+  env.AddRule({.path = path,
+               .op = FaultOp::kRead,
+               .offset = 10 * kAlign,
                .kind = FaultKind::kShortTransfer});
   auto file = env.OpenFile(path, kBuffered);
   ASSERT_TRUE(file.ok());
@@ -258,15 +267,18 @@ TEST_P(IoEngineTest, EioFailsOnlyItsSpan) {
   constexpr uint32_t kSpans = 16;
   const auto data = MakeFile(path, kSpans * kAlign, 16);
   FaultInjectingEnv env(DefaultEnv());
-  env.AddRule({.path = path, .op = FaultOp::kRead, .offset = 5 * kAlign + 100, .length = 1,
+  env.AddRule({.path = path,
+               .op = FaultOp::kRead,
+               .offset = 5 * kAlign + 100,
+               .length = 1,
                .kind = FaultKind::kIoError});
   auto file = env.OpenFile(path, kBuffered);
   ASSERT_TRUE(file.ok());
   AlignedBuffer buf(kSpans * kAlign, 0xee);
   IoBatch batch(kSpans);
   for (uint32_t i = 0; i < kSpans; ++i) {
-    ASSERT_TRUE(batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign,
-                           IoOp::kRead}).ok());
+    ASSERT_TRUE(
+        batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign, IoOp::kRead}).ok());
   }
   const Status s = Run(batch);
   EXPECT_EQ(s.code(), StatusCode::kIoError);
@@ -297,8 +309,8 @@ TEST_P(IoEngineTest, NoSpaceIsReportedPerSpan) {
   env.SetSpaceLimit(2 * kAlign + kAlign / 2);
   IoBatch batch(kSpans);
   for (uint32_t i = 0; i < kSpans; ++i) {
-    ASSERT_TRUE(batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign,
-                           IoOp::kWrite}).ok());
+    ASSERT_TRUE(
+        batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign, IoOp::kWrite}).ok());
   }
   EXPECT_EQ(Run(batch).code(), StatusCode::kNoSpace);
   uint32_t ok = 0, no_space = 0;
@@ -324,8 +336,8 @@ TEST_P(IoEngineTest, TornWriteFailsTheSpan) {
   FaultInjectingEnv env(DefaultEnv());
   auto file = env.CreateFile(dir_.Join("f"), kBuffered);
   ASSERT_TRUE(file.ok());
-  env.AddRule({.op = FaultOp::kWrite, .offset = kAlign + 10, .length = 1,
-               .kind = FaultKind::kTornWrite});
+  env.AddRule(
+      {.op = FaultOp::kWrite, .offset = kAlign + 10, .length = 1, .kind = FaultKind::kTornWrite});
   AlignedBuffer buf(2 * kAlign);
   IoBatch batch(2);
   ASSERT_TRUE(batch.Add({file->get(), 0, buf.data, kAlign, IoOp::kWrite}).ok());
@@ -350,8 +362,8 @@ TEST_P(IoEngineTest, DirectReadWithUnalignedLength) {
   ASSERT_TRUE(batch.Add({file->get(), 0, a.data, 3 * align + 100, IoOp::kRead}).ok());
   const uint64_t tail_off = AlignDown(file_bytes - 1, align);
   ASSERT_TRUE(batch.Add({file->get(), tail_off, b.data, file_bytes - tail_off, IoOp::kRead}).ok());
-  ASSERT_TRUE(batch.Add({file->get(), tail_off, c.data, file_bytes - tail_off + 10,
-                         IoOp::kRead}).ok());
+  ASSERT_TRUE(
+      batch.Add({file->get(), tail_off, c.data, file_bytes - tail_off + 10, IoOp::kRead}).ok());
   ASSERT_TRUE(engine_->Submit(batch).ok());
   batch.Wait();
   ASSERT_TRUE(batch.completion(0).status.ok()) << batch.completion(0).status.ToString();
@@ -409,8 +421,8 @@ TEST_P(IoEngineTest, CallbackPollWaitAndResubmitWhileInFlight) {
   AlignedBuffer buf(4 * kAlign);
   IoBatch batch(4);
   for (uint64_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign,
-                           IoOp::kRead}).ok());
+    ASSERT_TRUE(
+        batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign, IoOp::kRead}).ok());
   }
   // The callback holds the batch in flight until the test lets it go (no sleeps).
   Mutex mu;
@@ -438,9 +450,9 @@ TEST_P(IoEngineTest, CallbackPollWaitAndResubmitWhileInFlight) {
   EXPECT_EQ(batch.Add({file->get(), 0, buf.data, 1, IoOp::kRead}).code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(batch.Clear().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(engine_->RegisterBuffers({}).code(),
-            GetParam().kind == IoEngineKind::kUring ? StatusCode::kFailedPrecondition
-                                                    : StatusCode::kOk);
+  EXPECT_EQ(engine_->RegisterBuffers({}).code(), GetParam().kind == IoEngineKind::kUring
+                                                     ? StatusCode::kFailedPrecondition
+                                                     : StatusCode::kOk);
   {
     MutexLock lock(mu);
     release = true;
@@ -487,8 +499,8 @@ TEST_P(IoEngineTest, ManySubmittersBeyondTheQueueBound) {
         const uint64_t span = kBytes / 16;
         for (uint64_t i = 0; i < 16; ++i) {
           const uint64_t j = (i * 7 + static_cast<uint64_t>(t + round)) % 16;
-          ASSERT_TRUE(batch.Add({file->get(), j * span, buf.data + j * span, span,
-                                 IoOp::kRead}).ok());
+          ASSERT_TRUE(
+              batch.Add({file->get(), j * span, buf.data + j * span, span, IoOp::kRead}).ok());
         }
         ASSERT_TRUE(engine->Submit(batch).ok());
         engine->Wait(batch);
@@ -510,8 +522,8 @@ TEST_P(IoEngineTest, DestructionDrainsOutstandingBatches) {
   AlignedBuffer buf(64 * kAlign);
   IoBatch batch(64);
   for (uint64_t i = 0; i < 64; ++i) {
-    ASSERT_TRUE(batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign,
-                           IoOp::kRead}).ok());
+    ASSERT_TRUE(
+        batch.Add({file->get(), i * kAlign, buf.data + i * kAlign, kAlign, IoOp::kRead}).ok());
   }
   ASSERT_TRUE(engine_->Submit(batch).ok());
   engine_.reset();

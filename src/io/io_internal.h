@@ -69,8 +69,8 @@ class SpanQueue {
   const uint32_t max_queued_batches_;
   Counters* const counters_;
   Mutex mu_;
-  CondVar work_cv_;  // takers wait for spans
-  CondVar room_cv_;  // submitters wait for room, DrainAndStop for zero
+  CondVar work_cv_;                          // takers wait for spans
+  CondVar room_cv_;                          // submitters wait for room, DrainAndStop for zero
   IoBatch* head_ GUARDED_BY(mu_) = nullptr;  // batches with spans not yet handed out
   IoBatch* tail_ GUARDED_BY(mu_) = nullptr;
   uint32_t outstanding_ GUARDED_BY(mu_) = 0;  // submitted and not done

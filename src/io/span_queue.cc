@@ -205,8 +205,10 @@ IoCompletion RunSpan(const IoRequest& r, uint32_t max_short_retries, BounceBlock
     if (got >= tail) break;
     if (got == 0 || ++shorts > max_short_retries) {
       std::memcpy(buf + body, bounce.data, got);
-      return {ShortStatus(r, done + got, got == 0 ? "end of file" : "short transfers exceeded "
-                                                                    "the retry limit"),
+      return {ShortStatus(r, done + got,
+                          got == 0 ? "end of file"
+                                   : "short transfers exceeded "
+                                     "the retry limit"),
               done + got};
     }
     counters.short_retries.fetch_add(1, std::memory_order_relaxed);

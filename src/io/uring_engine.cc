@@ -138,8 +138,8 @@ class UringEngine final : public IoEngine {
         .direct_io = true,
         .files_without_fd = true,
         .max_inflight_spans = options_.workers * options_.queue_depth,
-        .buffers_registered = static_cast<uint32_t>(
-            registered_buffer_count_.load(std::memory_order_relaxed)),
+        .buffers_registered =
+            static_cast<uint32_t>(registered_buffer_count_.load(std::memory_order_relaxed)),
         .files_registered =
             static_cast<uint32_t>(registered_file_count_.load(std::memory_order_relaxed)),
     };
@@ -169,11 +169,11 @@ class UringEngine final : public IoEngine {
                                                   static_cast<unsigned>(iovecs.size()));
         if (err < 0) {
           for (size_t j = 0; j < i; ++j) io_uring_unregister_buffers(rings_[j]->get());
-          const std::string why = std::string("io_uring_register_buffers: ") +
-                                  std::strerror(-err);
+          const std::string why = std::string("io_uring_register_buffers: ") + std::strerror(-err);
           if (err == -ENOMEM) {
-            return ResourceExhausted(why + " (RLIMIT_MEMLOCK too small to pin the buffers; "
-                                           "running without registered buffers)");
+            return ResourceExhausted(why +
+                                     " (RLIMIT_MEMLOCK too small to pin the buffers; "
+                                     "running without registered buffers)");
           }
           return Status(StatusCode::kIoError, why);
         }
@@ -182,10 +182,9 @@ class UringEngine final : public IoEngine {
         const auto begin = reinterpret_cast<uintptr_t>(buffers[i].data);
         buffers_.push_back({begin, begin + buffers[i].bytes, static_cast<int>(i)});
       }
-      std::sort(buffers_.begin(), buffers_.end(),
-                [](const RegisteredBuffer& a, const RegisteredBuffer& b) {
-                  return a.begin < b.begin;
-                });
+      std::sort(
+          buffers_.begin(), buffers_.end(),
+          [](const RegisteredBuffer& a, const RegisteredBuffer& b) { return a.begin < b.begin; });
       registered_buffer_count_.store(buffers_.size(), std::memory_order_relaxed);
       return OkStatus();
     });
@@ -226,11 +225,11 @@ class UringEngine final : public IoEngine {
   // One span with an SQE outstanding (user_data = slot index).
   struct Slot {
     SpanRef ref;
-    uint64_t done = 0;     // bytes of the span finished so far
-    uint64_t chunk = 0;    // bytes asked by the outstanding SQE
-    uint32_t shorts = 0;   // short results so far
-    int buf_index = -1;    // registered buffer, or -1
-    int file_index = -1;   // registered file, or -1
+    uint64_t done = 0;    // bytes of the span finished so far
+    uint64_t chunk = 0;   // bytes asked by the outstanding SQE
+    uint32_t shorts = 0;  // short results so far
+    int buf_index = -1;   // registered buffer, or -1
+    int file_index = -1;  // registered file, or -1
     bool busy = false;
   };
 
@@ -295,8 +294,10 @@ class UringEngine final : public IoEngine {
         }
         const uint32_t s = free_slots.back();
         free_slots.pop_back();
-        slots[s] = Slot{.ref = ref, .buf_index = FindBuffer(r.buf, r.length),
-                        .file_index = FindFile(r.file), .busy = true};
+        slots[s] = Slot{.ref = ref,
+                        .buf_index = FindBuffer(r.buf, r.length),
+                        .file_index = FindFile(r.file),
+                        .busy = true};
         Prepare(ring, slots[s], s);
         ++inflight;
       }

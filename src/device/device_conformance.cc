@@ -1,0 +1,655 @@
+#include "device/device_conformance.h"
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "kernels/digest_vectors.h"
+#include "kernels/kernel_test_cases.h"
+#include "kernels/reference.h"
+
+namespace rangekv::testing {
+
+std::string DeviceParam::Name() const {
+  std::string name(DeviceKindName(kind));
+  if (max_op_delay_us > 0) {
+    name += "_jitter" + std::to_string(max_op_delay_us) + "us_seed" + std::to_string(jitter_seed);
+  }
+  return name;
+}
+
+std::unique_ptr<Device> MakeTestDevice(const DeviceParam& param, std::string* why) {
+  DeviceOptions o;
+  o.kind = param.kind;
+  o.host.max_op_delay_us = param.max_op_delay_us;
+  o.host.jitter_seed = param.jitter_seed;
+  o.host.poison_allocations = 0xEE;
+  Result<std::unique_ptr<Device>> d = MakeDevice(o);
+  if (!d.ok()) {
+    *why = d.status().ToString();
+    return nullptr;
+  }
+  return std::move(d).value();
+}
+
+void DeviceConformance::SetUp() {
+  std::string why;
+  device_ = MakeTestDevice(GetParam(), &why);
+  if (device_ == nullptr) {
+    if (GetParam().kind == DeviceKind::kCuda) GTEST_SKIP() << "no usable CUDA device: " << why;
+    FAIL() << why;
+  }
+}
+
+std::unique_ptr<Device> DeviceConformance::MakeAnother() const {
+  std::string why;
+  return MakeTestDevice(GetParam(), &why);
+}
+
+namespace {
+
+using kernels::testing::kPoison;
+using kernels::testing::LayoutCase;
+
+template <typename T>
+T Take(Result<T> r) {
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) std::abort();  // every helper result is needed to continue
+  return std::move(r).value();
+}
+
+// Blocks a stream deterministically: a host callback that waits until the test opens it.
+class Gate {
+ public:
+  static void WaitFn(void* self) { static_cast<Gate*>(self)->Wait(); }
+  void Wait() {
+    MutexLock l(mu_);
+    while (!open_) cv_.Wait(l);
+  }
+  void Open() {
+    MutexLock l(mu_);
+    open_ = true;
+    cv_.NotifyAll();
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  bool open_ GUARDED_BY(mu_) = false;
+};
+
+// Opens a gate when it goes out of scope, so a failing assertion cannot leave a stream blocked
+// (its destructor would wait forever). Declare it after the streams it unblocks.
+class GateOpener {
+ public:
+  explicit GateOpener(Gate& gate) : gate_(gate) {}
+  ~GateOpener() { gate_.Open(); }
+
+ private:
+  Gate& gate_;
+};
+
+// Records callback order.
+struct CallLog {
+  Mutex mu;
+  std::vector<int> seen GUARDED_BY(mu);
+};
+struct CallArg {
+  CallLog* log;
+  int index;
+};
+void NoteCall(void* p) {
+  auto* a = static_cast<CallArg*>(p);
+  MutexLock l(a->log->mu);
+  a->log->seen.push_back(a->index);
+}
+
+// Host <-> device helpers through pinned staging, so they work on any device.
+void Upload(Device& d, Stream& s, void* dst, std::span<const uint8_t> src) {
+  if (src.empty()) return;
+  PinnedHostBuffer staging = Take(d.AllocatePinnedHost(src.size()));
+  std::memcpy(staging.data(), src.data(), src.size());
+  ASSERT_TRUE(s.CopyHostToDevice(dst, staging.data(), src.size()).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
+}
+
+std::vector<uint8_t> Download(Device& d, Stream& s, const void* src, uint64_t bytes) {
+  PinnedHostBuffer staging = Take(d.AllocatePinnedHost(bytes));
+  EXPECT_TRUE(s.CopyDeviceToHost(staging.data(), src, bytes).ok());
+  EXPECT_TRUE(s.Synchronize().ok());
+  return std::vector<uint8_t>(staging.data(), staging.data() + bytes);
+}
+
+bool AllBytes(std::span<const uint8_t> bytes, uint8_t value) {
+  for (uint8_t b : bytes) {
+    if (b != value) return false;
+  }
+  return true;
+}
+
+TEST_P(DeviceConformance, CapabilitiesDescribeTheDevice) {
+  const DeviceCapabilities& caps = device_->capabilities();
+  EXPECT_EQ(caps.kind, GetParam().kind);
+  EXPECT_FALSE(caps.name.empty());
+  EXPECT_GT(caps.pinned_alignment_bytes, 0u);
+  DeviceBuffer buffer = Take(device_->AllocateDevice(4096));
+  PinnedHostBuffer pinned = Take(device_->AllocatePinnedHost(4096));
+  EXPECT_EQ(device_->IsHostAccessible(buffer.data()), caps.device_memory_host_accessible);
+  EXPECT_TRUE(device_->IsHostAccessible(pinned.data()));
+  if (caps.kind == DeviceKind::kHost) {
+    EXPECT_TRUE(caps.device_memory_host_accessible);
+  } else {
+    EXPECT_FALSE(caps.device_memory_host_accessible);
+    EXPECT_GT(caps.device_memory_bytes, 0u);
+    EXPECT_GT(caps.multiprocessors, 0u);
+  }
+}
+
+TEST_P(DeviceConformance, MemoryIsAlignedAndOwnedOnce) {
+  EXPECT_EQ(device_->AllocateDevice(0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(device_->AllocatePinnedHost(0).status().code(), StatusCode::kInvalidArgument);
+
+  DeviceBuffer a = Take(device_->AllocateDevice(1000));
+  EXPECT_EQ(a.size_bytes(), 1000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 256, 0u);
+  DeviceBuffer b = std::move(a);
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): moved-from state is specified
+  EXPECT_FALSE(b.empty());
+  b.reset();
+  EXPECT_TRUE(b.empty());
+
+  const uint64_t align = device_->capabilities().pinned_alignment_bytes;
+  PinnedHostBuffer p = Take(device_->AllocatePinnedHost(1));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.data()) % align, 0u);
+  EXPECT_GE(p.size_bytes(), 1u);
+  EXPECT_EQ(p.size_bytes() % align, 0u);
+  std::memset(p.data(), 0x5C, p.size_bytes());  // all of it is usable
+  PinnedHostBuffer q = Take(device_->AllocatePinnedHost(3 * align + 5));
+  EXPECT_EQ(q.size_bytes(), 4 * align);
+  q = std::move(p);
+  EXPECT_EQ(q.data()[0], 0x5C);
+
+  EXPECT_EQ(device_->RegisterHostMemory(nullptr, 10).status().code(), StatusCode::kInvalidArgument);
+  std::vector<uint8_t> host(1 << 16);
+  HostRegistration r = Take(device_->RegisterHostMemory(host.data(), host.size()));
+  EXPECT_EQ(r.data(), host.data());
+  r.reset();
+  EXPECT_TRUE(r.empty());
+}
+
+TEST_P(DeviceConformance, CopiesRunInStreamOrder) {
+  constexpr uint64_t kBytes = 1 << 20;
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  DeviceBuffer d1 = Take(device_->AllocateDevice(kBytes));
+  DeviceBuffer d2 = Take(device_->AllocateDevice(kBytes));
+  PinnedHostBuffer src = Take(device_->AllocatePinnedHost(kBytes));
+  PinnedHostBuffer out2 = Take(device_->AllocatePinnedHost(kBytes));
+  PinnedHostBuffer out1 = Take(device_->AllocatePinnedHost(kBytes));
+  std::mt19937_64 rng(1);
+  kernels::testing::FillRandom(src.span(), rng);
+
+  // Each step depends on the previous one having finished, and the Fill would destroy the
+  // data if it overtook the device-to-device copy.
+  ASSERT_TRUE(s->CopyHostToDevice(d1.data(), src.data(), kBytes).ok());
+  ASSERT_TRUE(s->CopyDeviceToDevice(d2.data(), d1.data(), kBytes).ok());
+  ASSERT_TRUE(s->Fill(d1.data(), 0, kBytes).ok());
+  ASSERT_TRUE(s->CopyDeviceToHost(out2.data(), d2.data(), kBytes).ok());
+  ASSERT_TRUE(s->CopyDeviceToHost(out1.data(), d1.data(), kBytes).ok());
+  ASSERT_TRUE(s->Synchronize().ok());
+  EXPECT_EQ(std::memcmp(out2.data(), src.data(), kBytes), 0);
+  EXPECT_TRUE(AllBytes({out1.data(), kBytes}, 0));
+
+  // Zero-byte operations are accepted no-ops; null pointers with bytes are not.
+  EXPECT_TRUE(s->CopyHostToDevice(nullptr, nullptr, 0).ok());
+  EXPECT_EQ(s->CopyHostToDevice(nullptr, src.data(), 8).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->CopyDeviceToHost(out1.data(), nullptr, 8).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Fill(nullptr, 1, 8).code(), StatusCode::kInvalidArgument);
+}
+
+struct PinnedCheck {
+  const uint8_t* data;
+  uint64_t bytes;
+  uint8_t want;
+  std::atomic<int> result{-1};  // 1: callback saw the finished copy, 0: it did not
+};
+void CheckPinned(void* p) {
+  auto* c = static_cast<PinnedCheck*>(p);
+  c->result = AllBytes({c->data, c->bytes}, c->want) ? 1 : 0;
+}
+
+TEST_P(DeviceConformance, HostCallbacksRunInOrderAfterPrecedingWork) {
+  constexpr uint64_t kBytes = 256 << 10;
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  DeviceBuffer d = Take(device_->AllocateDevice(kBytes));
+  PinnedHostBuffer out = Take(device_->AllocatePinnedHost(kBytes));
+  std::memset(out.data(), 0, kBytes);
+  PinnedCheck check{out.data(), kBytes, 0x22};
+  ASSERT_TRUE(s->Fill(d.data(), 0x22, kBytes).ok());
+  ASSERT_TRUE(s->CopyDeviceToHost(out.data(), d.data(), kBytes).ok());
+  ASSERT_TRUE(s->AddHostCallback(&CheckPinned, &check).ok());
+
+  CallLog log;
+  std::vector<CallArg> args;
+  for (int i = 0; i < 64; ++i) args.push_back({&log, i});
+  for (CallArg& a : args) ASSERT_TRUE(s->AddHostCallback(&NoteCall, &a).ok());
+  ASSERT_TRUE(s->Synchronize().ok());
+  EXPECT_EQ(check.result.load(), 1);
+  MutexLock l(log.mu);
+  ASSERT_EQ(log.seen.size(), 64u);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(log.seen[i], i);
+  EXPECT_EQ(s->AddHostCallback(nullptr, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(DeviceConformance, EventsCaptureRecordedWork) {
+  std::unique_ptr<Event> e = Take(device_->CreateEvent());
+  EXPECT_TRUE(Take(e->Query())) << "an event never recorded is complete";
+  EXPECT_TRUE(e->Synchronize().ok());
+
+  Gate gate;
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  GateOpener opener(gate);
+  DeviceBuffer d = Take(device_->AllocateDevice(4096));
+  ASSERT_TRUE(s->AddHostCallback(&Gate::WaitFn, &gate).ok());
+  ASSERT_TRUE(s->Fill(d.data(), 0x7A, 4096).ok());
+  ASSERT_TRUE(s->Record(*e).ok());
+  EXPECT_FALSE(Take(e->Query())) << "the stream is held at the gate";
+  gate.Open();
+  ASSERT_TRUE(e->Synchronize().ok());
+  EXPECT_TRUE(Take(e->Query()));
+  EXPECT_TRUE(AllBytes(Download(*device_, *s, d.data(), 4096), 0x7A));
+
+  // Recording again re-captures: the event is pending again until the new work finishes.
+  Gate gate2;
+  GateOpener opener2(gate2);
+  ASSERT_TRUE(s->AddHostCallback(&Gate::WaitFn, &gate2).ok());
+  ASSERT_TRUE(s->Record(*e).ok());
+  EXPECT_FALSE(Take(e->Query()));
+  gate2.Open();
+  ASSERT_TRUE(e->Synchronize().ok());
+  EXPECT_TRUE(Take(e->Query()));
+}
+
+TEST_P(DeviceConformance, CrossStreamWaitOrdersWorkWithoutBlockingTheHost) {
+  constexpr uint64_t kBytes = 64 << 10;
+  Gate gate1, gate2;
+  std::unique_ptr<Stream> producer = Take(device_->CreateStream());
+  std::unique_ptr<Stream> consumer = Take(device_->CreateStream());
+  GateOpener open1(gate1), open2(gate2);
+  std::unique_ptr<Event> produced = Take(device_->CreateEvent());
+  std::unique_ptr<Event> consumed = Take(device_->CreateEvent());
+  DeviceBuffer x = Take(device_->AllocateDevice(kBytes));
+  PinnedHostBuffer out = Take(device_->AllocatePinnedHost(kBytes));
+
+  ASSERT_TRUE(producer->AddHostCallback(&Gate::WaitFn, &gate1).ok());
+  ASSERT_TRUE(producer->Fill(x.data(), 1, kBytes).ok());
+  ASSERT_TRUE(producer->Record(*produced).ok());
+  // Every call below returns at once although the consumer cannot run yet.
+  ASSERT_TRUE(consumer->WaitEvent(*produced).ok());
+  ASSERT_TRUE(consumer->CopyDeviceToHost(out.data(), x.data(), kBytes).ok());
+  ASSERT_TRUE(consumer->Record(*consumed).ok());
+  // Re-recording `produced` after the wait was enqueued must not extend the wait.
+  ASSERT_TRUE(producer->AddHostCallback(&Gate::WaitFn, &gate2).ok());
+  ASSERT_TRUE(producer->Record(*produced).ok());
+
+  EXPECT_FALSE(Take(consumed->Query()));
+  gate1.Open();
+  ASSERT_TRUE(consumed->Synchronize().ok()) << "consumer waited for the second record";
+  EXPECT_TRUE(AllBytes({out.data(), kBytes}, 1));
+  EXPECT_FALSE(Take(produced->Query()));
+  gate2.Open();
+  ASSERT_TRUE(producer->Synchronize().ok());
+
+  // A stream waiting on its own event does not deadlock.
+  ASSERT_TRUE(producer->Record(*produced).ok());
+  ASSERT_TRUE(producer->WaitEvent(*produced).ok());
+  ASSERT_TRUE(producer->Synchronize().ok());
+}
+
+TEST_P(DeviceConformance, FlagLetsAStreamWaitForWorkNotYetEnqueued) {
+  if (!device_->capabilities().stream_memory_ops) {
+    GTEST_SKIP() << "device has no stream memory operations";
+  }
+  constexpr uint64_t kBytes = 64 << 10;
+  std::unique_ptr<DeviceFlag> ready = Take(device_->CreateFlag());
+  EXPECT_EQ(ready->Get(), 0u);
+  std::unique_ptr<Stream> model = Take(device_->CreateStream());
+  std::unique_ptr<Stream> pipeline = Take(device_->CreateStream());
+  std::unique_ptr<Event> done = Take(device_->CreateEvent());
+  DeviceBuffer x = Take(device_->AllocateDevice(kBytes));
+  PinnedHostBuffer out = Take(device_->AllocatePinnedHost(kBytes));
+
+  // The model side reaches "layer 0" first: it enqueues its wait before any restore work.
+  ASSERT_TRUE(model->WaitFlag(*ready, 1).ok());
+  ASSERT_TRUE(model->CopyDeviceToHost(out.data(), x.data(), kBytes).ok());
+  ASSERT_TRUE(model->Record(*done).ok());
+  EXPECT_FALSE(Take(done->Query()));
+  // The pipeline later produces the layer and publishes it in stream order.
+  ASSERT_TRUE(pipeline->Fill(x.data(), 0x33, kBytes).ok());
+  ASSERT_TRUE(pipeline->WriteFlag(*ready, 1).ok());
+  ASSERT_TRUE(done->Synchronize().ok());
+  EXPECT_TRUE(AllBytes({out.data(), kBytes}, 0x33));
+  ASSERT_TRUE(pipeline->Synchronize().ok());
+  EXPECT_EQ(ready->Get(), 1u);
+
+  // Host-side publication, with a counter that wraps around (cyclic comparison).
+  std::unique_ptr<DeviceFlag> counter = Take(device_->CreateFlag());
+  counter->Set(0xFFFFFFF0u);
+  ASSERT_TRUE(model->WaitFlag(*counter, 0xFFFFFFF0u).ok());  // reached: equal
+  ASSERT_TRUE(model->Synchronize().ok());
+  ASSERT_TRUE(model->WaitFlag(*counter, 0x10u).ok());  // 0x10 comes after 0xFFFFFFF0
+  ASSERT_TRUE(model->Record(*done).ok());
+  EXPECT_FALSE(Take(done->Query()));
+  counter->Set(0x10u);
+  ASSERT_TRUE(done->Synchronize().ok());
+  ASSERT_TRUE(model->WaitFlag(*counter, 0xFFFFFFF8u).ok());  // already passed
+  ASSERT_TRUE(model->Synchronize().ok());
+}
+
+struct DoneFlag {
+  std::atomic<bool> done{false};
+};
+void MarkDone(void* p) { static_cast<DoneFlag*>(p)->done = true; }
+
+TEST_P(DeviceConformance, DestroyingAStreamWaitsForItsWork) {
+  constexpr uint64_t kBytes = 1 << 20;
+  DeviceBuffer d = Take(device_->AllocateDevice(kBytes));
+  PinnedHostBuffer out = Take(device_->AllocatePinnedHost(kBytes));
+  DoneFlag flag;
+  {
+    std::unique_ptr<Stream> s = Take(device_->CreateStream());
+    ASSERT_TRUE(s->Fill(d.data(), 0x44, kBytes).ok());
+    ASSERT_TRUE(s->CopyDeviceToHost(out.data(), d.data(), kBytes).ok());
+    ASSERT_TRUE(s->AddHostCallback(&MarkDone, &flag).ok());
+  }
+  EXPECT_TRUE(flag.done.load());
+  EXPECT_TRUE(AllBytes({out.data(), kBytes}, 0x44));
+}
+
+TEST_P(DeviceConformance, ElapsedTimeBetweenTimingEvents) {
+  EventOptions timed;
+  timed.timing = EventTiming::kEnabled;
+  std::unique_ptr<Event> start = Take(device_->CreateEvent(timed));
+  std::unique_ptr<Event> end = Take(device_->CreateEvent(timed));
+  std::unique_ptr<Event> plain = Take(device_->CreateEvent());
+  EXPECT_EQ(device_->ElapsedMs(*start, *end).status().code(), StatusCode::kFailedPrecondition)
+      << "never recorded";
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  DeviceBuffer d = Take(device_->AllocateDevice(8 << 20));
+  ASSERT_TRUE(s->Record(*start).ok());
+  ASSERT_TRUE(s->Fill(d.data(), 1, 8 << 20).ok());
+  ASSERT_TRUE(s->Record(*end).ok());
+  ASSERT_TRUE(s->Record(*plain).ok());
+  ASSERT_TRUE(s->Synchronize().ok());
+  Result<double> ms = device_->ElapsedMs(*start, *end);
+  ASSERT_TRUE(ms.ok()) << ms.status().ToString();
+  EXPECT_GE(*ms, 0.0);
+  EXPECT_FALSE(device_->ElapsedMs(*start, *plain).ok()) << "plain events carry no time";
+}
+
+TEST_P(DeviceConformance, RejectsObjectsOfAnotherDevice) {
+  std::unique_ptr<Device> other = MakeAnother();
+  ASSERT_NE(other, nullptr);
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::unique_ptr<Event> foreign_event = Take(other->CreateEvent());
+  std::unique_ptr<DeviceFlag> foreign_flag = Take(other->CreateFlag());
+  EXPECT_EQ(s->Record(*foreign_event).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->WaitEvent(*foreign_event).code(), StatusCode::kInvalidArgument);
+  if (device_->capabilities().stream_memory_ops) {
+    EXPECT_EQ(s->WaitFlag(*foreign_flag, 1).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s->WriteFlag(*foreign_flag, 1).code(), StatusCode::kInvalidArgument);
+  }
+  std::unique_ptr<Event> mine = Take(device_->CreateEvent());
+  EXPECT_EQ(device_->ElapsedMs(*mine, *foreign_event).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_P(DeviceConformance, KernelLaunchesValidateTheirArguments) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  DeviceBuffer d = Take(device_->AllocateDevice(1 << 16));
+  kernels::ScatterArgs scatter;
+  scatter.num_tokens = 1;
+  scatter.stripe = d.bytes();
+  scatter.slots = reinterpret_cast<const int64_t*>(d.bytes() + 4096);
+  EXPECT_EQ(s->Scatter(scatter).code(), StatusCode::kInvalidArgument) << "empty view";
+  kernels::GatherArgs gather;
+  EXPECT_EQ(s->Gather(gather).code(), StatusCode::kInvalidArgument) << "no layers";
+  kernels::DigestArgs digest;
+  EXPECT_EQ(s->Digest(digest).code(), StatusCode::kInvalidArgument) << "no spans";
+  ASSERT_TRUE(s->Synchronize().ok());
+}
+
+// The core promise: on every layout x block size x element size, the device's scatter writes
+// exactly the reference's bytes into poisoned paged memory, and its gather reproduces the
+// reference's stripe (skipped tokens keep the poison).
+TEST_P(DeviceConformance, ScatterAndGatherMatchTheReference) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  for (const LayoutCase& c :
+       kernels::testing::AllLayoutCases(GetParam().case_scale * 7919, GetParam().case_scale)) {
+    SCOPED_TRACE(c.Name());
+    std::mt19937_64 rng(c.seed);
+    const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, c.shape));
+    const uint64_t stripe_bytes = c.num_tokens * kernels::testing::RowBytes(c);
+    std::vector<uint8_t> stripe(stripe_bytes);
+    kernels::testing::FillRandom(stripe, rng);
+    const std::vector<int64_t> slots = kernels::testing::RandomSlotMapping(
+        c.shape.num_blocks * c.shape.block_size, c.num_tokens, 10, rng);
+
+    DeviceBuffer d_paged = Take(device_->AllocateDevice(layer_bytes));
+    DeviceBuffer d_stripe = Take(device_->AllocateDevice(stripe_bytes));
+    DeviceBuffer d_back = Take(device_->AllocateDevice(stripe_bytes));
+    DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
+    ASSERT_TRUE(s->Fill(d_paged.data(), kPoison, layer_bytes).ok());
+    ASSERT_TRUE(s->Fill(d_back.data(), kPoison, stripe_bytes).ok());
+    Upload(*device_, *s, d_stripe.data(), stripe);
+    Upload(*device_, *s, d_slots.data(),
+           {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
+
+    const kernels::PagedKvView view =
+        Take(kernels::MakePagedKvView(c.layout, c.shape, d_paged.data()));
+    const kernels::ScatterArgs scatter{.dst = view,
+                                       .stripe = d_stripe.bytes(),
+                                       .slots = reinterpret_cast<const int64_t*>(d_slots.data()),
+                                       .num_tokens = c.num_tokens};
+    ASSERT_TRUE(s->Scatter(scatter).ok());
+    kernels::GatherArgs gather;
+    gather.src[0] = view;
+    gather.num_layers = 1;
+    gather.slots = scatter.slots;
+    gather.num_tokens = c.num_tokens;
+    gather.out = d_back.bytes();
+    ASSERT_TRUE(s->Gather(gather).ok());
+
+    // The CPU reference on host copies, and the oracle, must agree with the device.
+    std::vector<uint8_t> ref_paged(layer_bytes, kPoison);
+    kernels::ScatterArgs host_scatter = scatter;
+    host_scatter.dst = Take(kernels::MakePagedKvView(c.layout, c.shape, ref_paged.data()));
+    host_scatter.stripe = stripe.data();
+    host_scatter.slots = slots.data();
+    kernels::ScatterReference(host_scatter);
+    const std::vector<uint8_t> oracle_paged = kernels::testing::OracleScatter(
+        c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
+    ASSERT_EQ(kernels::testing::FirstDifference(ref_paged, oracle_paged), -1);
+
+    const std::vector<uint8_t> got_paged = Download(*device_, *s, d_paged.data(), layer_bytes);
+    ASSERT_EQ(kernels::testing::FirstDifference(got_paged, ref_paged), -1) << "scatter";
+    const std::vector<uint8_t> got_back = Download(*device_, *s, d_back.data(), stripe_bytes);
+    const std::vector<uint8_t> oracle_back = kernels::testing::OracleGather(
+        c, oracle_paged, std::vector<uint8_t>(stripe_bytes, kPoison), slots);
+    ASSERT_EQ(kernels::testing::FirstDifference(got_back, oracle_back), -1) << "gather";
+  }
+}
+
+// A store layer group: several layers gathered in one launch into bank regions with gaps.
+TEST_P(DeviceConformance, GatherOfALayerGroupMatchesTheReference) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::mt19937_64 rng(77);
+  const kernels::PagedShape shape{.num_blocks = 24 * GetParam().case_scale,
+                                  .block_size = 16,
+                                  .num_heads = 4,
+                                  .head_size = 128,
+                                  .elem_bytes = 2};
+  for (kernels::PagedLayout layout :
+       {kernels::PagedLayout::kFlashAttnNhd, kernels::PagedLayout::kFlashInferHnd}) {
+    const LayoutCase c{.layout = layout, .shape = shape, .num_tokens = shape.num_blocks * 12};
+    SCOPED_TRACE(c.Name());
+    const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(layout, shape));
+    const uint64_t region = c.num_tokens * kernels::testing::RowBytes(c);
+    const uint64_t stride = region + 8192;
+    constexpr uint32_t kLayers = 4;
+    const std::vector<int64_t> slots = kernels::testing::RandomSlotMapping(
+        shape.num_blocks * shape.block_size, c.num_tokens, 15, rng);
+    DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
+    Upload(*device_, *s, d_slots.data(),
+           {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
+    DeviceBuffer bank = Take(device_->AllocateDevice(stride * kLayers));
+    ASSERT_TRUE(s->Fill(bank.data(), kPoison, stride * kLayers).ok());
+    std::vector<std::vector<uint8_t>> layers;
+    std::vector<DeviceBuffer> d_layers;
+    kernels::GatherArgs g;
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      layers.emplace_back(layer_bytes);
+      kernels::testing::FillRandom(layers.back(), rng);
+      d_layers.push_back(Take(device_->AllocateDevice(layer_bytes)));
+      Upload(*device_, *s, d_layers.back().data(), layers.back());
+      g.src[l] = Take(kernels::MakePagedKvView(layout, shape, d_layers.back().data()));
+    }
+    g.num_layers = kLayers;
+    g.slots = reinterpret_cast<const int64_t*>(d_slots.data());
+    g.num_tokens = c.num_tokens;
+    g.out = bank.bytes();
+    g.out_layer_stride_bytes = stride;
+    ASSERT_TRUE(s->Gather(g).ok());
+    const std::vector<uint8_t> got = Download(*device_, *s, bank.data(), stride * kLayers);
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      const std::vector<uint8_t> want = kernels::testing::OracleGather(
+          c, layers[l], std::vector<uint8_t>(region, kPoison), slots);
+      ASSERT_EQ(kernels::testing::FirstDifference(
+                    std::span<const uint8_t>(got.data() + l * stride, region), want),
+                -1)
+          << "layer " << l;
+      ASSERT_TRUE(AllBytes({got.data() + l * stride + region, stride - region}, kPoison))
+          << "gap after layer " << l;
+    }
+  }
+}
+
+TEST_P(DeviceConformance, DigestMatchesTheReference) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::mt19937_64 rng(99);
+  const uint64_t big = (3ull << 20) * GetParam().case_scale + 5;
+  const uint64_t buffer_bytes = big + 64;
+  std::vector<uint8_t> host(buffer_bytes);
+  kernels::testing::FillRandom(host, rng);
+  DeviceBuffer data = Take(device_->AllocateDevice(buffer_bytes));
+  Upload(*device_, *s, data.data(), host);
+  DeviceBuffer digests = Take(device_->AllocateDevice(kernels::kMaxDigestSpans * 8));
+
+  kernels::DigestArgs a;
+  a.seed = 0xABCDEF;
+  a.digests = reinterpret_cast<uint64_t*>(digests.data());
+  const uint64_t lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 4096, 4099, 65536 + 24, big};
+  for (uint64_t offset : {0, 3, 8}) {
+    for (uint64_t len : lengths) {
+      if (offset + len > buffer_bytes || a.num_spans == kernels::kMaxDigestSpans) continue;
+      a.spans[a.num_spans++] = {data.bytes() + offset, len};
+    }
+  }
+  ASSERT_TRUE(s->Digest(a).ok());
+  std::vector<uint8_t> raw = Download(*device_, *s, digests.data(), a.num_spans * 8);
+  for (uint32_t i = 0; i < a.num_spans; ++i) {
+    uint64_t got;
+    std::memcpy(&got, raw.data() + i * 8, 8);
+    const uint64_t offset = static_cast<uint64_t>(a.spans[i].data - data.bytes());
+    EXPECT_EQ(got, kernels::SpanDigest(host.data() + offset, a.spans[i].bytes, a.seed))
+        << "span " << i << " offset " << offset << " bytes " << a.spans[i].bytes;
+  }
+
+  // The golden vectors, on the device.
+  for (const kernels::DigestVector& v : kernels::kDigestVectors) {
+    const std::vector<uint8_t> bytes = kernels::DigestVectorBytes(v.bytes);
+    DeviceBuffer d = Take(device_->AllocateDevice(std::max<uint64_t>(v.bytes, 1)));
+    Upload(*device_, *s, d.data(), bytes);
+    kernels::DigestArgs one;
+    one.spans[0] = {d.bytes(), v.bytes};
+    one.num_spans = 1;
+    one.seed = v.seed;
+    one.digests = a.digests;
+    ASSERT_TRUE(s->Digest(one).ok());
+    std::vector<uint8_t> r = Download(*device_, *s, digests.data(), 8);
+    uint64_t got;
+    std::memcpy(&got, r.data(), 8);
+    EXPECT_EQ(got, v.digest) << "golden bytes=" << v.bytes << " seed=" << v.seed;
+  }
+}
+
+// Three streams in a ring hand one buffer around 48 times, each hop ordered only by events
+// that are re-recorded every round. A missing or wrongly captured wait shows up as a wrong
+// round number in the copies (more likely under HostDevice jitter).
+TEST_P(DeviceConformance, EventRingAcrossStreams) {
+  constexpr uint32_t kRounds = 48;
+  constexpr uint64_t kChunk = 4096;
+  std::unique_ptr<Stream> writer = Take(device_->CreateStream());
+  std::unique_ptr<Stream> copier1 = Take(device_->CreateStream());
+  std::unique_ptr<Stream> copier2 = Take(device_->CreateStream());
+  std::unique_ptr<Event> written = Take(device_->CreateEvent());
+  std::unique_ptr<Event> copied1 = Take(device_->CreateEvent());
+  std::unique_ptr<Event> copied2 = Take(device_->CreateEvent());
+  DeviceBuffer x = Take(device_->AllocateDevice(kChunk));
+  DeviceBuffer y1 = Take(device_->AllocateDevice(kChunk * kRounds));
+  DeviceBuffer y2 = Take(device_->AllocateDevice(kChunk * kRounds));
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    ASSERT_TRUE(writer->WaitEvent(*copied2).ok());  // the last reader of round r - 1
+    ASSERT_TRUE(writer->Fill(x.data(), static_cast<uint8_t>(r + 1), kChunk).ok());
+    ASSERT_TRUE(writer->Record(*written).ok());
+    ASSERT_TRUE(copier1->WaitEvent(*written).ok());
+    ASSERT_TRUE(copier1->CopyDeviceToDevice(y1.bytes() + r * kChunk, x.data(), kChunk).ok());
+    ASSERT_TRUE(copier1->Record(*copied1).ok());
+    ASSERT_TRUE(copier2->WaitEvent(*copied1).ok());
+    ASSERT_TRUE(copier2->CopyDeviceToDevice(y2.bytes() + r * kChunk, x.data(), kChunk).ok());
+    ASSERT_TRUE(copier2->Record(*copied2).ok());
+  }
+  ASSERT_TRUE(copier2->Synchronize().ok());
+  const std::vector<uint8_t> got1 = Download(*device_, *copier2, y1.data(), kChunk * kRounds);
+  const std::vector<uint8_t> got2 = Download(*device_, *copier2, y2.data(), kChunk * kRounds);
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    ASSERT_TRUE(AllBytes({got1.data() + r * kChunk, kChunk}, static_cast<uint8_t>(r + 1)))
+        << "copier 1 round " << r;
+    ASSERT_TRUE(AllBytes({got2.data() + r * kChunk, kChunk}, static_cast<uint8_t>(r + 1)))
+        << "copier 2 round " << r;
+  }
+}
+
+struct Counter {
+  std::atomic<uint64_t> n{0};
+};
+void Increment(void* p) { static_cast<Counter*>(p)->n.fetch_add(1); }
+
+// Several host threads enqueue on one stream at once (a thread-safety check for TSan).
+TEST_P(DeviceConformance, ConcurrentEnqueuersOnOneStream) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::unique_ptr<Event> e = Take(device_->CreateEvent());
+  Counter counter;
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 300;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) {
+        EXPECT_TRUE(s->AddHostCallback(&Increment, &counter).ok());
+        if (i % 50 == 0) {
+          EXPECT_TRUE(s->Record(*e).ok());
+          EXPECT_TRUE(e->Query().ok());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(s->Synchronize().ok());
+  EXPECT_EQ(counter.n.load(), uint64_t{kThreads} * kPerThread);
+}
+
+}  // namespace
+}  // namespace rangekv::testing

@@ -1,0 +1,537 @@
+#include "device/host_device.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "base/thread_annotations.h"
+#include "base/units.h"
+#include "kernels/reference.h"
+
+namespace rangekv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t PageBytes() {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// Cyclic >=, as cuStreamWaitValue32's GEQ.
+bool FlagReached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+struct StreamState;
+
+struct EventState {
+  Mutex mu;
+  std::shared_ptr<StreamState> stream GUARDED_BY(mu);  // null: never recorded
+  uint64_t target GUARDED_BY(mu) = 0;                  // complete when stream->completed >= target
+  // Timing: the generation of the latest Record and the stamp written by its marker op.
+  uint64_t record_generation GUARDED_BY(mu) = 0;
+  uint64_t stamp_generation GUARDED_BY(mu) = 0;
+  Clock::time_point stamp GUARDED_BY(mu);
+  std::atomic<uint64_t> next_generation{0};
+};
+
+class HostFlag final : public DeviceFlag {
+ public:
+  explicit HostFlag(const Device* device) : DeviceFlag(device) {}
+
+  void Set(uint32_t value) override {
+    MutexLock l(mu_);
+    value_ = value;
+    changed_.NotifyAll();
+  }
+  uint32_t Get() const override {
+    MutexLock l(mu_);
+    return value_;
+  }
+  // Blocks until the value reaches `target` (cyclic >=).
+  void WaitFor(uint32_t target) const {
+    MutexLock l(mu_);
+    while (!FlagReached(value_, target)) changed_.Wait(l);
+  }
+
+ private:
+  mutable Mutex mu_;
+  mutable CondVar changed_;
+  uint32_t value_ GUARDED_BY(mu_) = 0;
+};
+
+enum class OpKind : uint8_t {
+  kCopy,
+  kFill,
+  kHostFn,
+  kWaitStream,
+  kWaitFlag,
+  kWriteFlag,
+  kStamp,
+  kScatter,
+  kGather,
+  kDigest,
+};
+
+// One queued operation; only the fields of its kind are meaningful.
+struct Op {
+  OpKind kind = OpKind::kCopy;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  uint64_t bytes = 0;
+  uint8_t fill = 0;
+  HostFn fn = nullptr;
+  void* arg = nullptr;
+  std::shared_ptr<StreamState> wait_stream;
+  uint64_t wait_target = 0;
+  HostFlag* flag = nullptr;
+  uint32_t flag_value = 0;
+  std::shared_ptr<EventState> event;
+  uint64_t generation = 0;
+  std::variant<std::monostate, kernels::ScatterArgs, kernels::GatherArgs, kernels::DigestArgs>
+      kernel;
+};
+
+// The queue and progress of one stream. Shared with events recorded on the stream and with
+// waits enqueued on other streams, which may outlive the Stream object.
+struct StreamState {
+  explicit StreamState(uint32_t capacity) : ring(capacity) {}
+
+  Mutex mu;
+  CondVar work_available;   // the worker waits: ops queued or shutdown
+  CondVar space_available;  // enqueuers wait: the ring has room
+  CondVar progress;         // completion waiters: `completed` advanced
+  std::vector<Op> ring GUARDED_BY(mu);
+  uint32_t head GUARDED_BY(mu) = 0;
+  uint32_t count GUARDED_BY(mu) = 0;
+  uint64_t enqueued GUARDED_BY(mu) = 0;   // ops ever enqueued
+  uint64_t completed GUARDED_BY(mu) = 0;  // ops ever completed; always a prefix of enqueued
+  bool shutdown GUARDED_BY(mu) = false;
+
+  // Blocks until `target` ops have completed.
+  void WaitCompleted(uint64_t target) {
+    MutexLock l(mu);
+    while (completed < target) progress.Wait(l);
+  }
+  bool IsCompleted(uint64_t target) {
+    MutexLock l(mu);
+    return completed >= target;
+  }
+};
+
+class HostEvent final : public Event {
+ public:
+  HostEvent(const Device* device, const EventOptions& options)
+      : Event(device), options_(options), state_(std::make_shared<EventState>()) {}
+
+  Result<bool> Query() override {
+    auto [stream, target] = Captured();
+    return stream == nullptr || stream->IsCompleted(target);
+  }
+  Status Synchronize() override {
+    auto [stream, target] = Captured();
+    if (stream != nullptr) stream->WaitCompleted(target);
+    return OkStatus();
+  }
+  void* native_handle() const override { return nullptr; }
+
+  const EventOptions& options() const { return options_; }
+  const std::shared_ptr<EventState>& state() const { return state_; }
+
+  std::pair<std::shared_ptr<StreamState>, uint64_t> Captured() const {
+    MutexLock l(state_->mu);
+    return {state_->stream, state_->target};
+  }
+
+ private:
+  const EventOptions options_;
+  const std::shared_ptr<EventState> state_;
+};
+
+class HostStream final : public Stream {
+ public:
+  HostStream(const Device* device, uint32_t capacity, const HostDeviceOptions& options,
+             uint64_t index)
+      : Stream(device),
+        state_(std::make_shared<StreamState>(capacity)),
+        capacity_(capacity),
+        max_delay_us_(options.max_op_delay_us),
+        jitter_seed_(options.jitter_seed ^ ((index + 1) * 0x9E3779B97F4A7C15ull)) {
+    worker_ = std::thread([this] { Run(); });
+  }
+
+  ~HostStream() override {
+    {
+      MutexLock l(state_->mu);
+      state_->shutdown = true;
+      state_->work_available.NotifyAll();
+    }
+    worker_.join();  // the worker drains the queue before it exits
+  }
+
+  Status CopyHostToDevice(void* dst, const void* src, uint64_t bytes) override {
+    return Copy(dst, src, bytes, "host-to-device copy");
+  }
+  Status CopyDeviceToHost(void* dst, const void* src, uint64_t bytes) override {
+    return Copy(dst, src, bytes, "device-to-host copy");
+  }
+  Status CopyDeviceToDevice(void* dst, const void* src, uint64_t bytes) override {
+    return Copy(dst, src, bytes, "device-to-device copy");
+  }
+
+  Status Fill(void* dst, uint8_t value, uint64_t bytes) override {
+    if (bytes == 0) return OkStatus();
+    if (dst == nullptr) return InvalidArgument("fill of a null pointer");
+    Op op;
+    op.kind = OpKind::kFill;
+    op.dst = dst;
+    op.bytes = bytes;
+    op.fill = value;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status Record(Event& event) override {
+    if (event.device() != device()) return InvalidArgument("event of another device");
+    auto& e = static_cast<HostEvent&>(event);
+    const std::shared_ptr<EventState>& es = e.state();
+    uint64_t generation = 0;
+    uint64_t target = 0;
+    if (e.options().timing == EventTiming::kEnabled) {
+      generation = es->next_generation.fetch_add(1) + 1;
+      Op op;
+      op.kind = OpKind::kStamp;
+      op.event = es;
+      op.generation = generation;
+      target = Enqueue(std::move(op));
+    } else {
+      MutexLock l(state_->mu);
+      target = state_->enqueued;
+    }
+    MutexLock l(es->mu);
+    es->stream = state_;
+    es->target = target;
+    es->record_generation = generation;
+    return OkStatus();
+  }
+
+  Status WaitEvent(const Event& event) override {
+    if (event.device() != device()) return InvalidArgument("event of another device");
+    auto [stream, target] = static_cast<const HostEvent&>(event).Captured();
+    if (stream == nullptr || stream->IsCompleted(target)) return OkStatus();
+    Op op;
+    op.kind = OpKind::kWaitStream;
+    op.wait_stream = std::move(stream);
+    op.wait_target = target;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status AddHostCallback(HostFn fn, void* arg) override {
+    if (fn == nullptr) return InvalidArgument("null host callback");
+    Op op;
+    op.kind = OpKind::kHostFn;
+    op.fn = fn;
+    op.arg = arg;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status WaitFlag(const DeviceFlag& flag, uint32_t value) override {
+    if (flag.device() != device()) return InvalidArgument("flag of another device");
+    Op op;
+    op.kind = OpKind::kWaitFlag;
+    op.flag = const_cast<HostFlag*>(static_cast<const HostFlag*>(&flag));
+    op.flag_value = value;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status WriteFlag(DeviceFlag& flag, uint32_t value) override {
+    if (flag.device() != device()) return InvalidArgument("flag of another device");
+    Op op;
+    op.kind = OpKind::kWriteFlag;
+    op.flag = static_cast<HostFlag*>(&flag);
+    op.flag_value = value;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status Scatter(const kernels::ScatterArgs& args) override {
+    RANGEKV_RETURN_IF_ERROR(kernels::ValidateScatterArgs(args));
+    if (args.num_tokens == 0) return OkStatus();
+    Op op;
+    op.kind = OpKind::kScatter;
+    op.kernel = args;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status Gather(const kernels::GatherArgs& args) override {
+    RANGEKV_RETURN_IF_ERROR(kernels::ValidateGatherArgs(args));
+    if (args.num_tokens == 0) return OkStatus();
+    Op op;
+    op.kind = OpKind::kGather;
+    op.kernel = args;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status Digest(const kernels::DigestArgs& args) override {
+    RANGEKV_RETURN_IF_ERROR(kernels::ValidateDigestArgs(args));
+    Op op;
+    op.kind = OpKind::kDigest;
+    op.kernel = args;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  Status Synchronize() override {
+    uint64_t target;
+    {
+      MutexLock l(state_->mu);
+      target = state_->enqueued;
+    }
+    state_->WaitCompleted(target);
+    return OkStatus();
+  }
+
+  void* native_handle() const override { return nullptr; }
+
+ private:
+  Status Copy(void* dst, const void* src, uint64_t bytes, const char* what) {
+    if (bytes == 0) return OkStatus();
+    if (dst == nullptr || src == nullptr) {
+      return InvalidArgument(std::string(what) + " with a null pointer");
+    }
+    const auto d = reinterpret_cast<uintptr_t>(dst);
+    const auto s = reinterpret_cast<uintptr_t>(src);
+    if (d < s + bytes && s < d + bytes) {
+      return InvalidArgument(std::string(what) + " between overlapping ranges");
+    }
+    Op op;
+    op.kind = OpKind::kCopy;
+    op.dst = dst;
+    op.src = src;
+    op.bytes = bytes;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
+  // Appends op (blocking while the ring is full) and returns its sequence number, which is the
+  // value of `completed` once it has run.
+  uint64_t Enqueue(Op op) {
+    MutexLock l(state_->mu);
+    while (state_->count == capacity_) state_->space_available.Wait(l);
+    state_->ring[(state_->head + state_->count) % capacity_] = std::move(op);
+    ++state_->count;
+    const uint64_t seq = ++state_->enqueued;
+    state_->work_available.NotifyOne();
+    return seq;
+  }
+
+  void Run() {
+    std::mt19937_64 rng(jitter_seed_);
+    for (;;) {
+      Op op;
+      {
+        MutexLock l(state_->mu);
+        while (state_->count == 0 && !state_->shutdown) state_->work_available.Wait(l);
+        if (state_->count == 0) return;  // shut down and drained
+        op = std::move(state_->ring[state_->head]);
+        state_->ring[state_->head] = Op();  // drop references held by the slot
+        state_->head = (state_->head + 1) % capacity_;
+        --state_->count;
+        state_->space_available.NotifyOne();
+      }
+      if (max_delay_us_ > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % (max_delay_us_ + 1)));
+      }
+      Execute(op);
+      op = Op();  // release shared state before announcing completion
+      MutexLock l(state_->mu);
+      ++state_->completed;
+      state_->progress.NotifyAll();
+    }
+  }
+
+  static void Execute(const Op& op) {
+    switch (op.kind) {
+      case OpKind::kCopy:
+        std::memcpy(op.dst, op.src, op.bytes);
+        break;
+      case OpKind::kFill:
+        std::memset(op.dst, op.fill, op.bytes);
+        break;
+      case OpKind::kHostFn:
+        op.fn(op.arg);
+        break;
+      case OpKind::kWaitStream:
+        op.wait_stream->WaitCompleted(op.wait_target);
+        break;
+      case OpKind::kWaitFlag:
+        op.flag->WaitFor(op.flag_value);
+        break;
+      case OpKind::kWriteFlag:
+        op.flag->Set(op.flag_value);
+        break;
+      case OpKind::kStamp: {
+        const Clock::time_point now = Clock::now();
+        MutexLock l(op.event->mu);
+        if (op.generation >= op.event->stamp_generation) {
+          op.event->stamp_generation = op.generation;
+          op.event->stamp = now;
+        }
+        break;
+      }
+      case OpKind::kScatter:
+        kernels::ScatterReference(std::get<kernels::ScatterArgs>(op.kernel));
+        break;
+      case OpKind::kGather:
+        kernels::GatherReference(std::get<kernels::GatherArgs>(op.kernel));
+        break;
+      case OpKind::kDigest:
+        kernels::DigestReference(std::get<kernels::DigestArgs>(op.kernel));
+        break;
+    }
+  }
+
+  const std::shared_ptr<StreamState> state_;
+  const uint32_t capacity_;
+  const uint32_t max_delay_us_;
+  const uint64_t jitter_seed_;
+  std::thread worker_;
+};
+
+class HostDevice final : public Device {
+ public:
+  explicit HostDevice(const HostDeviceOptions& options) : options_(options) {
+    caps_.kind = DeviceKind::kHost;
+    caps_.name = "host";
+    caps_.ordinal = 0;
+    caps_.device_memory_host_accessible = true;
+    caps_.stream_memory_ops = true;
+    caps_.device_memory_bytes = 0;
+    caps_.multiprocessors = 0;
+    caps_.pinned_alignment_bytes = PageBytes();
+  }
+
+  const DeviceCapabilities& capabilities() const override { return caps_; }
+
+  Result<DeviceBuffer> AllocateDevice(uint64_t bytes) override {
+    RANGEKV_ASSIGN_OR_RETURN(uint8_t * p, Map(bytes, "device memory"));
+    if (options_.poison_allocations >= 0) {
+      std::memset(p, options_.poison_allocations, bytes);
+    }
+    return WrapDeviceBuffer(p, bytes);
+  }
+
+  Result<PinnedHostBuffer> AllocatePinnedHost(uint64_t bytes) override {
+    RANGEKV_ASSIGN_OR_RETURN(uint8_t * p, Map(bytes, "pinned host memory"));
+    return WrapPinnedHost(p, AlignUp(bytes, PageBytes()));
+  }
+
+  Result<HostRegistration> RegisterHostMemory(void* data, uint64_t bytes) override {
+    if (data == nullptr || bytes == 0) {
+      return InvalidArgument("registration of a null or empty host range");
+    }
+    return WrapRegistration(data, bytes);
+  }
+
+  Result<std::unique_ptr<Stream>> CreateStream(const StreamOptions&) override {
+    const uint64_t index = next_stream_index_.fetch_add(1);
+    return std::unique_ptr<Stream>(
+        new HostStream(this, options_.stream_queue_capacity, options_, index));
+  }
+
+  Result<std::unique_ptr<Stream>> WrapNativeStream(void*) override {
+    return Status(StatusCode::kUnimplemented, "the host device has no native streams");
+  }
+
+  Result<std::unique_ptr<Event>> CreateEvent(const EventOptions& options) override {
+    return std::unique_ptr<Event>(new HostEvent(this, options));
+  }
+
+  Result<std::unique_ptr<DeviceFlag>> CreateFlag() override {
+    return std::unique_ptr<DeviceFlag>(new HostFlag(this));
+  }
+
+  Result<double> ElapsedMs(const Event& start, const Event& end) override {
+    if (start.device() != this || end.device() != this) {
+      return InvalidArgument("elapsed time between events of another device");
+    }
+    RANGEKV_ASSIGN_OR_RETURN(Clock::time_point a, Stamp(static_cast<const HostEvent&>(start)));
+    RANGEKV_ASSIGN_OR_RETURN(Clock::time_point b, Stamp(static_cast<const HostEvent&>(end)));
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  }
+
+  bool IsHostAccessible(const void*) const override { return true; }
+
+ private:
+  static Result<uint8_t*> Map(uint64_t bytes, const char* what) {
+    if (bytes == 0) return InvalidArgument(std::string("zero-byte allocation of ") + what);
+    const uint64_t mapped = AlignUp(bytes, PageBytes());
+    if (mapped < bytes) return InvalidArgument(std::string("allocation size overflows"));
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      return Status(StatusCode::kResourceExhausted, std::string("mmap of ") +
+                                                        std::to_string(mapped) + " bytes of " +
+                                                        what + " failed: " + std::strerror(err));
+    }
+    return static_cast<uint8_t*>(p);
+  }
+
+  static void Unmap(void* p, uint64_t bytes) {
+    if (munmap(p, AlignUp(bytes, PageBytes())) != 0) {
+      Log(LogLevel::kError, std::string("munmap failed: ") + std::strerror(errno));
+    }
+  }
+
+  static Result<Clock::time_point> Stamp(const HostEvent& e) {
+    if (e.options().timing != EventTiming::kEnabled) {
+      return FailedPrecondition("event was created without timing");
+    }
+    auto [stream, target] = e.Captured();
+    if (stream == nullptr) return FailedPrecondition("event was never recorded");
+    if (!stream->IsCompleted(target)) return FailedPrecondition("event has not completed");
+    MutexLock l(e.state()->mu);
+    if (e.state()->stamp_generation != e.state()->record_generation) {
+      return FailedPrecondition("event was re-recorded and has not completed");
+    }
+    return e.state()->stamp;
+  }
+
+  void FreeDevice(void* data, uint64_t bytes) override { Unmap(data, bytes); }
+  void FreePinnedHost(uint8_t* data, uint64_t bytes) override { Unmap(data, bytes); }
+  void UnregisterHostMemory(void*, uint64_t) override {}
+
+  const HostDeviceOptions options_;
+  DeviceCapabilities caps_;
+  std::atomic<uint64_t> next_stream_index_{0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Device>> CreateHostDevice(const HostDeviceOptions& options) {
+  if (options.stream_queue_capacity == 0) {
+    return InvalidArgument("HostDevice stream_queue_capacity must be > 0");
+  }
+  if (options.poison_allocations < -1 || options.poison_allocations > 255) {
+    return InvalidArgument("HostDevice poison_allocations must be -1 or a byte value");
+  }
+  return std::unique_ptr<Device>(new HostDevice(options));
+}
+
+}  // namespace rangekv

@@ -271,46 +271,8 @@ class UringEngine final : public IoEngine {
     for (uint32_t i = options_.queue_depth; i > 0; --i) free_slots.push_back(i - 1);
     uint32_t inflight = 0;
 
-    for (;;) {
-      // Fill the ring; block for work only when nothing is in flight.
-      while (!free_slots.empty()) {
-        SpanRef ref;
-        const auto block = inflight == 0 ? SpanQueue::Block::kYes : SpanQueue::Block::kNo;
-        if (!queue_.Take(&ref, block)) break;
-        const IoRequest& r = SpanQueue::Request(ref);
-        Status valid = ValidateSpan(r);
-        if (!valid.ok()) {
-          queue_.Complete(ref, {std::move(valid), 0});
-          continue;
-        }
-        if (r.length == 0) {
-          queue_.Complete(ref, {OkStatus(), 0});
-          continue;
-        }
-        if (r.file->fd() < 0 || HasDirectTail(r)) {
-          counters_.file_path_spans.fetch_add(1, std::memory_order_relaxed);
-          queue_.Complete(ref, RunSpan(r, options_.max_short_retries, bounce, counters_));
-          continue;
-        }
-        const uint32_t s = free_slots.back();
-        free_slots.pop_back();
-        slots[s] = Slot{.ref = ref,
-                        .buf_index = FindBuffer(r.buf, r.length),
-                        .file_index = FindFile(r.file),
-                        .busy = true};
-        Prepare(ring, slots[s], s);
-        ++inflight;
-      }
-      // Take(kYes) returns false only once the engine is stopping and the queue is empty.
-      if (inflight == 0) return;
-
-      const int submitted = io_uring_submit_and_wait(ring.get(), 1);
-      if (submitted < 0 && submitted != -EINTR && submitted != -EAGAIN && submitted != -EBUSY) {
-        // Only EINTR/EAGAIN/EBUSY are possible on a ring used as this one is; anything else
-        // means the ring is broken while the kernel may still own our buffers: stop.
-        std::fprintf(stderr, "rangekv: io_uring_submit_and_wait: %s\n", std::strerror(-submitted));
-        std::abort();
-      }
+    // Completes what the ring has finished; continuations are queued for the next Enter.
+    auto reap = [&] {
       io_uring_cqe* cqe;
       unsigned head;
       unsigned seen = 0;
@@ -324,7 +286,61 @@ class UringEngine final : public IoEngine {
         }
       }
       io_uring_cq_advance(ring.get(), seen);
+    };
+
+    for (;;) {
+      SpanRef ref;
+      // Block for work only when nothing is in flight; Take(kYes) returns false only once the
+      // engine is stopping and the queue is empty.
+      const auto block = inflight == 0 ? SpanQueue::Block::kYes : SpanQueue::Block::kNo;
+      if (free_slots.empty() || !queue_.Take(&ref, block)) {
+        if (inflight == 0) return;
+        Enter(ring, 1);
+        reap();
+        continue;
+      }
+      const IoRequest& r = SpanQueue::Request(ref);
+      Status valid = ValidateSpan(r);
+      if (!valid.ok()) {
+        queue_.Complete(ref, {std::move(valid), 0});
+        continue;
+      }
+      if (r.length == 0) {
+        queue_.Complete(ref, {OkStatus(), 0});
+        continue;
+      }
+      if (r.file->fd() < 0 || HasDirectTail(r)) {
+        counters_.file_path_spans.fetch_add(1, std::memory_order_relaxed);
+        queue_.Complete(ref, RunSpan(r, options_.max_short_retries, bounce, counters_));
+        continue;
+      }
+      const uint32_t s = free_slots.back();
+      free_slots.pop_back();
+      slots[s] = Slot{.ref = ref,
+                      .buf_index = FindBuffer(r.buf, r.length),
+                      .file_index = FindFile(r.file),
+                      .busy = true};
+      Prepare(ring, slots[s], s);
+      ++inflight;
+      // Submit each span as soon as it is taken, and report what finished: a page-cache read
+      // is copied inside this call, and while this thread copies, idle rings take the next
+      // spans. Taking a whole queue depth before submitting would let one ring copy them all
+      // serially, and hold back the completion of the first until the last was copied.
+      Enter(ring, 0);
+      reap();
     }
+  }
+
+  // Submits queued SQEs and waits for `wait_nr` completions. Transient failures leave the SQEs
+  // queued for the next call.
+  static void Enter(Ring& ring, unsigned wait_nr) {
+    const int r =
+        wait_nr == 0 ? io_uring_submit(ring.get()) : io_uring_submit_and_wait(ring.get(), wait_nr);
+    if (r >= 0 || r == -EINTR || r == -EAGAIN || r == -EBUSY) return;
+    // Nothing else is possible on a ring used as this one is; anything else means the ring is
+    // broken while the kernel may still own our buffers: stop rather than reuse them.
+    std::fprintf(stderr, "rangekv: io_uring_enter: %s\n", std::strerror(-r));
+    std::abort();
   }
 
   // Queues an SQE for the slot's next chunk.

@@ -39,6 +39,11 @@
 //   Spans of one batch, or of concurrently outstanding batches, must not write overlapping
 //   file ranges or read into overlapping buffer ranges.
 //
+// Files without a descriptor (fd() == -1, e.g. testing/fault_env.h) work with every engine:
+// their spans go through File::ReadAt/WriteAt with the same checks (the uring engine runs them
+// on a ring's thread, counted in IoEngineStats::file_path_spans), so fault-injection tests
+// exercise the production completion logic.
+//
 // Thread-safety: IoEngine methods are thread-safe; any number of threads may Submit. An
 // IoBatch is used by one thread while it is prepared and after it is done; while in flight
 // only done()/Wait() may be called (from any thread).
@@ -98,14 +103,16 @@ class IoBatch {
   // Removes every span (and keeps the callback). kFailedPrecondition while in flight.
   Status Clear();
   // Runs on an engine thread after the last span's completion is written and before done()
-  // turns true. It must not block for long and must not Submit to the engine that runs it.
-  // REQUIRES: not in flight.
+  // turns true; it may read completion()/status(). It must not block for long and must not
+  // Submit to the engine that runs it. REQUIRES: not in flight.
+  // For per-span notification (e.g. scatter a stripe as soon as it lands) use one-span batches,
+  // one preallocated per bank: a batch costs nothing beyond its arrays.
   void SetCallback(std::function<void(IoBatch&)> on_complete);
 
   uint32_t size() const { return size_; }
   uint32_t capacity() const { return static_cast<uint32_t>(requests_.size()); }
   const IoRequest& request(uint32_t i) const { return requests_[i]; }
-  // REQUIRES: done(); i < size().
+  // REQUIRES: done() or inside the callback; i < size().
   const IoCompletion& completion(uint32_t i) const { return completions_[i]; }
 
   // True once submitted and every span has completed (and the callback returned). False for a
@@ -114,12 +121,12 @@ class IoBatch {
   // Blocks until done(). REQUIRES: the batch was submitted.
   void Wait();
 
-  // REQUIRES: done(). OK when every span succeeded; otherwise the first failed span's status
-  // with its index, path and range in the message.
+  // REQUIRES (this and the next two): done() or inside the callback. OK when every span
+  // succeeded; otherwise the first failed span's status with its index, path and range.
   Status status() const;
-  // REQUIRES: done(). Number of spans whose status is not OK.
+  // Number of spans whose status is not OK.
   uint32_t failed_spans() const;
-  // REQUIRES: done(). Sum of completion bytes.
+  // Sum of completion bytes.
   uint64_t bytes_moved() const;
 
  private:

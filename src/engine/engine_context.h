@@ -1,0 +1,50 @@
+// EngineContext: what the restore and store pipelines borrow from the engine that owns them
+// (all of it outlives the pipelines), and the test hooks that tests may install.
+//
+// Thread-safety: the pointed-to objects are thread-safe (Device, IoEngine, StoreState,
+// Counters); the context itself is immutable after Open.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "device/device.h"
+#include "engine/integrity.h"
+#include "engine/stats.h"
+#include "engine/store_state.h"
+#include "io/io_engine.h"
+#include "rangekv/engine.h"
+
+namespace rangekv::engine_internal {
+
+// What a read bank went through; reported to EngineTestHooks::read_bank_observer.
+enum class BankEvent : uint8_t { kAcquired, kReleased, kQuarantined };
+
+// Hooks for tests (never set in production). Each runs without engine locks held unless noted.
+struct EngineTestHooks {
+  // Consulted by the fence reaper after a scatter's event completed: a non-OK status is treated
+  // as an unproven completion (the bank is quarantined, the stripe's tokens fail).
+  std::function<Status(uint32_t bank, uint32_t layer)> scatter_fence_fault;
+  // Observes every read bank transition, with the bank's use number. Runs under the restore
+  // pipeline's mutex: it must not call into the engine.
+  std::function<void(BankEvent event, uint32_t bank, uint64_t use)> read_bank_observer;
+};
+
+struct EngineContext {
+  const EngineOptions* options = nullptr;  // resolved
+  Geometry geometry;
+  Device* device = nullptr;
+  StoreState* store = nullptr;
+  IoEngine* read_io = nullptr;
+  IoEngine* write_io = nullptr;
+  Counters* counters = nullptr;
+  PayloadIntegrity* integrity = nullptr;  // null: no digests
+  const EngineTestHooks* hooks = nullptr;  // null: none
+  // The device cannot read files into its memory directly, nor host code touch it: reads land
+  // in pinned staging and are copied up, gathered banks are copied down before writing.
+  bool staging = false;
+  // Device-side layer waits without blocking the host (DeviceFlag / WaitFlag).
+  bool stream_memory_ops = false;
+};
+
+}  // namespace rangekv::engine_internal

@@ -1,0 +1,370 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+
+#include "base/log.h"
+#include "directory/ticket.h"
+#include "engine/engine_testing.h"
+#include "engine/options.h"
+#include "env/env.h"
+
+namespace rangekv::engine_internal {
+
+namespace {
+
+Envelope ToDirectoryEnvelope(const RequestEnvelope& e) {
+  Envelope out;
+  out.request_id = e.request_id;
+  out.session = e.session_id;
+  out.attempt = e.attempt;
+  out.rank = e.rank;
+  return out;
+}
+
+DeviceKind ToDeviceKind(DeviceSelection s) {
+  switch (s) {
+    case DeviceSelection::kHost:
+      return DeviceKind::kHost;
+    case DeviceSelection::kCuda:
+      return DeviceKind::kCuda;
+    case DeviceSelection::kAuto:
+      return DeviceKind::kAuto;
+  }
+  return DeviceKind::kAuto;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<EngineCore>> EngineCore::Open(const EngineOptions& options,
+                                                     const EngineInternalConfig& config) {
+  std::shared_ptr<EngineCore> core(new EngineCore());
+  RANGEKV_RETURN_IF_ERROR(core->Init(options, config));
+  return core;
+}
+
+EngineCore::~EngineCore() {
+  Status s = Close();
+  if (!s.ok()) Log(LogLevel::kWarning, "closing engine: " + s.ToString());
+}
+
+Result<std::unique_ptr<IoEngine>> EngineCore::MakeIo(uint32_t workers,
+                                                     uint32_t max_queued_batches,
+                                                     std::string* description) {
+  IoEngineOptions io;
+  io.workers = std::min<uint32_t>(workers, 256);
+  io.max_queued_batches = std::max<uint32_t>(64, max_queued_batches);
+  if (options_.io_engine != IoEngineSelection::kPosix) {
+    auto uring = MakeIoEngine(IoEngineKind::kUring, io);
+    if (uring.ok()) {
+      *description = "uring";
+      return uring;
+    }
+    if (options_.io_engine == IoEngineSelection::kUring) return uring.status();
+    *description = "posix (uring unavailable: " + uring.status().message() + ")";
+    Log(LogLevel::kInfo, "io engine: falling back to posix: " + uring.status().ToString());
+  } else {
+    *description = "posix";
+  }
+  return MakeIoEngine(IoEngineKind::kPosix, io);
+}
+
+Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& config) {
+  RANGEKV_ASSIGN_OR_RETURN(geometry_, DeriveGeometry(in.model, in.stripe_bytes));
+  RANGEKV_ASSIGN_OR_RETURN(options_, ResolveOptions(in, geometry_));
+  if (options_.env == nullptr) options_.env = DefaultEnv();
+  hooks_ = config.hooks;
+
+  if (config.device != nullptr) {
+    device_ = config.device;
+  } else {
+    DeviceOptions d;
+    d.kind = ToDeviceKind(options_.device);
+    d.ordinal = static_cast<int>(options_.cuda_device_ordinal);
+    RANGEKV_ASSIGN_OR_RETURN(owned_device_, MakeDevice(d));
+    device_ = owned_device_.get();
+  }
+  const DeviceCapabilities& caps = device_->capabilities();
+
+  StoreStateOptions so;
+  so.env = options_.env;
+  so.dir = options_.store_dir;
+  so.geometry = geometry_;
+  so.ns = DeriveNamespace(options_.model, geometry_);
+  RANGEKV_ASSIGN_OR_RETURN(so.pack_count, PackCountForCapacity(options_.capacity_bytes, geometry_));
+  so.capacity_bytes = options_.capacity_bytes;
+  so.direct = options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred
+                                                                   : DirectIo::kOff;
+  so.directory = DirectoryOptions::ForGeometry(geometry_, static_cast<uint32_t>(so.pack_count));
+  so.directory.index = options_.ablations.index == Ablations::Index::kScalar ? IndexMode::kScalar
+                                                                            : IndexMode::kTree;
+  so.directory.scalar_chunk_tokens = options_.ablations.object_tokens;
+  so.directory.scalar_objects = options_.ablations.objects == Ablations::Objects::kChunkLayer
+                                    ? ScalarObjects::kChunkLayer
+                                    : ScalarObjects::kChunk;
+  so.directory.max_query_tokens =
+      std::max<uint64_t>(so.directory.max_query_tokens, options_.max_request_tokens);
+  so.directory.max_tickets = std::max<uint32_t>(so.directory.max_tickets,
+                                                2 * options_.max_inflight_restores);
+  RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
+
+  std::string read_desc, write_desc;
+  RANGEKV_ASSIGN_OR_RETURN(read_io_, MakeIo(options_.read_workers, options_.read_workers,
+                                            &read_desc));
+  RANGEKV_ASSIGN_OR_RETURN(write_io_, MakeIo(options_.write_workers, options_.store_banks,
+                                             &write_desc));
+  File* files[1] = {store_->file()};
+  for (IoEngine* io : {read_io_.get(), write_io_.get()}) {
+    Status reg = io->RegisterFiles(files);
+    if (!reg.ok()) Log(LogLevel::kInfo, "pack file not registered for I/O: " + reg.ToString());
+  }
+  backends_ = "device=" + caps.name + " io=" + read_desc + " direct=" +
+              (store_->file()->direct() ? "on" : "off");
+  if (write_desc != read_desc) backends_ += " write_io=" + write_desc;
+
+  context_.options = &options_;
+  context_.geometry = geometry_;
+  context_.device = device_;
+  context_.store = store_.get();
+  context_.read_io = read_io_.get();
+  context_.write_io = write_io_.get();
+  context_.counters = &counters_;
+  context_.integrity = config.integrity;
+  context_.hooks = &hooks_;
+  context_.staging = !caps.device_memory_host_accessible;
+  context_.stream_memory_ops = caps.stream_memory_ops;
+  RANGEKV_ASSIGN_OR_RETURN(restore_, RestorePipeline::Create(context_));
+  RANGEKV_ASSIGN_OR_RETURN(stores_, StorePipeline::Create(context_));
+  MutexLock l(mu_);
+  RANGEKV_ASSIGN_OR_RETURN(copy_stream_, device_->CreateStream());
+  return OkStatus();
+}
+
+// ---- scheduler side ---------------------------------------------------------------------------
+
+Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
+                                        std::span<const int32_t> tokens,
+                                        uint64_t reuse_granularity_tokens) {
+  if (tokens.empty() || tokens.size() > options_.max_request_tokens) {
+    return InvalidArgument("lookup of " + std::to_string(tokens.size()) +
+                           " tokens: must be in [1, max_request_tokens]");
+  }
+  if (reuse_granularity_tokens == 0) return InvalidArgument("reuse granularity must be > 0");
+  {
+    MutexLock l(mu_);
+    if (closed_) return FailedPrecondition("engine closed");
+  }
+  Directory& directory = store_->directory();
+  RANGEKV_ASSIGN_OR_RETURN(
+      Ticket ticket, directory.Lookup(ns(), tokens, ToDirectoryEnvelope(envelope),
+                                      reuse_granularity_tokens));
+  LookupResult result;
+  result.hit_tokens = ticket.hit_tokens;
+  result.records_selected = ticket.records.size();
+  if (ticket.empty()) return result;
+  const std::vector<uint8_t> bytes = EncodeTicket(ticket);
+  result.ticket.assign(bytes.begin(), bytes.end());
+
+  if (options_.ablations.prefetch != Ablations::Prefetch::kLookup ||
+      options_.prefetch_banks == 0) {
+    return result;
+  }
+  MutexLock l(mu_);
+  if (closed_ || prefetches_.count(envelope.request_id) != 0) return result;  // repeated lookup
+  auto hold = std::make_shared<TicketHold>(&directory, ticket.ticket_id, envelope.request_id,
+                                           /*claimed=*/false);
+  auto job = restore_->Start(envelope.request_id, {0, ticket.hit_tokens}, ticket.records, hold,
+                             /*claimed=*/false);
+  if (!job.ok()) {
+    // No slot (or a plan error): no prefetch, and the ticket stays for the claim.
+    hold->Disarm();
+    return result;
+  }
+  prefetches_[envelope.request_id] = {std::move(job).value(), std::move(hold)};
+  result.prefetch_started = true;
+  return result;
+}
+
+void EngineCore::ReleaseRequest(const RequestEnvelope& envelope) {
+  std::shared_ptr<RestoreJob> job;
+  {
+    MutexLock l(mu_);
+    auto it = prefetches_.find(envelope.request_id);
+    if (it != prefetches_.end()) {
+      job = std::move(it->second.job);
+      prefetches_.erase(it);
+    }
+  }
+  if (job != nullptr) {
+    // The hold cancels the ticket once the prefetch's reads drained.
+    restore_->Abandon(*job);
+    return;
+  }
+  store_->directory().Cancel(envelope.request_id);
+}
+
+// ---- worker side ------------------------------------------------------------------------------
+
+Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
+  if (r.endpoint_tokens <= r.begin_token) {
+    return InvalidArgument("restore of [" + std::to_string(r.begin_token) + ", " +
+                           std::to_string(r.endpoint_tokens) + "): nothing to restore");
+  }
+  if (r.endpoint_tokens > r.tokens.size()) {
+    return InvalidArgument("endpoint beyond the request's tokens");
+  }
+  if (r.endpoint_tokens - r.begin_token > options_.max_request_tokens) {
+    return InvalidArgument("restore larger than max_request_tokens");
+  }
+  {
+    MutexLock l(mu_);
+    if (closed_) return FailedPrecondition("engine closed");
+  }
+  Directory& directory = store_->directory();
+  const auto* bytes = reinterpret_cast<const uint8_t*>(r.ticket.data());
+  RANGEKV_ASSIGN_OR_RETURN(
+      ClaimedRange claim,
+      directory.ClaimBytes(ns(), std::span<const uint8_t>(bytes, r.ticket.size()),
+                           ToDirectoryEnvelope(r.envelope), r.tokens, r.endpoint_tokens));
+  const TokenInterval wanted{r.begin_token, r.endpoint_tokens};
+
+  std::shared_ptr<TicketHold> hold;
+  {
+    MutexLock l(mu_);
+    auto it = prefetches_.find(r.envelope.request_id);
+    if (it != prefetches_.end() && it->second.hold->ticket_id() == claim.ticket_id) {
+      Prefetch p = std::move(it->second);
+      prefetches_.erase(it);
+      p.hold->MarkClaimed();
+      if (p.job->tokens == wanted) {
+        restore_->Adopt(*p.job);
+        return RestoreHandle(shared_from_this(), std::move(p.job));
+      }
+      // Claimed for other tokens (clipped, or a local prefix skipped): the prefetch's reads
+      // drain under the shared hold while the new job starts.
+      restore_->Abandon(*p.job);
+      hold = std::move(p.hold);
+    }
+  }
+  if (hold == nullptr) {
+    hold = std::make_shared<TicketHold>(&directory, claim.ticket_id, r.envelope.request_id,
+                                        /*claimed=*/true);
+  }
+  // On failure the hold goes with the error, releasing the claimed ticket.
+  RANGEKV_ASSIGN_OR_RETURN(auto job, restore_->Start(r.envelope.request_id, wanted, claim.records,
+                                                     std::move(hold), /*claimed=*/true));
+  return RestoreHandle(shared_from_this(), std::move(job));
+}
+
+Result<StoreHandle> EngineCore::BeginStore(const StoreRequest& r) {
+  if (r.kv == nullptr) return InvalidArgument("store request without paged KV");
+  {
+    MutexLock l(mu_);
+    if (closed_) return FailedPrecondition("engine closed");
+  }
+  RANGEKV_ASSIGN_OR_RETURN(auto job, stores_->Begin(r.tokens, *r.kv, r.slot_mapping));
+  return StoreHandle(shared_from_this(), std::move(job));
+}
+
+// ---- caller streams and memory ----------------------------------------------------------------
+
+Result<DeviceStreamRef> EngineCore::CreateStream() {
+  MutexLock l(mu_);
+  if (closed_) return FailedPrecondition("engine closed");
+  if (caller_streams_.size() >= kMaxCallerStreams) {
+    return ResourceExhausted("at most " + std::to_string(kMaxCallerStreams) + " caller streams");
+  }
+  RANGEKV_ASSIGN_OR_RETURN(auto stream, device_->CreateStream());
+  caller_streams_.push_back(std::move(stream));
+  return DeviceStreamRef{caller_streams_.back().get()};
+}
+
+Result<Stream*> EngineCore::FindStream(DeviceStreamRef ref) const {
+  MutexLock l(mu_);
+  for (const auto& s : caller_streams_) {
+    if (s.get() == ref.native) return s.get();
+  }
+  return InvalidArgument("stream was not created by this engine (Engine::CreateStream)");
+}
+
+Result<void*> EngineCore::AllocateDeviceMemory(uint64_t bytes) {
+  MutexLock l(mu_);
+  if (closed_) return FailedPrecondition("engine closed");
+  if (caller_buffers_.size() >= kMaxCallerBuffers) {
+    return ResourceExhausted("too many caller buffers");
+  }
+  RANGEKV_ASSIGN_OR_RETURN(DeviceBuffer buffer, device_->AllocateDevice(bytes));
+  caller_buffers_.push_back(std::move(buffer));
+  return caller_buffers_.back().data();
+}
+
+Status EngineCore::CopyToDevice(void* device_dst, const void* host_src, uint64_t bytes) {
+  MutexLock l(mu_);
+  if (copy_stream_ == nullptr) return FailedPrecondition("engine closed");
+  RANGEKV_RETURN_IF_ERROR(copy_stream_->CopyHostToDevice(device_dst, host_src, bytes));
+  return copy_stream_->Synchronize();
+}
+
+Status EngineCore::CopyToHost(void* host_dst, const void* device_src, uint64_t bytes) {
+  MutexLock l(mu_);
+  if (copy_stream_ == nullptr) return FailedPrecondition("engine closed");
+  RANGEKV_RETURN_IF_ERROR(copy_stream_->CopyDeviceToHost(host_dst, device_src, bytes));
+  return copy_stream_->Synchronize();
+}
+
+// ---- stats and shutdown -----------------------------------------------------------------------
+
+EngineStats EngineCore::GetStats() const {
+  EngineStats s = counters_.Snapshot();
+  if (store_ != nullptr) {
+    // Index work happens in the directory; its own counters are the source.
+    const DirectoryStats d = store_->directory().Stats();
+    s.lookups = d.lookups;
+    s.records_selected = d.records_selected;
+    s.leases_taken = d.leases_taken;
+  }
+  return s;
+}
+
+Status EngineCore::Close() {
+  std::map<std::string, Prefetch> prefetches;
+  {
+    MutexLock l(mu_);
+    if (closed_) return OkStatus();
+    closed_ = true;
+    prefetches.swap(prefetches_);
+  }
+  if (restore_ != nullptr) {
+    for (auto& [id, p] : prefetches) restore_->Abandon(*p.job);
+    prefetches.clear();
+    restore_->Stop();
+  }
+  if (stores_ != nullptr) stores_->Stop();
+  // The banks die with the pipelines, before the I/O engines: unregister them now.
+  for (IoEngine* io : {read_io_.get(), write_io_.get()}) {
+    if (io != nullptr) (void)io->RegisterBuffers({});
+  }
+  {
+    MutexLock l(mu_);
+    for (auto& s : caller_streams_) {
+      Status st = s->Synchronize();
+      if (!st.ok()) Log(LogLevel::kWarning, "caller stream: " + st.ToString());
+    }
+  }
+  return store_ != nullptr ? store_->Close() : OkStatus();
+}
+
+std::unique_ptr<Engine> EngineAccess::Wrap(std::shared_ptr<EngineCore> core) {
+  return std::unique_ptr<Engine>(new Engine(std::move(core)));
+}
+
+}  // namespace rangekv::engine_internal
+
+namespace rangekv::engine_internal {
+
+Result<std::unique_ptr<Engine>> OpenEngineForTesting(const EngineOptions& options,
+                                                     const EngineInternalConfig& config) {
+  RANGEKV_ASSIGN_OR_RETURN(auto core, EngineCore::Open(options, config));
+  return EngineAccess::Wrap(std::move(core));
+}
+
+}  // namespace rangekv::engine_internal

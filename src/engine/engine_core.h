@@ -1,0 +1,119 @@
+// EngineCore: what an Engine is (include/rangekv/engine.h): the resolved options, the device,
+// the store (pack file + directory), the two I/O engines, the restore and store pipelines and
+// the work-unit counters, plus the scheduler-side bookkeeping of lookup-time prefetches.
+// Engine, RestoreHandle and StoreHandle are thin forwarding shells over it; handles keep it
+// alive (shared_ptr), so a handle outliving its Engine stays safe (inert after Close).
+//
+// Prefetch bookkeeping: Lookup() with prefetch=lookup starts an unclaimed restore job keyed by
+// request id, sharing a TicketHold with the ticket. StartRestore() claims the ticket in the
+// directory and adopts that job when it restores exactly the prefetched tokens; otherwise the
+// prefetch is cancelled (its reads drain under the shared hold) and a new job starts.
+// ReleaseRequest() cancels an unadopted prefetch; the ticket is cancelled in the directory
+// only when the prefetch's reads drained (the hold's destructor).
+//
+// Thread-safety: all methods are thread-safe. mu_ guards the prefetch map, caller streams and
+// caller buffers. Lock order: mu_ -> pipeline mutexes -> Directory's mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "device/device.h"
+#include "engine/engine_context.h"
+#include "engine/restore_pipeline.h"
+#include "engine/stats.h"
+#include "engine/store_pipeline.h"
+#include "engine/store_state.h"
+#include "io/io_engine.h"
+#include "rangekv/engine.h"
+
+namespace rangekv::engine_internal {
+
+// What tests (and later the persistence layer) can add to an engine at Open.
+struct EngineInternalConfig {
+  Device* device = nullptr;  // borrowed, outlives the engine; overrides options.device
+  EngineTestHooks hooks;
+  PayloadIntegrity* integrity = nullptr;  // borrowed; null: no digests
+};
+
+class EngineCore : public std::enable_shared_from_this<EngineCore> {
+ public:
+  static Result<std::shared_ptr<EngineCore>> Open(const EngineOptions& options,
+                                                  const EngineInternalConfig& config);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  const EngineOptions& options() const { return options_; }
+  const Geometry& geometry() const { return geometry_; }
+  const NamespaceId& ns() const { return store_->ns(); }
+  std::string DescribeBackends() const { return backends_; }
+  Device& device() const { return *device_; }
+  StoreState& store() const { return *store_; }
+  RestorePipeline& restore() const { return *restore_; }
+  StorePipeline& stores() const { return *stores_; }
+
+  Result<LookupResult> Lookup(const RequestEnvelope& envelope, std::span<const int32_t> tokens,
+                              uint64_t reuse_granularity_tokens) EXCLUDES(mu_);
+  void ReleaseRequest(const RequestEnvelope& envelope) EXCLUDES(mu_);
+  Result<RestoreHandle> StartRestore(const RestoreRequest& request) EXCLUDES(mu_);
+  Result<StoreHandle> BeginStore(const StoreRequest& request) EXCLUDES(mu_);
+
+  Result<DeviceStreamRef> CreateStream() EXCLUDES(mu_);
+  // The engine-owned stream `ref` names; kInvalidArgument for anything else.
+  Result<Stream*> FindStream(DeviceStreamRef ref) const EXCLUDES(mu_);
+  Result<void*> AllocateDeviceMemory(uint64_t bytes) EXCLUDES(mu_);
+  Status CopyToDevice(void* device_dst, const void* host_src, uint64_t bytes) EXCLUDES(mu_);
+  Status CopyToHost(void* host_dst, const void* device_src, uint64_t bytes) EXCLUDES(mu_);
+
+  EngineStats GetStats() const;
+  Status Close() EXCLUDES(mu_);
+
+ private:
+  struct Prefetch {
+    std::shared_ptr<RestoreJob> job;
+    std::shared_ptr<TicketHold> hold;
+  };
+  static constexpr size_t kMaxCallerStreams = 64;
+  static constexpr size_t kMaxCallerBuffers = 4096;
+
+  EngineCore() = default;
+  Status Init(const EngineOptions& options, const EngineInternalConfig& config);
+  Result<std::unique_ptr<IoEngine>> MakeIo(uint32_t workers, uint32_t max_queued_batches,
+                                           std::string* description);
+
+  EngineOptions options_;
+  Geometry geometry_;
+  std::string backends_;
+  EngineTestHooks hooks_;
+  Counters counters_;
+  std::unique_ptr<Device> owned_device_;
+  Device* device_ = nullptr;
+  std::unique_ptr<StoreState> store_;
+  std::unique_ptr<IoEngine> read_io_;
+  std::unique_ptr<IoEngine> write_io_;
+  EngineContext context_;
+  std::unique_ptr<RestorePipeline> restore_;
+  std::unique_ptr<StorePipeline> stores_;
+
+  mutable Mutex mu_;
+  bool closed_ GUARDED_BY(mu_) = false;
+  std::map<std::string, Prefetch> prefetches_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Stream>> caller_streams_ GUARDED_BY(mu_);
+  std::vector<DeviceBuffer> caller_buffers_ GUARDED_BY(mu_);
+  std::unique_ptr<Stream> copy_stream_ GUARDED_BY(mu_);  // caller copies, serialised by mu_
+};
+
+// Test and tooling access to an Engine's internals (engine_testing.h builds on it).
+class EngineAccess {
+ public:
+  static EngineCore& Core(const Engine& engine) { return *engine.core_; }
+  static std::unique_ptr<Engine> Wrap(std::shared_ptr<EngineCore> core);
+};
+
+}  // namespace rangekv::engine_internal

@@ -1,0 +1,171 @@
+#include "engine/options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <string>
+
+#include "base/units.h"
+#include "kernels/paged_kv.h"
+#include "pack/format.h"
+
+namespace rangekv {
+
+namespace {
+
+Status BadAblation(std::string_view what) {
+  return InvalidArgument("ablation: " + std::string(what) +
+                         " (expected index=tree|scalar, read_issue=stripe|object, "
+                         "delivery=layer|barrier, prefetch=lookup|dispatch, object_tokens=N, "
+                         "objects=chunk|chunk_layer)");
+}
+
+}  // namespace
+
+Status Ablations::Set(std::string_view kv) {
+  const size_t eq = kv.find('=');
+  if (eq == std::string_view::npos) return BadAblation("'" + std::string(kv) + "' has no '='");
+  const std::string_view key = kv.substr(0, eq);
+  const std::string_view value = kv.substr(eq + 1);
+  // Sets `field` to the choice whose name is `value`; false when no name matches.
+  auto choose = [value](auto& field, std::string_view name0, auto choice0,
+                        std::string_view name1, auto choice1) {
+    if (value == name0) field = choice0;
+    else if (value == name1) field = choice1;
+    else return false;
+    return true;
+  };
+  if (key == "index") {
+    if (choose(index, "tree", Index::kTree, "scalar", Index::kScalar)) return OkStatus();
+  } else if (key == "read_issue") {
+    if (choose(read_issue, "stripe", ReadIssue::kStripe, "object", ReadIssue::kObject)) {
+      return OkStatus();
+    }
+  } else if (key == "delivery") {
+    if (choose(delivery, "layer", Delivery::kLayer, "barrier", Delivery::kBarrier)) {
+      return OkStatus();
+    }
+  } else if (key == "prefetch") {
+    if (choose(prefetch, "lookup", Prefetch::kLookup, "dispatch", Prefetch::kDispatch)) {
+      return OkStatus();
+    }
+  } else if (key == "objects") {
+    if (choose(objects, "chunk", Objects::kChunk, "chunk_layer", Objects::kChunkLayer)) {
+      return OkStatus();
+    }
+  } else if (key == "object_tokens") {
+    uint64_t n = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec == std::errc() && ptr == value.data() + value.size() && n > 0) {
+      object_tokens = n;
+      return OkStatus();
+    }
+  } else {
+    return BadAblation("unknown key '" + std::string(key) + "'");
+  }
+  return BadAblation("bad value '" + std::string(value) + "' for " + std::string(key));
+}
+
+std::string Ablations::ToString() const {
+  std::string s;
+  s += index == Index::kTree ? "index=tree" : "index=scalar";
+  s += read_issue == ReadIssue::kStripe ? ",read_issue=stripe" : ",read_issue=object";
+  s += delivery == Delivery::kLayer ? ",delivery=layer" : ",delivery=barrier";
+  s += prefetch == Prefetch::kLookup ? ",prefetch=lookup" : ",prefetch=dispatch";
+  s += ",object_tokens=" + std::to_string(object_tokens);
+  s += objects == Objects::kChunk ? ",objects=chunk" : ",objects=chunk_layer";
+  return s;
+}
+
+namespace engine_internal {
+
+namespace {
+
+Status Bad(std::string_view field, std::string_view rule) {
+  return InvalidArgument("EngineOptions." + std::string(field) + ": " + std::string(rule));
+}
+
+Status CheckCount(std::string_view field, uint64_t v, uint64_t lo, uint64_t hi) {
+  if (v < lo || v > hi) {
+    return Bad(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                          "], got " + std::to_string(v));
+  }
+  return OkStatus();
+}
+
+Status CheckPool(std::string_view field, uint64_t banks, uint64_t bank_bytes) {
+  const auto total = CheckedMul(banks, bank_bytes);
+  if (!total || *total > kMaxBankPoolBytes) {
+    return Bad(field, "pool of " + std::to_string(banks) + " x " + std::to_string(bank_bytes) +
+                          " bytes exceeds " + std::to_string(kMaxBankPoolBytes >> 30) + " GiB");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<uint64_t> PackCountForCapacity(uint64_t capacity_bytes, const Geometry& geometry) {
+  if (geometry.pack_bytes == 0) return Bad("capacity_bytes", "geometry has zero pack bytes");
+  const uint64_t packs = capacity_bytes / geometry.pack_bytes;
+  if (packs < 1) {
+    return Bad("capacity_bytes", std::to_string(capacity_bytes) + " is below one pack (" +
+                                     std::to_string(geometry.pack_bytes) + " bytes)");
+  }
+  if (packs > pack_format::kMaxPackCount) {
+    return Bad("capacity_bytes", "more than " + std::to_string(pack_format::kMaxPackCount) +
+                                     " packs");
+  }
+  return packs;
+}
+
+Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g) {
+  EngineOptions o = in;
+  const uint64_t w = g.stripe_bytes;
+  if (o.store_dir.empty()) return Bad("store_dir", "must name a directory");
+  if (o.read_bank_bytes == 0) o.read_bank_bytes = w;
+  if (o.store_bank_bytes == 0) {
+    const auto b = CheckedMul(2ull * o.layer_group, w);
+    if (!b) return Bad("store_bank_bytes", "2 x layer_group x W overflows");
+    o.store_bank_bytes = *b;
+  }
+
+  RANGEKV_RETURN_IF_ERROR(PackCountForCapacity(o.capacity_bytes, g).status());
+
+  RANGEKV_RETURN_IF_ERROR(CheckCount("read_banks", o.read_banks, 1, kMaxBanks));
+  if (o.read_bank_bytes < w || !IsAligned(o.read_bank_bytes, kIoAlignment)) {
+    return Bad("read_bank_bytes", "must be a multiple of 4096 and at least W (" +
+                                      std::to_string(w) + ")");
+  }
+  RANGEKV_RETURN_IF_ERROR(CheckPool("read_banks", o.read_banks, o.read_bank_bytes));
+  RANGEKV_RETURN_IF_ERROR(CheckCount("read_workers", o.read_workers, 1, kMaxWorkers));
+  if (o.prefetch_banks >= o.read_banks) {
+    return Bad("prefetch_banks", "must leave at least one read bank for scheduled restores (" +
+                                     std::to_string(o.prefetch_banks) + " >= read_banks " +
+                                     std::to_string(o.read_banks) + ")");
+  }
+  RANGEKV_RETURN_IF_ERROR(CheckCount("lookahead_layers", o.lookahead_layers, 0, g.layers));
+  RANGEKV_RETURN_IF_ERROR(
+      CheckCount("max_inflight_restores", o.max_inflight_restores, 1, kMaxJobSlots));
+
+  RANGEKV_RETURN_IF_ERROR(CheckCount("layer_group", o.layer_group, 1,
+                                     std::min<uint32_t>(g.layers, kernels::kMaxGatherLayers)));
+  RANGEKV_RETURN_IF_ERROR(CheckCount("store_banks", o.store_banks, 1, kMaxBanks));
+  const auto group_stripes = CheckedMul(o.layer_group, w);
+  if (!IsAligned(o.store_bank_bytes, kIoAlignment) || !group_stripes ||
+      o.store_bank_bytes < *group_stripes) {
+    return Bad("store_bank_bytes", "must be a multiple of 4096 holding at least layer_group "
+                                   "stripes (" +
+                                       std::to_string(group_stripes.value_or(0)) + " bytes)");
+  }
+  RANGEKV_RETURN_IF_ERROR(CheckPool("store_banks", o.store_banks, o.store_bank_bytes));
+  RANGEKV_RETURN_IF_ERROR(CheckCount("group_workers", o.group_workers, 1, kMaxWorkers));
+  RANGEKV_RETURN_IF_ERROR(CheckCount("write_workers", o.write_workers, 1, kMaxWorkers));
+  RANGEKV_RETURN_IF_ERROR(
+      CheckCount("max_inflight_stores", o.max_inflight_stores, 1, kMaxJobSlots));
+  RANGEKV_RETURN_IF_ERROR(
+      CheckCount("max_request_tokens", o.max_request_tokens, 1, kMaxRequestTokens));
+  if (o.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
+  return o;
+}
+
+}  // namespace engine_internal
+}  // namespace rangekv

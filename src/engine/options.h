@@ -1,0 +1,34 @@
+// Option resolution and validation for Engine::Open.
+//
+// ResolveOptions fills the size defaults that depend on the geometry (read bank = W, store bank
+// = 2 x layer_group x W) and checks every field against its explicit bound, answering
+// kInvalidArgument with the field's name and the rule it broke. Nothing is allocated here;
+// Open allocates exactly what the resolved options say.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "rangekv/engine.h"
+#include "rangekv/geometry.h"
+#include "rangekv/status.h"
+
+namespace rangekv::engine_internal {
+
+// Upper bounds on the pools (far above the defaults; they stop a typo from allocating the
+// machine).
+inline constexpr uint32_t kMaxBanks = 1024;
+inline constexpr uint64_t kMaxBankPoolBytes = 512ull << 30;
+inline constexpr uint32_t kMaxWorkers = 512;
+inline constexpr uint32_t kMaxJobSlots = 4096;
+inline constexpr uint64_t kMaxRequestTokens = 1ull << 28;
+
+// REQUIRES: `geometry` was derived from options.model and options.stripe_bytes.
+Result<EngineOptions> ResolveOptions(const EngineOptions& options, const Geometry& geometry);
+
+// capacity_bytes / pack_bytes; kInvalidArgument when below one pack or above the format's
+// pack count bound.
+Result<uint64_t> PackCountForCapacity(uint64_t capacity_bytes, const Geometry& geometry);
+
+}  // namespace rangekv::engine_internal

@@ -1,0 +1,134 @@
+#include "engine/options.h"
+
+#include <gtest/gtest.h>
+
+#include "base/units.h"
+
+namespace rangekv::engine_internal {
+namespace {
+
+Geometry Geometry8B() {
+  auto g = DeriveGeometry(Llama31_8BSpec());
+  EXPECT_TRUE(g.ok());
+  return *g;
+}
+
+EngineOptions Base() {
+  EngineOptions o;
+  o.store_dir = "/tmp/x";
+  o.model = Llama31_8BSpec();
+  return o;
+}
+
+TEST(ResolveOptionsTest, DefaultsAreThePapers) {
+  auto r = ResolveOptions(Base(), Geometry8B());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->read_banks, 8u);
+  EXPECT_EQ(r->read_bank_bytes, 32 * kMiB);
+  EXPECT_EQ(r->read_workers, 4u);
+  EXPECT_EQ(r->prefetch_banks, 7u);
+  EXPECT_EQ(r->lookahead_layers, 2u);
+  EXPECT_EQ(r->store_banks, 8u);
+  EXPECT_EQ(r->store_bank_bytes, 256 * kMiB);
+  EXPECT_EQ(r->group_workers, 8u);
+  EXPECT_EQ(r->write_workers, 32u);
+  EXPECT_EQ(r->layer_group, 4u);
+  auto packs = PackCountForCapacity(r->capacity_bytes, Geometry8B());
+  ASSERT_TRUE(packs.ok());
+  EXPECT_EQ(*packs, 16u);
+}
+
+void ExpectBad(EngineOptions o, std::string_view field) {
+  auto r = ResolveOptions(o, Geometry8B());
+  ASSERT_FALSE(r.ok()) << field;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().ToString();
+}
+
+TEST(ResolveOptionsTest, EachBadFieldIsNamed) {
+  EngineOptions o = Base();
+  o.store_dir = "";
+  ExpectBad(o, "store_dir");
+  o = Base();
+  o.capacity_bytes = 1 * kMiB;
+  ExpectBad(o, "capacity_bytes");
+  o = Base();
+  o.read_banks = 0;
+  ExpectBad(o, "read_banks");
+  o = Base();
+  o.read_bank_bytes = 16 * kMiB;  // below W
+  ExpectBad(o, "read_bank_bytes");
+  o = Base();
+  o.read_bank_bytes = 32 * kMiB + 1;
+  ExpectBad(o, "read_bank_bytes");
+  o = Base();
+  o.prefetch_banks = 8;
+  ExpectBad(o, "prefetch_banks");
+  o = Base();
+  o.read_workers = 0;
+  ExpectBad(o, "read_workers");
+  o = Base();
+  o.lookahead_layers = 33;
+  ExpectBad(o, "lookahead_layers");
+  o = Base();
+  o.store_bank_bytes = 64 * kMiB;  // below 4 stripes
+  ExpectBad(o, "store_bank_bytes");
+  o = Base();
+  o.layer_group = 0;
+  ExpectBad(o, "layer_group");
+  o = Base();
+  o.write_workers = 0;
+  ExpectBad(o, "write_workers");
+  o = Base();
+  o.max_inflight_restores = 0;
+  ExpectBad(o, "max_inflight_restores");
+  o = Base();
+  o.max_request_tokens = 0;
+  ExpectBad(o, "max_request_tokens");
+  o = Base();
+  o.read_banks = 1000;
+  o.read_bank_bytes = 1 * kGiB;
+  ExpectBad(o, "read_banks");
+  o = Base();
+  o.ablations.object_tokens = 0;
+  ExpectBad(o, "object_tokens");
+}
+
+TEST(AblationsTest, SetAndToStringRoundTrip) {
+  Ablations a;
+  EXPECT_EQ(a.ToString(),
+            "index=tree,read_issue=stripe,delivery=layer,prefetch=lookup,object_tokens=256,"
+            "objects=chunk");
+  ASSERT_TRUE(a.Set("index=scalar").ok());
+  ASSERT_TRUE(a.Set("read_issue=object").ok());
+  ASSERT_TRUE(a.Set("delivery=barrier").ok());
+  ASSERT_TRUE(a.Set("prefetch=dispatch").ok());
+  ASSERT_TRUE(a.Set("object_tokens=64").ok());
+  ASSERT_TRUE(a.Set("objects=chunk_layer").ok());
+  EXPECT_EQ(a.ToString(),
+            "index=scalar,read_issue=object,delivery=barrier,prefetch=dispatch,object_tokens=64,"
+            "objects=chunk_layer");
+  EXPECT_EQ(a.Set("index=hash").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.Set("colour=red").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.Set("noequals").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.Set("object_tokens=0").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.Set("object_tokens=12x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.index, Ablations::Index::kScalar);  // failed sets change nothing
+}
+
+TEST(EngineStatsTest, DifferenceAndJson) {
+  EngineStats a, b;
+  a.native_reads = 200;
+  b.native_reads = 8;
+  a.ready_events = 32;
+  EngineStats d = a - b;
+  EXPECT_EQ(d.native_reads, 192u);
+  EXPECT_EQ(d.ready_events, 32u);
+  const std::string json = d.ToJson();
+  EXPECT_EQ(json.rfind("{\"lookups\":0,", 0), 0u) << json;
+  EXPECT_NE(json.find("\"native_reads\":192"), std::string::npos);
+  EXPECT_EQ(json.back(), '}');
+}
+
+}  // namespace
+}  // namespace rangekv::engine_internal

@@ -1,0 +1,65 @@
+#include "engine/paged_views.h"
+
+#include <string>
+
+namespace rangekv::engine_internal {
+
+kernels::PagedLayout ToKernelLayout(KvCacheLayout layout) {
+  switch (layout) {
+    case KvCacheLayout::kFlashAttnNhd:
+      return kernels::PagedLayout::kFlashAttnNhd;
+    case KvCacheLayout::kFlashAttnHnd:
+      return kernels::PagedLayout::kFlashAttnHnd;
+    case KvCacheLayout::kFlashInferNhd:
+      return kernels::PagedLayout::kFlashInferNhd;
+    case KvCacheLayout::kFlashInferHnd:
+      return kernels::PagedLayout::kFlashInferHnd;
+    case KvCacheLayout::kMla:
+      return kernels::PagedLayout::kMla;
+  }
+  return kernels::PagedLayout::kFlashAttnNhd;
+}
+
+Status MakeLayerViews(const Geometry& g, const PagedKv& kv,
+                      std::vector<kernels::PagedKvView>* views) {
+  if (kv.layer_base.size() != g.layers) {
+    return {StatusCode::kGeometryMismatch,
+            "paged KV names " + std::to_string(kv.layer_base.size()) + " layers, the store has " +
+                std::to_string(g.layers)};
+  }
+  if (kv.num_blocks == 0 || kv.num_blocks > UINT32_MAX) {
+    return InvalidArgument("paged KV: num_blocks must be in [1, 2^32)");
+  }
+  if ((kv.layout == KvCacheLayout::kMla) != g.is_mla()) {
+    return {StatusCode::kGeometryMismatch, "paged KV layout does not match the model (MLA or not)"};
+  }
+  kernels::PagedShape shape;
+  shape.num_blocks = static_cast<uint32_t>(kv.num_blocks);
+  shape.block_size = g.block_size;
+  shape.num_heads = g.is_mla() ? 1 : g.kv_heads_per_rank;
+  shape.head_size = g.is_mla() ? g.mla_latent_size : g.head_size;
+  shape.elem_bytes = g.dtype_bytes;
+  views->resize(g.layers);
+  for (uint32_t l = 0; l < g.layers; ++l) {
+    auto v = kernels::MakePagedKvView(ToKernelLayout(kv.layout), shape, kv.layer_base[l]);
+    if (!v.ok()) return v.status().WithContext("paged KV layer " + std::to_string(l));
+    if (v->token_bytes() != g.token_bytes) {
+      return {StatusCode::kGeometryMismatch, "paged KV token bytes differ from the store's"};
+    }
+    (*views)[l] = *v;
+  }
+  return OkStatus();
+}
+
+Status ValidateMapping(const kernels::PagedKvView& view, std::span<const int64_t> slots,
+                       kernels::SlotUse use) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] < 0) {
+      return InvalidArgument("slot mapping entry " + std::to_string(i) +
+                             " is negative: every transferred token needs a slot");
+    }
+  }
+  return kernels::ValidateSlotMapping(view, slots, use);
+}
+
+}  // namespace rangekv::engine_internal

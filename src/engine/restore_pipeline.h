@@ -1,0 +1,239 @@
+// RestorePipeline: the read side of the transfer engine (DESIGN.md 3.1 steps 2-5, 4.5).
+//
+// Resources, all allocated by Create():
+//   - read banks: `read_banks` device buffers of read_bank_bytes (plus pinned staging of the
+//     same size per bank when the device needs it), accounted by a BankPool with the prefetch
+//     budget, and one fence event per bank;
+//   - restore job slots: `max_inflight_restores` of them, each with a request-owned stream,
+//     one readiness event (and, where the device has stream memory operations, one DeviceFlag)
+//     per layer, a device slot-mapping buffer of max_request_tokens entries with its pinned
+//     upload staging, and plan / view vectors reserved to their bounds;
+//   - `read_workers` threads, each with one preallocated IoBatch, and one fence reaper thread.
+//
+// Flow of one stripe (stripe = one read span = one layer of one pack run):
+//   read worker: picks the oldest job with a stripe inside its lookahead window and a bank it
+//     may take (unbound jobs only within the prefetch budget), marks it reading, submits the
+//     native read(s) to the I/O engine and waits for the completions (outside the lock);
+//   completion (under the lock): failed -> the stripe fails, its bank returns (the I/O
+//     completion proves the buffer is no longer written); cancelled job -> dropped, bank
+//     returns; slots not bound yet -> the stripe lands and keeps its bank; else -> launch;
+//   launch: [H2D copy from staging], one Scatter on the job's stream, Record(bank event),
+//     hand (job, stripe, bank) to the reaper;
+//   reaper: Synchronize(bank event) outside the lock; success -> bank released, stripe
+//     delivered; failure (or the test hook) -> bank quarantined, stripe failed;
+//   readiness: whenever a layer settles (kLayer) or all do (kBarrier), Record(layer event) and
+//     WriteFlag(layer flag, job's flag value) on the job's stream, after the layer's scatters.
+// A job is drained when every stripe is delivered, failed or dropped; then its ticket hold is
+// dropped (leases released by the last job sharing the ticket), and its slot is returned once
+// its handle finished or was abandoned.
+//
+// Thread-safety: all methods are thread-safe; one mutex (mu_) guards every job's state, the
+// bank pool and the slot pool. Lock order: mu_ -> Directory's mutex (ticket release). Device
+// enqueues (launches, records) happen under mu_, so a layer's readiness is always recorded
+// after its scatters on the job's stream; blocking waits (I/O, fences, events) never do.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/pack_record.h"
+#include "base/thread_annotations.h"
+#include "device/device.h"
+#include "engine/banks.h"
+#include "engine/engine_context.h"
+#include "engine/restore_progress.h"
+#include "engine/stats.h"
+#include "io/io_engine.h"
+#include "kernels/paged_kv.h"
+#include "pack/span_plan.h"
+#include "rangekv/engine.h"
+
+namespace rangekv::engine_internal {
+
+// Keeps a ticket's leases: the last job sharing it releases the ticket (claimed) or cancels it
+// (never claimed) in the directory when it is destroyed, i.e. after every job that read from
+// its packs drained.
+class TicketHold {
+ public:
+  TicketHold(Directory* directory, uint64_t ticket_id, std::string request_id, bool claimed)
+      : directory_(directory),
+        ticket_id_(ticket_id),
+        request_id_(std::move(request_id)),
+        claimed_(claimed) {}
+  ~TicketHold();
+  TicketHold(const TicketHold&) = delete;
+  TicketHold& operator=(const TicketHold&) = delete;
+
+  uint64_t ticket_id() const { return ticket_id_; }
+  void MarkClaimed() { claimed_.store(true, std::memory_order_release); }
+  bool claimed() const { return claimed_.load(std::memory_order_acquire); }
+  // The directory entry is someone else's business now: destruction changes nothing.
+  void Disarm() { armed_.store(false, std::memory_order_release); }
+
+ private:
+  Directory* directory_;
+  uint64_t ticket_id_;
+  std::string request_id_;
+  std::atomic<bool> claimed_;
+  std::atomic<bool> armed_{true};
+};
+
+// Per-job device resources, reused across jobs.
+struct RestoreSlot {
+  uint32_t index = 0;
+  std::unique_ptr<Stream> stream;
+  std::vector<std::unique_ptr<Event>> layer_events;
+  std::vector<std::unique_ptr<DeviceFlag>> layer_flags;  // empty without stream memory ops
+  uint32_t flag_value = 0;  // bumped per job; layer l is ready once its flag reaches it
+  DeviceBuffer mapping;              // int64 slot per restored token
+  PinnedHostBuffer mapping_staging;  // upload staging for `mapping`
+  std::vector<Span> plan;
+  std::vector<kernels::PagedKvView> views;
+};
+
+// One restore (or lookup-time prefetch). Fields below `slot` are guarded by the pipeline's
+// mutex; `id`, `request_id`, `tokens` and the slot's plan are immutable once the job runs.
+class RestoreJob : public std::enable_shared_from_this<RestoreJob> {
+ public:
+  RestoreJob(uint64_t id, std::string request_id, TokenInterval tokens)
+      : id(id), request_id(std::move(request_id)), tokens(tokens) {}
+
+  const uint64_t id;
+  const std::string request_id;
+  const TokenInterval tokens;
+  RestoreSlot* slot = nullptr;
+
+  std::shared_ptr<TicketHold> hold;
+  RestoreProgress progress;
+  std::vector<uint32_t> bank_of;     // per stripe, while landed or scattering
+  std::vector<Status> layer_status;  // per layer: first failure (OK while none)
+  Status first_error;
+  uint64_t records = 0;
+  bool claimed = false;
+  bool bound = false;
+  bool cancelled = false;
+  bool drained = false;
+  bool readiness_failed = false;  // a layer event could not be recorded: nothing is vouched for
+  bool handle_done = false;  // Finish() returned, or the handle was abandoned
+  bool slot_returned = false;
+  Counters counters;
+};
+
+class RestorePipeline {
+ public:
+  static Result<std::unique_ptr<RestorePipeline>> Create(const EngineContext& context);
+  // Stop()s.
+  ~RestorePipeline();
+  RestorePipeline(const RestorePipeline&) = delete;
+  RestorePipeline& operator=(const RestorePipeline&) = delete;
+
+  // Plans the reads of `tokens` from `records` and starts the job (reads may begin at once).
+  // `claimed` false makes it a lookup-time prefetch. kResourceExhausted when no job slot is
+  // free; planning errors (kStaleGeneration, ...) as PlanReadSpans answers them.
+  Result<std::shared_ptr<RestoreJob>> Start(std::string request_id, TokenInterval tokens,
+                                            std::span<const PackRecord> records,
+                                            std::shared_ptr<TicketHold> hold, bool claimed)
+      EXCLUDES(mu_);
+  // A prefetching job was claimed for exactly its tokens: it now belongs to a restore.
+  void Adopt(RestoreJob& job) EXCLUDES(mu_);
+
+  Status Bind(RestoreJob& job, const PagedKv& kv, std::span<const int64_t> slot_mapping)
+      EXCLUDES(mu_);
+  Status WaitLayer(RestoreJob& job, uint32_t layer) EXCLUDES(mu_);
+  Status StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream& stream) EXCLUDES(mu_);
+  RestoreOutcome Finish(RestoreJob& job) EXCLUDES(mu_);
+  void Cancel(RestoreJob& job) EXCLUDES(mu_);
+  // The handle is gone without Finish(): cancel, and return the slot once drained.
+  void Abandon(RestoreJob& job) EXCLUDES(mu_);
+  TokenInterval Tokens(const RestoreJob& job) const { return job.tokens; }
+
+  // Cancels and abandons every job, then waits until all drained (no read, no fence left).
+  void DrainAll() EXCLUDES(mu_);
+  // DrainAll(), then stops the workers and the reaper. Idempotent.
+  void Stop() EXCLUDES(mu_);
+
+  // Introspection for tests.
+  struct PoolState {
+    uint32_t free_banks = 0, owned_banks = 0, quarantined_banks = 0, prefetch_banks = 0;
+    uint32_t free_slots = 0, active_jobs = 0;
+  };
+  PoolState pool_state() const EXCLUDES(mu_);
+
+ private:
+  struct Bank {
+    DeviceBuffer device;
+    PinnedHostBuffer staging;  // empty unless context.staging
+    std::unique_ptr<Event> fence;
+    uint8_t* io_buffer() const { return staging.empty() ? device.bytes() : staging.data(); }
+  };
+  struct ReadPick {
+    std::shared_ptr<RestoreJob> job;
+    uint32_t stripe = 0;
+    uint32_t bank = 0;
+  };
+  struct FenceEntry {
+    std::shared_ptr<RestoreJob> job;
+    uint32_t stripe = 0;
+    uint32_t bank = 0;
+  };
+
+  explicit RestorePipeline(const EngineContext& context);
+  Status Init();
+  void ReadWorker(uint32_t worker);
+  void Reaper();
+
+  bool PickRead(ReadPick* pick) REQUIRES(mu_);
+  // Fills `batch` with the native reads of one stripe into `buf`.
+  Status PrepareReads(const Span& span, uint8_t* buf, IoBatch& batch) const;
+  void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) REQUIRES(mu_);
+  void LaunchScatter(const std::shared_ptr<RestoreJob>& job, uint32_t stripe, uint32_t bank)
+      REQUIRES(mu_);
+  void FailStripe(RestoreJob& job, uint32_t stripe, const Status& status) REQUIRES(mu_);
+  void ReleaseBank(uint32_t bank) REQUIRES(mu_);
+  void QuarantineBank(uint32_t bank) REQUIRES(mu_);
+  // Publishes settled layers, detects the drain, wakes waiters and workers.
+  void AfterProgress(RestoreJob& job) REQUIRES(mu_);
+  void CancelLocked(RestoreJob& job) REQUIRES(mu_);
+  void MaybeReturnSlot(RestoreJob& job) REQUIRES(mu_);
+  void RemoveActive(const RestoreJob& job) REQUIRES(mu_);
+  void Count(RestoreJob* job, Counters::Field field, uint64_t n = 1) {
+    CountFor(*context_.counters, job == nullptr ? nullptr : &job->counters, field, n);
+  }
+
+  const EngineContext context_;
+  const uint32_t layers_;
+  const uint32_t max_reads_per_stripe_;
+
+  std::vector<Bank> banks_;  // fixed after Init
+  std::vector<std::unique_ptr<RestoreSlot>> slots_;
+  std::vector<std::unique_ptr<IoBatch>> batches_;  // one per read worker
+
+  mutable Mutex mu_;
+  CondVar work_cv_;    // read workers: a stripe or a bank may have become available
+  CondVar reaper_cv_;  // reaper: a fence was queued
+  CondVar job_cv_;     // waiters: a layer was published or a job drained
+  BankPool pool_ GUARDED_BY(mu_);
+  std::vector<RestoreSlot*> free_slots_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<RestoreJob>> active_ GUARDED_BY(mu_);  // in start order
+  // Fences awaiting the reaper, a ring with one entry per bank at most (no allocation).
+  std::vector<FenceEntry> fences_ GUARDED_BY(mu_);
+  size_t fence_head_ GUARDED_BY(mu_) = 0;
+  size_t fence_count_ GUARDED_BY(mu_) = 0;
+  // The job holding each slot (until the slot is returned), so Close can make every
+  // surviving handle inert.
+  std::vector<RestoreJob*> slot_owner_ GUARDED_BY(mu_);
+  std::vector<uint32_t> publish_scratch_ GUARDED_BY(mu_);
+  uint64_t next_job_id_ GUARDED_BY(mu_) = 1;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+
+  std::vector<std::thread> workers_;
+  std::thread reaper_;
+};
+
+}  // namespace rangekv::engine_internal

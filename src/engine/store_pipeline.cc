@@ -1,0 +1,556 @@
+#include "engine/store_pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "base/units.h"
+#include "engine/paged_views.h"
+
+namespace rangekv::engine_internal {
+
+namespace {
+constexpr uint32_t kNoBank = UINT32_MAX;
+}  // namespace
+
+StorePipeline::StorePipeline(const EngineContext& context)
+    : context_(context),
+      layers_(context.geometry.layers),
+      pool_(context.options->store_banks, 0) {}
+
+StorePipeline::~StorePipeline() { Stop(); }
+
+Result<std::unique_ptr<StorePipeline>> StorePipeline::Create(const EngineContext& context) {
+  std::unique_ptr<StorePipeline> p(new StorePipeline(context));
+  RANGEKV_RETURN_IF_ERROR(p->Init());
+  return p;
+}
+
+Status StorePipeline::Init() {
+  const EngineOptions& o = *context_.options;
+  Device& dev = *context_.device;
+  banks_.resize(o.store_banks);
+  std::vector<IoBuffer> io_buffers;
+  for (Bank& b : banks_) {
+    RANGEKV_ASSIGN_OR_RETURN(b.device, dev.AllocateDevice(o.store_bank_bytes));
+    if (context_.staging) {
+      RANGEKV_ASSIGN_OR_RETURN(b.staging, dev.AllocatePinnedHost(o.store_bank_bytes));
+    }
+    b.batch = std::make_unique<IoBatch>(o.layer_group * kMaxBatchRecords);
+    const uint32_t index = static_cast<uint32_t>(&b - banks_.data());
+    b.batch->SetCallback([this, index](IoBatch&) { OnWritesDone(index); });
+    io_buffers.push_back({b.io_buffer(), o.store_bank_bytes});
+  }
+  Status reg = context_.write_io->RegisterBuffers(io_buffers);
+  if (!reg.ok()) Log(LogLevel::kInfo, "store banks not registered for I/O: " + reg.ToString());
+
+  const uint64_t mapping_bytes = o.max_request_tokens * sizeof(int64_t);
+  const uint64_t max_records =
+      (o.max_request_tokens + context_.geometry.tokens_per_stripe - 1) /
+      context_.geometry.tokens_per_stripe;
+  for (uint32_t i = 0; i < o.max_inflight_stores; ++i) {
+    auto slot = std::make_unique<StoreSlot>();
+    slot->index = i;
+    for (uint32_t l = 0; l < layers_; ++l) {
+      RANGEKV_ASSIGN_OR_RETURN(auto event, dev.CreateEvent());
+      slot->produced.push_back(std::move(event));
+    }
+    RANGEKV_ASSIGN_OR_RETURN(slot->mapping_ready, dev.CreateEvent());
+    RANGEKV_ASSIGN_OR_RETURN(slot->mapping, dev.AllocateDevice(mapping_bytes));
+    RANGEKV_ASSIGN_OR_RETURN(slot->mapping_staging, dev.AllocatePinnedHost(mapping_bytes));
+    slot->spans.reserve(max_records * layers_);
+    slot->views.resize(layers_);
+    slots_.push_back(std::move(slot));
+  }
+  RANGEKV_ASSIGN_OR_RETURN(upload_stream_, dev.CreateStream());
+  workers_.resize(o.group_workers);
+  for (Worker& w : workers_) {
+    RANGEKV_ASSIGN_OR_RETURN(w.stream, dev.CreateStream());
+    RANGEKV_ASSIGN_OR_RETURN(w.done, dev.CreateEvent());
+  }
+  {
+    MutexLock l(mu_);
+    for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) free_slots_.push_back(it->get());
+    slot_owner_.assign(slots_.size(), nullptr);
+    bank_owner_.resize(banks_.size());
+  }
+  for (uint32_t i = 0; i < workers_.size(); ++i) {
+    workers_[i].thread = std::thread([this, i] { GroupWorker(i); });
+  }
+  return OkStatus();
+}
+
+// ---- begin --------------------------------------------------------------------------------
+
+Status StorePipeline::PlanBatches(StoreJob& job, StoreSlot& slot) {
+  const Geometry& g = context_.geometry;
+  const uint64_t bank_bytes = context_.options->store_bank_bytes;
+  const uint32_t lg = context_.options->layer_group;
+  SpanPlanOptions plan_options;
+  plan_options.bank_bytes = bank_bytes;
+  plan_options.io_alignment_bytes = kIoAlignment;
+  std::vector<Span> planned;
+  planned.reserve(size_t{lg} * kMaxBatchRecords);
+  slot.spans.clear();
+  job.batches.clear();
+  const uint32_t records = static_cast<uint32_t>(job.records.size());
+  for (uint32_t group = 0; group * lg < layers_; ++group) {
+    const uint32_t lb = group * lg;
+    const uint32_t le = std::min(layers_, lb + lg);
+    uint32_t r = 0;
+    while (r < records) {
+      // The largest chunk of records whose spans fit one bank (the options guarantee that one
+      // record of up to T tokens always does).
+      uint32_t end = r;
+      uint64_t bytes = 0;
+      while (end < records && end - r < kMaxBatchRecords) {
+        const uint64_t rec =
+            AlignUp(job.records[end].tokens * g.token_bytes, kIoAlignment) * (le - lb);
+        if (bytes + rec > bank_bytes) break;
+        bytes += rec;
+        ++end;
+      }
+      if (end == r) return Internal("a record does not fit an empty store bank");
+      RANGEKV_RETURN_IF_ERROR(PlanWriteSpans(
+          context_.store->layout(),
+          std::span<const PackRecord>(job.records.data() + r, end - r), {lb, le},
+          context_.store->generations(), plan_options, &planned));
+      StoreBatch batch;
+      batch.group = group;
+      batch.layer_begin = lb;
+      batch.layer_end = le;
+      batch.record_begin = r;
+      batch.record_end = end;
+      batch.span_begin = static_cast<uint32_t>(slot.spans.size());
+      slot.spans.insert(slot.spans.end(), planned.begin(), planned.end());
+      batch.span_end = static_cast<uint32_t>(slot.spans.size());
+      batch.bank_bytes = planned.back().bank_offset_bytes + planned.back().length_bytes;
+      batch.layer_stride_bytes = batch.bank_bytes / (le - lb);
+      job.batches.push_back(batch);
+      r = end;
+    }
+  }
+  return OkStatus();
+}
+
+Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> tokens,
+                                                       const PagedKv& kv,
+                                                       std::span<const int64_t> slot_mapping) {
+  const EngineOptions& o = *context_.options;
+  if (tokens.empty() || tokens.size() > o.max_request_tokens) {
+    return InvalidArgument("store of " + std::to_string(tokens.size()) +
+                           " tokens: must be in [1, max_request_tokens]");
+  }
+  if (slot_mapping.size() != tokens.size()) {
+    return InvalidArgument("slot mapping has " + std::to_string(slot_mapping.size()) +
+                           " entries for " + std::to_string(tokens.size()) + " tokens");
+  }
+  std::vector<kernels::PagedKvView> views;
+  RANGEKV_RETURN_IF_ERROR(MakeLayerViews(context_.geometry, kv, &views));
+  RANGEKV_RETURN_IF_ERROR(ValidateMapping(views[0], slot_mapping, kernels::SlotUse::kGatherSource));
+
+  StoreSlot* slot = nullptr;
+  uint64_t id = 0;
+  {
+    MutexLock l(mu_);
+    if (stopping_) return FailedPrecondition("engine is closing");
+    if (free_slots_.empty()) {
+      Count(nullptr, &Counters::rejected_requests);
+      return ResourceExhausted("all " + std::to_string(slots_.size()) +
+                               " store job slots are in use (max_inflight_stores)");
+    }
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    id = next_job_id_++;
+  }
+  auto give_back = [&] {
+    MutexLock l(mu_);
+    free_slots_.push_back(slot);
+  };
+  auto job = std::make_shared<StoreJob>(id);
+  Directory& directory = context_.store->directory();
+  auto reservation = directory.Reserve(context_.store->ns(), tokens);
+  if (!reservation.ok()) {
+    give_back();
+    return reservation.status();
+  }
+  if (reservation->outcome != ReserveOutcome::kReserved) {
+    give_back();
+    const bool joined = reservation->outcome == ReserveOutcome::kJoined;
+    job->disposition = joined ? StoreDisposition::kJoined : StoreDisposition::kAlreadyCached;
+    job->reservation_id = reservation->reservation_id;
+    job->done = true;
+    Count(job.get(), joined ? &Counters::stores_joined : &Counters::stores_cached);
+    return job;
+  }
+  job->disposition = StoreDisposition::kStoring;
+  job->reservation_id = reservation->reservation_id;
+  job->stored = {reservation->begin_tokens, reservation->end_tokens};
+  job->records = std::move(reservation->records);
+  Status planned = PlanBatches(*job, *slot);
+  if (!planned.ok()) {
+    Status aborted = directory.Abort(job->reservation_id);
+    if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
+    give_back();
+    return planned;
+  }
+  std::copy(views.begin(), views.end(), slot->views.begin());
+  // Upload the stored suffix's mapping; gathers wait for mapping_ready on their own streams.
+  const uint64_t bytes = job->stored.size() * sizeof(int64_t);
+  std::memcpy(slot->mapping_staging.data(), slot_mapping.data() + job->stored.begin, bytes);
+  Status up = upload_stream_->CopyHostToDevice(slot->mapping.data(),
+                                               slot->mapping_staging.data(), bytes);
+  if (up.ok()) up = upload_stream_->Record(*slot->mapping_ready);
+  if (!up.ok()) {
+    // The copy may be enqueued: let the upload stream finish before the staging is reused.
+    (void)upload_stream_->Synchronize();
+    Status aborted = directory.Abort(job->reservation_id);
+    if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
+    give_back();
+    return up;
+  }
+  std::vector<uint32_t> group_of_batch;
+  group_of_batch.reserve(job->batches.size());
+  for (const StoreBatch& b : job->batches) group_of_batch.push_back(b.group);
+  job->progress.Reset(layers_, o.layer_group, group_of_batch);
+  job->bank_of_batch.assign(job->batches.size(), kNoBank);
+  job->produced_event.assign(layers_, 0);
+  job->slot = slot;
+
+  MutexLock l(mu_);
+  slot_owner_[slot->index] = job.get();
+  active_.push_back(job);
+  Count(job.get(), &Counters::stores_begun);
+  return job;
+}
+
+// ---- caller-side operations ------------------------------------------------------------------
+
+Status StorePipeline::LayerProduced(StoreJob& job, uint32_t layer, Stream* producer) {
+  if (layer >= layers_) return InvalidArgument("layer " + std::to_string(layer) + " >= L");
+  MutexLock l(mu_);
+  if (job.handle_done) return FailedPrecondition("store already finished");
+  if (job.slot == nullptr || job.done) return OkStatus();  // nothing of ours to gather
+  if (job.progress.produced(layer)) return OkStatus();
+  if (producer != nullptr) {
+    // Captures the producer's work so far; the gather's stream waits on it, the host does not.
+    RANGEKV_RETURN_IF_ERROR(producer->Record(*job.slot->produced[layer]));
+    job.produced_event[layer] = 1;
+  }
+  job.progress.Produce(layer);
+  work_cv_.NotifyAll();
+  return OkStatus();
+}
+
+bool StorePipeline::Extracted(const StoreJob& job) const {
+  MutexLock l(mu_);
+  return job.slot == nullptr || job.done || job.progress.extraction_done();
+}
+
+Status StorePipeline::WaitExtracted(StoreJob& job) {
+  MutexLock l(mu_);
+  if (job.slot == nullptr) return OkStatus();
+  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.done || job.progress.extraction_done(); });
+  return job.first_error;
+}
+
+StoreOutcome StorePipeline::Finish(StoreJob& job, StoreWait wait) {
+  StoreOutcome out;
+  MutexLock l(mu_);
+  out.disposition = job.disposition;
+  out.stored = job.stored;
+  if (job.handle_done) {
+    out.status = FailedPrecondition("store already finished, or the engine closed");
+    return out;
+  }
+  if (job.slot != nullptr) {
+    if (!job.progress.all_produced()) {
+      Fail(job, FailedPrecondition("store finished before every layer was produced"));
+    }
+    AfterProgress(job);
+    if (wait == StoreWait::kUntilVisible) {
+      job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.done; });
+    } else {
+      job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.done || job.progress.extraction_done(); });
+    }
+  }
+  out.status = job.first_error;
+  out.visible = job.visible;
+  out.work = job.counters.Snapshot();
+  job.handle_done = true;
+  MaybeReturnSlot(job);
+  return out;
+}
+
+void StorePipeline::Abandon(StoreJob& job) {
+  MutexLock l(mu_);
+  if (job.handle_done) return;
+  if (job.slot != nullptr && !job.done) {
+    Fail(job, Cancelled("store handle dropped before Finish"));
+    AfterProgress(job);
+  }
+  job.handle_done = true;
+  MaybeReturnSlot(job);
+}
+
+// ---- progress -----------------------------------------------------------------------------
+
+void StorePipeline::Fail(StoreJob& job, const Status& status) {
+  if (job.first_error.ok()) job.first_error = status;
+}
+
+void StorePipeline::MaybeReturnSlot(StoreJob& job) {
+  if (job.slot == nullptr || !job.done || !job.handle_done || job.slot_returned) return;
+  job.slot_returned = true;
+  slot_owner_[job.slot->index] = nullptr;
+  free_slots_.push_back(job.slot);
+}
+
+void StorePipeline::AfterProgress(StoreJob& job) {
+  // A failed store starts no more gathers: nothing of it can become visible anyway.
+  if (!job.first_error.ok()) job.progress.SkipWaiting();
+  if (!job.extraction_signalled && job.progress.extraction_done()) {
+    job.extraction_signalled = true;
+    job_cv_.NotifyAll();
+  }
+  if (!job.done && job.progress.settled()) {
+    Directory& directory = context_.store->directory();
+    if (job.progress.succeeded() && job.first_error.ok()) {
+      Status published = directory.Publish(job.reservation_id);
+      if (published.ok()) {
+        job.visible = true;
+        Count(&job, &Counters::stores_published);
+      } else {
+        Fail(job, published);
+        Count(&job, &Counters::stores_aborted);
+      }
+    } else {
+      // Every accepted write has returned: reclaiming the packs is safe now.
+      Status aborted = directory.Abort(job.reservation_id);
+      if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
+      if (job.first_error.ok()) job.first_error = Internal("store failed without a status");
+      Count(&job, &Counters::stores_aborted);
+    }
+    job.done = true;
+    auto it = std::find_if(active_.begin(), active_.end(),
+                           [&](const std::shared_ptr<StoreJob>& j) { return j.get() == &job; });
+    if (it != active_.end()) active_.erase(it);
+    MaybeReturnSlot(job);
+    job_cv_.NotifyAll();
+  }
+  work_cv_.NotifyAll();
+}
+
+// ---- group workers and writes ---------------------------------------------------------------
+
+Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, Bank& bank, Worker& worker) {
+  StoreSlot& slot = *job.slot;
+  Stream& stream = *worker.stream;
+  for (uint32_t l = batch.layer_begin; l < batch.layer_end; ++l) {
+    // produced_event[l] was set before the batch became eligible (under the mutex that the
+    // pick took), and is never cleared while the job lives.
+    if (job.produced_event[l]) RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.produced[l]));
+  }
+  RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.mapping_ready));
+
+  const uint64_t s = context_.geometry.token_bytes;
+  const int64_t* mapping = static_cast<const int64_t*>(slot.mapping.data());
+  kernels::GatherArgs args;
+  args.num_layers = batch.layer_end - batch.layer_begin;
+  for (uint32_t g = 0; g < args.num_layers; ++g) args.src[g] = slot.views[batch.layer_begin + g];
+  args.out_layer_stride_bytes = batch.layer_stride_bytes;
+  // Rows of consecutive records are contiguous in the bank unless a record's valid bytes end
+  // mid-page (its span carries padding): then each record is its own launch.
+  bool contiguous = true;
+  for (uint32_t r = batch.record_begin; r + 1 < batch.record_end; ++r) {
+    if (job.records[r].tokens * s % kIoAlignment != 0) contiguous = false;
+  }
+  const Span* layer0 = slot.spans.data() + batch.span_begin;  // first layer's spans, in order
+  uint32_t launches = 0;
+  for (uint32_t r = batch.record_begin; r < batch.record_end;) {
+    uint32_t end = contiguous ? batch.record_end : r + 1;
+    uint64_t tokens = 0;
+    for (uint32_t k = r; k < end; ++k) tokens += job.records[k].tokens;
+    args.slots = mapping + (job.records[r].path_token_begin - job.stored.begin);
+    args.num_tokens = static_cast<uint32_t>(tokens);
+    args.out = bank.device.bytes() + layer0[r - batch.record_begin].bank_offset_bytes;
+    RANGEKV_RETURN_IF_ERROR(stream.Gather(args));
+    ++launches;
+    r = end;
+  }
+  Count(&job, &Counters::gather_launches, launches);
+  if (!bank.staging.empty()) {
+    RANGEKV_RETURN_IF_ERROR(
+        stream.CopyDeviceToHost(bank.staging.data(), bank.device.data(), batch.bank_bytes));
+  }
+  RANGEKV_RETURN_IF_ERROR(stream.Record(*worker.done));
+  return worker.done->Synchronize();
+}
+
+void StorePipeline::GroupWorker(uint32_t index) {
+  Worker& worker = workers_[index];
+  const bool digest = context_.integrity != nullptr &&
+                      context_.options->checksum == ChecksumPolicy::kAlways;
+  while (true) {
+    std::shared_ptr<StoreJob> job;
+    uint32_t b = 0;
+    uint32_t bank = 0;
+    {
+      MutexLock l(mu_);
+      while (true) {
+        if (stopping_) return;
+        bool found = false;
+        if (pool_.CanAcquire(BankPurpose::kScheduled)) {
+          for (const auto& j : active_) {
+            if (!j->first_error.ok()) continue;
+            const auto eligible = j->progress.NextEligible();
+            if (!eligible) continue;
+            job = j;
+            b = *eligible;
+            bank = *pool_.TryAcquire(BankPurpose::kScheduled);
+            job->progress.StartGather(b);
+            job->bank_of_batch[b] = bank;
+            bank_owner_[bank] = {job, b};
+            Count(job.get(), &Counters::store_bank_acquisitions);
+            found = true;
+            break;
+          }
+        }
+        if (found) break;
+        work_cv_.Wait(l);
+      }
+    }
+    Bank& bk = banks_[bank];
+    // The bank's previous batch may still be finishing its callback; wait for done().
+    if (bk.submitted) bk.batch->Wait();
+    const StoreBatch& batch = job->batches[b];
+    Status status = Gather(*job, batch, bk, worker);
+    const bool gather_proven = status.ok();
+    const std::span<const Span> spans(job->slot->spans.data() + batch.span_begin,
+                                      batch.span_end - batch.span_begin);
+    if (status.ok() && digest) {
+      status = context_.integrity->OnStoreBatch(job->reservation_id, spans, bk.io_buffer());
+    }
+    if (status.ok()) {
+      Status cleared = bk.batch->Clear();
+      for (const Span& sp : spans) {
+        if (!cleared.ok()) break;
+        cleared = bk.batch->Add({context_.store->pack_file().file_at(sp.file_index),
+                                 sp.file_offset, bk.io_buffer() + sp.bank_offset_bytes,
+                                 sp.length_bytes, IoOp::kWrite});
+      }
+      status = cleared;
+    }
+    {
+      MutexLock l(mu_);
+      if (!status.ok()) {
+        job->progress.GatherFailed(b);
+        Fail(*job, status);
+        bank_owner_[bank] = {};
+        if (gather_proven) {
+          pool_.Release(bank);
+        } else {
+          // The gather (or its copy) may still run into the bank: never reuse it.
+          pool_.Quarantine(bank);
+          Count(job.get(), &Counters::quarantines);
+          Log(LogLevel::kWarning, "store bank " + std::to_string(bank) +
+                                      " quarantined: gather completion unproven: " +
+                                      status.ToString());
+        }
+        AfterProgress(*job);
+        continue;
+      }
+      job->progress.Extracted(b, static_cast<uint32_t>(spans.size()));
+      AfterProgress(*job);
+    }
+    Count(job.get(), &Counters::native_writes, spans.size());
+    bk.submitted = true;
+    Status submitted = context_.write_io->Submit(*bk.batch);
+    if (!submitted.ok()) {
+      // Nothing was accepted: every span of the batch failed, and the bank is free.
+      MutexLock l(mu_);
+      Fail(*job, submitted);
+      for (size_t i = 0; i < spans.size(); ++i) job->progress.WriteReturned(b, false);
+      bk.submitted = false;
+      bank_owner_[bank] = {};
+      pool_.Release(bank);
+      AfterProgress(*job);
+    }
+  }
+}
+
+void StorePipeline::OnWritesDone(uint32_t bank) {
+  Bank& bk = banks_[bank];
+  MutexLock l(mu_);
+  BankOwner owner = std::move(bank_owner_[bank]);
+  bank_owner_[bank] = {};
+  StoreJob& job = *owner.job;
+  for (uint32_t i = 0; i < bk.batch->size(); ++i) {
+    const IoCompletion& c = bk.batch->completion(i);
+    Count(&job, &Counters::bytes_written, c.bytes);
+    if (!c.status.ok()) {
+      Count(&job, &Counters::failed_spans);
+      Fail(job, c.status);
+    }
+    job.progress.WriteReturned(owner.batch, c.status.ok());
+  }
+  // Every accepted write of the batch returned: the bank may be gathered into again. (Its
+  // IoBatch turns done() right after this callback; the next user Wait()s for that.)
+  pool_.Release(bank);
+  AfterProgress(job);
+}
+
+// ---- shutdown -----------------------------------------------------------------------------
+
+void StorePipeline::DrainAll() {
+  MutexLock l(mu_);
+  for (StoreJob* owner : slot_owner_) {
+    if (owner == nullptr) continue;
+    if (!owner->done && !owner->progress.all_produced()) {
+      Fail(*owner, Cancelled("engine closed before every layer was produced"));
+      AfterProgress(*owner);
+    }
+    owner->handle_done = true;
+  }
+  job_cv_.NotifyAll();
+  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return active_.empty(); });
+  for (StoreJob* owner : slot_owner_) {
+    if (owner != nullptr) MaybeReturnSlot(*owner);
+  }
+}
+
+void StorePipeline::Stop() {
+  {
+    MutexLock l(mu_);
+    if (stopped_) return;
+  }
+  DrainAll();
+  {
+    MutexLock l(mu_);
+    stopping_ = true;
+    stopped_ = true;
+    work_cv_.NotifyAll();
+  }
+  for (Worker& w : workers_) {
+    if (w.thread.joinable()) w.thread.join();
+  }
+  // Callbacks of the last batches may still be returning: wait for done() before the batches
+  // are destroyed.
+  for (Bank& b : banks_) {
+    if (b.submitted) b.batch->Wait();
+  }
+}
+
+StorePipeline::PoolState StorePipeline::pool_state() const {
+  MutexLock l(mu_);
+  PoolState s;
+  s.free_banks = pool_.free_count();
+  s.owned_banks = pool_.owned_count();
+  s.quarantined_banks = pool_.quarantined_count();
+  s.free_slots = static_cast<uint32_t>(free_slots_.size());
+  s.active_jobs = static_cast<uint32_t>(active_.size());
+  return s;
+}
+
+}  // namespace rangekv::engine_internal

@@ -1,0 +1,179 @@
+// StorePipeline: the write side of the transfer engine (DESIGN.md 3.1 step 6, 4.5; paper 3.4
+// "Stores and publication").
+//
+// Resources, all allocated by Create():
+//   - store banks: `store_banks` device buffers of store_bank_bytes (plus pinned staging when
+//     the device needs it), accounted by a BankPool, each with one preallocated IoBatch;
+//   - store job slots: `max_inflight_stores` of them (detached write debt included), each with
+//     one production event per layer, a device slot-mapping buffer of max_request_tokens
+//     entries with pinned upload staging and an upload event, and reserved plan vectors;
+//   - `group_workers` threads, each with its own stream and completion event; one upload
+//     stream for slot mappings. Writes run on the write I/O engine's `write_workers` threads.
+//
+// Flow of one store: BeginStore reserves the uncached suffix in the directory (a duplicate
+// joins the in-flight reservation and does nothing; a fully cached prefix does nothing), plans
+// its batches (layer group x a bank-sized chunk of the new records; PlanWriteSpans lays the
+// spans back to back in the bank) and uploads the suffix's slot mapping. LayerProduced(l)
+// records an event on the producer's stream. A group worker takes an eligible batch and a
+// free bank, makes its stream wait for the group's production events and the mapping upload,
+// launches one gather for the group ([D2H copy to staging]), records its event and waits for
+// it: extraction of that batch is proven. It then hands the batch's spans to the write engine
+// as one IoBatch; the batch's completion callback counts the writes and releases the bank
+// (every accepted write returned). When no batch can still run: all succeeded -> Publish
+// (visible); any failed or never produced -> Abort (the reservation is reclaimed only now,
+// after every accepted write drained).
+//
+// Thread-safety: all methods are thread-safe; one mutex (mu_) guards jobs, the bank pool and
+// the slot pool. Lock order: mu_ -> Directory's mutex. The write callback takes mu_ on an I/O
+// engine thread (short; it never submits I/O).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "base/pack_record.h"
+#include "base/thread_annotations.h"
+#include "device/device.h"
+#include "engine/banks.h"
+#include "engine/engine_context.h"
+#include "engine/stats.h"
+#include "engine/store_progress.h"
+#include "io/io_engine.h"
+#include "kernels/paged_kv.h"
+#include "pack/span_plan.h"
+#include "rangekv/engine.h"
+
+namespace rangekv::engine_internal {
+
+// Records per batch are bounded so each bank's IoBatch has a fixed capacity.
+inline constexpr uint32_t kMaxBatchRecords = 64;
+
+struct StoreSlot {
+  uint32_t index = 0;
+  std::vector<std::unique_ptr<Event>> produced;  // per layer
+  std::unique_ptr<Event> mapping_ready;
+  DeviceBuffer mapping;              // int64 slot per stored token
+  PinnedHostBuffer mapping_staging;  // upload staging for `mapping`
+  std::vector<Span> spans;           // every batch's write spans, batch after batch
+  std::vector<kernels::PagedKvView> views;
+};
+
+// One bank load: a layer group times a chunk of records.
+struct StoreBatch {
+  uint32_t group = 0;
+  uint32_t layer_begin = 0, layer_end = 0;
+  uint32_t span_begin = 0, span_end = 0;      // into StoreSlot::spans
+  uint32_t record_begin = 0, record_end = 0;  // into StoreJob::records
+  uint64_t layer_stride_bytes = 0;            // bank bytes of one layer's spans
+  uint64_t bank_bytes = 0;                    // bank bytes used
+};
+
+// Fields below `slot` are guarded by the pipeline's mutex; the ones above are immutable once
+// the job is visible to workers.
+class StoreJob {
+ public:
+  explicit StoreJob(uint64_t id) : id(id) {}
+
+  const uint64_t id;
+  StoreDisposition disposition = StoreDisposition::kAlreadyCached;
+  TokenInterval stored;
+  uint64_t reservation_id = 0;
+  std::vector<PackRecord> records;
+  std::vector<StoreBatch> batches;
+  StoreSlot* slot = nullptr;  // null for joined / already-cached stores
+
+  StoreProgress progress;
+  std::vector<uint32_t> bank_of_batch;
+  std::vector<uint8_t> produced_event;  // per layer: an event was recorded on a producer
+  Status first_error;
+  bool extraction_signalled = false;
+  bool done = false;  // published or aborted
+  bool visible = false;
+  bool handle_done = false;
+  bool slot_returned = false;
+  Counters counters;
+};
+
+class StorePipeline {
+ public:
+  static Result<std::unique_ptr<StorePipeline>> Create(const EngineContext& context);
+  ~StorePipeline();  // Stop()s
+  StorePipeline(const StorePipeline&) = delete;
+  StorePipeline& operator=(const StorePipeline&) = delete;
+
+  Result<std::shared_ptr<StoreJob>> Begin(std::span<const int32_t> tokens, const PagedKv& kv,
+                                          std::span<const int64_t> slot_mapping) EXCLUDES(mu_);
+  Status LayerProduced(StoreJob& job, uint32_t layer, Stream* producer) EXCLUDES(mu_);
+  bool Extracted(const StoreJob& job) const EXCLUDES(mu_);
+  Status WaitExtracted(StoreJob& job) EXCLUDES(mu_);
+  StoreOutcome Finish(StoreJob& job, StoreWait wait) EXCLUDES(mu_);
+  // The handle is gone without Finish(): the store is aborted (after its writes drain).
+  void Abandon(StoreJob& job) EXCLUDES(mu_);
+
+  // Fails every store whose layers were not all produced, makes surviving handles inert and
+  // waits until every store settled (published or aborted). Write debt drains here.
+  void DrainAll() EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
+
+  struct PoolState {
+    uint32_t free_banks = 0, owned_banks = 0, quarantined_banks = 0;
+    uint32_t free_slots = 0, active_jobs = 0;
+  };
+  PoolState pool_state() const EXCLUDES(mu_);
+
+ private:
+  struct Bank {
+    DeviceBuffer device;
+    PinnedHostBuffer staging;  // empty unless context.staging
+    std::unique_ptr<IoBatch> batch;
+    bool submitted = false;  // batch was submitted at least once (Wait() is then legal)
+    uint8_t* io_buffer() const { return staging.empty() ? device.bytes() : staging.data(); }
+  };
+  struct BankOwner {
+    std::shared_ptr<StoreJob> job;
+    uint32_t batch = 0;
+  };
+  struct Worker {
+    std::unique_ptr<Stream> stream;
+    std::unique_ptr<Event> done;
+    std::thread thread;
+  };
+
+  explicit StorePipeline(const EngineContext& context);
+  Status Init();
+  Status PlanBatches(StoreJob& job, StoreSlot& slot);
+  void GroupWorker(uint32_t worker);
+  // Enqueues the batch's gathers on `stream` and proves them. Returns the gather status.
+  Status Gather(StoreJob& job, const StoreBatch& batch, Bank& bank, Worker& worker);
+  void OnWritesDone(uint32_t bank);
+  void AfterProgress(StoreJob& job) REQUIRES(mu_);
+  void Fail(StoreJob& job, const Status& status) REQUIRES(mu_);
+  void MaybeReturnSlot(StoreJob& job) REQUIRES(mu_);
+  void Count(StoreJob* job, Counters::Field field, uint64_t n = 1) {
+    CountFor(*context_.counters, job == nullptr ? nullptr : &job->counters, field, n);
+  }
+
+  const EngineContext context_;
+  const uint32_t layers_;
+  std::vector<Bank> banks_;
+  std::vector<std::unique_ptr<StoreSlot>> slots_;
+  std::vector<Worker> workers_;
+  std::unique_ptr<Stream> upload_stream_;
+
+  mutable Mutex mu_;
+  CondVar work_cv_;  // group workers: a batch became eligible or a bank free
+  CondVar job_cv_;   // waiters: extraction finished or a store settled
+  BankPool pool_ GUARDED_BY(mu_);
+  std::vector<BankOwner> bank_owner_ GUARDED_BY(mu_);
+  std::vector<StoreSlot*> free_slots_ GUARDED_BY(mu_);
+  std::vector<StoreJob*> slot_owner_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<StoreJob>> active_ GUARDED_BY(mu_);
+  uint64_t next_job_id_ GUARDED_BY(mu_) = 1;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace rangekv::engine_internal

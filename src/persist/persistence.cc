@@ -1,0 +1,562 @@
+#include "persist/persistence.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/digest.h"
+#include "base/log.h"
+#include "persist/codec.h"
+#include "persist/snapshot_format.h"
+
+namespace rangekv::persist {
+namespace {
+
+namespace sf = snapshot_format;
+
+constexpr char kEpochMagic[8] = {'R', 'A', 'N', 'G', 'E', 'K', 'V', 'E'};
+constexpr uint32_t kEpochVersion = 1;
+constexpr uint64_t kEpochChecksumSeed = 0x52616E67654B5645ull;  // "RangeKVE"
+constexpr uint64_t kMaxMarkerBytes = 4096;
+
+std::string Num(uint64_t v) { return std::to_string(v); }
+
+uint64_t NowUnixNs(const PersistenceOptions& o) {
+  if (o.now_unix_ns) return o.now_unix_ns();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Writes `bytes` to a new file at `path` (replacing a leftover) and fsyncs it. Handles short
+// writes; a zero-byte write is reported as kShortTransfer rather than looping.
+Status WriteNewFile(Env* env, const std::string& path, const void* data, uint64_t size,
+                    const std::function<Status()>& after_write) {
+  if (env->FileExists(path)) RANGEKV_RETURN_IF_ERROR(env->DeleteFile(path));
+  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                           env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite,
+                                                             .direct = DirectIo::kOff}));
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t done = 0;
+  while (done < size) {
+    RANGEKV_ASSIGN_OR_RETURN(const uint64_t n, file->WriteAt(done, p + done, size - done));
+    if (n == 0) {
+      return Status(StatusCode::kShortTransfer,
+                    path + ": wrote " + Num(done) + " of " + Num(size) + " bytes");
+    }
+    done += n;
+  }
+  if (after_write) RANGEKV_RETURN_IF_ERROR(after_write());
+  return file->Sync();
+}
+
+// Atomically replaces `path` with `data` (tmp + fsync + rename + fsync dir).
+Status ReplaceFileDurably(Env* env, const std::string& dir, const std::string& tmp,
+                          const std::string& path, const std::string& data) {
+  RANGEKV_RETURN_IF_ERROR(WriteNewFile(env, tmp, data.data(), data.size(), nullptr));
+  RANGEKV_RETURN_IF_ERROR(env->RenameFile(tmp, path));
+  return env->SyncDir(dir);
+}
+
+DiscardReason ReasonForDefect(SnapshotDefect d) {
+  switch (d) {
+    case SnapshotDefect::kTruncated: return DiscardReason::kTruncated;
+    case SnapshotDefect::kWrongVersion: return DiscardReason::kWrongVersion;
+    case SnapshotDefect::kChecksum: return DiscardReason::kCorruptChecksum;
+    case SnapshotDefect::kNone:
+    case SnapshotDefect::kBadMagic:
+    case SnapshotDefect::kTooLarge:
+    case SnapshotDefect::kMalformed: return DiscardReason::kMalformed;
+  }
+  return DiscardReason::kMalformed;
+}
+
+DiscardReason ReasonForMismatch(BindingMismatch m) {
+  switch (m) {
+    case BindingMismatch::kStoreUuid: return DiscardReason::kWrongStoreUuid;
+    case BindingMismatch::kGeometry: return DiscardReason::kWrongGeometry;
+    case BindingMismatch::kNamespace: return DiscardReason::kWrongNamespace;
+    case BindingMismatch::kPackLayout: return DiscardReason::kPackLayoutMismatch;
+    case BindingMismatch::kPackFileBytes: return DiscardReason::kPackSizeMismatch;
+    case BindingMismatch::kNone: break;
+  }
+  return DiscardReason::kMalformed;
+}
+
+// What the files of a store say, before anything is built from them.
+struct FileState {
+  bool marker_present = false;
+  std::string marker_contents;
+  std::optional<uint64_t> epoch_file_epoch;
+  std::string epoch_file_problem;  // "" when decoded; "missing" or the decode error
+  DiscardReason reason = DiscardReason::kNone;  // kNone: the snapshot is bound and intact
+  std::string detail;
+  std::optional<Snapshot> snapshot;  // decoded (binding may have failed)
+  uint64_t snapshot_bytes = 0;
+};
+
+FileState ReadFiles(Env* env, const StorePaths& paths, const PackFile& pack, PackOrigin origin,
+                    uint64_t pack_file_bytes) {
+  FileState st;
+  // Epoch file.
+  Result<std::string> epoch_bytes = env->ReadSmallFile(paths.epoch(), 4096);
+  if (!epoch_bytes.ok()) {
+    st.epoch_file_problem = epoch_bytes.status().code() == StatusCode::kNotFound
+                                ? std::string("missing")
+                                : epoch_bytes.status().ToString();
+  } else {
+    Result<uint64_t> e = DecodeEpochFile(*epoch_bytes);
+    if (e.ok()) {
+      st.epoch_file_epoch = *e;
+    } else {
+      st.epoch_file_problem = e.status().ToString();
+    }
+  }
+  // Dirty marker.
+  st.marker_present = env->FileExists(paths.dirty_marker());
+  if (st.marker_present) {
+    Result<std::string> m = env->ReadSmallFile(paths.dirty_marker(), kMaxMarkerBytes);
+    if (m.ok()) st.marker_contents = *m;
+  }
+
+  if (origin == PackOrigin::kCreated) {
+    st.reason = DiscardReason::kNewStore;
+    st.detail = "pack file created; nothing to load";
+    return st;
+  }
+  if (st.marker_present) {
+    st.reason = DiscardReason::kDirty;
+    st.detail = "dirty marker " + paths.dirty_marker() +
+                " present: the last session did not shut down cleanly";
+    return st;
+  }
+  if (!env->FileExists(paths.snapshot())) {
+    st.reason = DiscardReason::kMissingSnapshot;
+    st.detail = "no snapshot " + paths.snapshot();
+    return st;
+  }
+  // The size is checked before anything is allocated (ReadSmallFile refuses larger files).
+  Result<std::string> raw = env->ReadSmallFile(paths.snapshot(), sf::kMaxSnapshotBytes);
+  if (!raw.ok()) {
+    if (raw.status().code() == StatusCode::kResourceExhausted) {
+      st.reason = DiscardReason::kMalformed;
+    } else if (raw.status().code() == StatusCode::kNotFound) {
+      st.reason = DiscardReason::kMissingSnapshot;
+    } else {
+      st.reason = DiscardReason::kUnreadableSnapshot;
+    }
+    st.detail = raw.status().ToString();
+    return st;
+  }
+  st.snapshot_bytes = raw->size();
+  SnapshotDefect defect = SnapshotDefect::kNone;
+  Result<Snapshot> snap = DecodeSnapshot(
+      std::span(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()), &defect);
+  if (!snap.ok()) {
+    st.reason = ReasonForDefect(defect);
+    st.detail = snap.status().ToString();
+    return st;
+  }
+  st.snapshot = std::move(*snap);
+  BindingMismatch mismatch = BindingMismatch::kNone;
+  const Status bound = CheckSnapshotBinding(
+      st.snapshot->identity, SnapshotIdentity::ForPack(pack.header(), pack_file_bytes), &mismatch);
+  if (!bound.ok()) {
+    st.reason = ReasonForMismatch(mismatch);
+    st.detail = bound.ToString();
+  }
+  return st;
+}
+
+// Builds the directory and digest table from a bound snapshot. On failure returns the reason
+// (directory_rejected or inconsistent) in `reason` / `detail` and null pointers.
+struct Built {
+  std::unique_ptr<Directory> directory;
+  std::unique_ptr<DigestTable> digests;
+  DiscardReason reason = DiscardReason::kNone;
+  std::string detail;
+};
+
+Built BuildFromSnapshot(const Snapshot& snap, const DirectoryOptions& dir_options) {
+  Built b;
+  Result<std::unique_ptr<Directory>> dir = Directory::Deserialize(dir_options, snap.directory);
+  if (!dir.ok()) {
+    b.reason = DiscardReason::kDirectoryRejected;
+    b.detail = dir.status().ToString();
+    return b;
+  }
+  const Geometry& g = snap.identity.geometry;
+  Result<DigestGeometry> dg = DigestGeometry::Make(g.layers, g.tokens_per_stripe, g.token_bytes,
+                                                   snap.digest_block_tokens);
+  Result<std::unique_ptr<DigestTable>> table =
+      dg.ok() ? DigestTable::Create(*dg, dir_options.pack_slots)
+              : Result<std::unique_ptr<DigestTable>>(dg.status());
+  auto inconsistent = [&b](std::string what) {
+    b.reason = DiscardReason::kInconsistent;
+    b.detail = std::move(what);
+    return std::move(b);
+  };
+  if (!table.ok()) return inconsistent(table.status().ToString());
+  // Only the digests of visible packs are imported: a table for a free slot is harmless
+  // leftover, but every visible pack must be verifiable.
+  const std::vector<SlotInfo> slots = (*dir)->Slots();
+  uint64_t max_generation = 0;
+  for (const SlotInfo& s : slots) max_generation = std::max(max_generation, s.generation);
+  if (max_generation > snap.max_generation) {
+    return inconsistent("directory generation " + Num(max_generation) +
+                        " above the snapshot's recorded maximum " + Num(snap.max_generation));
+  }
+  for (const PackDigests& t : snap.digests) {
+    if (t.slot >= slots.size()) continue;
+    const SlotInfo& s = slots[t.slot];
+    if (s.state != SlotState::kVisible || s.generation != t.generation) continue;
+    const Status imported = (*table)->Import(t);
+    if (!imported.ok()) return inconsistent(imported.ToString());
+  }
+  for (const NamespaceId& ns : (*dir)->Namespaces()) {
+    for (const StoredPack& p : (*dir)->ListPacks(ns)) {
+      const PackRecord& r = p.record;
+      Result<PackDigests> d = (*table)->Get(r.pack_slot, r.generation);
+      if (!d.ok()) {
+        return inconsistent("visible pack slot " + Num(r.pack_slot) + " generation " +
+                            Num(r.generation) + " has no digests");
+      }
+      if (r.pack_token_offset + r.tokens > d->stored_tokens) {
+        return inconsistent("visible pack slot " + Num(r.pack_slot) + " holds " +
+                            Num(r.pack_token_offset + r.tokens) + " tokens, digests cover " +
+                            Num(d->stored_tokens));
+      }
+    }
+  }
+  b.directory = std::move(*dir);
+  b.digests = std::move(*table);
+  return b;
+}
+
+Result<std::unique_ptr<DigestTable>> EmptyDigests(const PackFile& pack,
+                                                  const PersistenceOptions& options) {
+  RANGEKV_ASSIGN_OR_RETURN(DigestGeometry dg, DigestGeometry::ForGeometry(
+                                                  pack.geometry(), options.digest_block_tokens));
+  return DigestTable::Create(dg, options.directory.pack_slots);
+}
+
+Status ValidateOptions(const PackFile& pack, const PersistenceOptions& options) {
+  const DirectoryOptions& d = options.directory;
+  if (d.pack_slots != pack.pack_count() || d.tokens_per_pack != pack.geometry().tokens_per_stripe) {
+    return InvalidArgument("persistence: directory options (" + Num(d.pack_slots) + " slots of " +
+                           Num(d.tokens_per_pack) + " tokens) do not match the pack file (" +
+                           Num(pack.pack_count()) + " of " +
+                           Num(pack.geometry().tokens_per_stripe) + ")");
+  }
+  return OkStatus();
+}
+
+uint32_t CountVisible(const Directory& d) {
+  uint32_t n = 0;
+  for (const SlotInfo& s : d.Slots()) n += s.state == SlotState::kVisible ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+// ---- names ------------------------------------------------------------------------------------
+
+std::string_view DiscardReasonName(DiscardReason reason) {
+  switch (reason) {
+    case DiscardReason::kNone: return "none";
+    case DiscardReason::kNewStore: return "new_store";
+    case DiscardReason::kDirty: return "dirty";
+    case DiscardReason::kMissingSnapshot: return "missing_snapshot";
+    case DiscardReason::kUnreadableSnapshot: return "unreadable_snapshot";
+    case DiscardReason::kTruncated: return "truncated";
+    case DiscardReason::kCorruptChecksum: return "corrupt_checksum";
+    case DiscardReason::kMalformed: return "malformed";
+    case DiscardReason::kWrongVersion: return "wrong_version";
+    case DiscardReason::kWrongStoreUuid: return "wrong_store_uuid";
+    case DiscardReason::kWrongGeometry: return "wrong_geometry";
+    case DiscardReason::kWrongNamespace: return "wrong_namespace";
+    case DiscardReason::kPackLayoutMismatch: return "pack_layout_mismatch";
+    case DiscardReason::kPackSizeMismatch: return "pack_size_mismatch";
+    case DiscardReason::kDirectoryRejected: return "directory_rejected";
+    case DiscardReason::kInconsistent: return "inconsistent";
+  }
+  return "unknown";
+}
+
+std::string_view ShutdownStepName(ShutdownStep step) {
+  switch (step) {
+    case ShutdownStep::kPayloadSynced: return "payload_synced";
+    case ShutdownStep::kTempWritten: return "temp_written";
+    case ShutdownStep::kTempSynced: return "temp_synced";
+    case ShutdownStep::kRenamed: return "renamed";
+    case ShutdownStep::kRenameDirSynced: return "rename_dir_synced";
+    case ShutdownStep::kMarkerRemoved: return "marker_removed";
+    case ShutdownStep::kMarkerDirSynced: return "marker_dir_synced";
+  }
+  return "unknown";
+}
+
+// ---- epoch file -------------------------------------------------------------------------------
+
+std::string EncodeEpochFile(uint64_t epoch, const StoreUuid& uuid) {
+  codec::ByteWriter w;
+  w.Bytes(kEpochMagic, sizeof(kEpochMagic));
+  w.U32(kEpochVersion);
+  w.U32(0);
+  w.U64(uuid.lo);
+  w.U64(uuid.hi);
+  w.U64(epoch);
+  w.U64(Hash64(w.bytes().data(), w.size(), kEpochChecksumSeed));
+  const std::vector<uint8_t>& b = w.bytes();
+  return std::string(b.begin(), b.end());
+}
+
+Result<uint64_t> DecodeEpochFile(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < 12) {
+    return Status(StatusCode::kTruncated, "epoch file: " + Num(bytes.size()) + " bytes");
+  }
+  if (std::memcmp(p, kEpochMagic, sizeof(kEpochMagic)) != 0) {
+    return Corruption("epoch file: bad magic");
+  }
+  const uint32_t version = codec::LoadU32(p + 8);
+  if (version != kEpochVersion) {
+    return Status(StatusCode::kWrongVersion, "epoch file: version " + Num(version));
+  }
+  if (bytes.size() != kEpochFileBytes) {
+    return Status(bytes.size() < kEpochFileBytes ? StatusCode::kTruncated : StatusCode::kCorruption,
+                  "epoch file: " + Num(bytes.size()) + " bytes, expected " + Num(kEpochFileBytes));
+  }
+  if (Hash64(p, kEpochFileBytes - 8, kEpochChecksumSeed) != codec::LoadU64(p + 40)) {
+    return Corruption("epoch file: checksum mismatch");
+  }
+  const uint64_t epoch = codec::LoadU64(p + 32);
+  if (codec::LoadU32(p + 12) != 0 || epoch == 0 || epoch > sf::kMaxStoreEpoch) {
+    return Corruption("epoch file: impossible epoch " + Num(epoch));
+  }
+  return epoch;
+}
+
+// ---- Persistence ------------------------------------------------------------------------------
+
+Persistence::Persistence(Env* env, StorePaths paths, uint64_t store_epoch, StoreUuid uuid,
+                         PersistenceOptions options)
+    : env_(env),
+      paths_(std::move(paths)),
+      store_epoch_(store_epoch),
+      store_uuid_(uuid),
+      options_(std::move(options)) {}
+
+Status Persistence::MarkDirty() {
+  if (marked_.load(std::memory_order_acquire)) return OkStatus();
+  MutexLock lock(mu_);
+  if (marked_.load(std::memory_order_relaxed)) return OkStatus();
+  const std::string contents = "rangekv dirty marker\nstore_uuid " + store_uuid_.ToHex() +
+                               "\nstore_epoch " + Num(store_epoch_) + "\n";
+  // WriteSmallFile creates (or truncates) the file, writes it and fsyncs it; the directory
+  // entry needs its own fsync.
+  RANGEKV_RETURN_IF_ERROR(env_->WriteSmallFile(paths_.dirty_marker(), contents, /*sync=*/true)
+                              .WithContext("dirty marker"));
+  RANGEKV_RETURN_IF_ERROR(env_->SyncDir(paths_.dir).WithContext("dirty marker"));
+  marked_.store(true, std::memory_order_release);
+  return OkStatus();
+}
+
+Status Persistence::Step(ShutdownStep step) const {
+  if (!options_.shutdown_hook) return OkStatus();
+  return options_.shutdown_hook(step);
+}
+
+Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
+                              const DigestTable& digests) {
+  MutexLock lock(mu_);
+  auto ctx = [](std::string_view what) { return std::string("clean shutdown: ") + std::string(what); };
+  // 0. Payload durable before anything claims it is described.
+  RANGEKV_RETURN_IF_ERROR(pack.file()->Sync().WithContext(ctx("fsync pack file")));
+  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kPayloadSynced));
+
+  // 1. Build the snapshot.
+  Snapshot snap;
+  RANGEKV_ASSIGN_OR_RETURN(const uint64_t file_bytes, pack.file()->Size());
+  snap.identity = SnapshotIdentity::ForPack(pack.header(), file_bytes);
+  snap.store_epoch = store_epoch_;
+  snap.saved_time_unix_ns = NowUnixNs(options_);
+  snap.directory = directory.Serialize();
+  snap.digest_block_tokens = digests.geometry().block_tokens();
+  const std::vector<SlotInfo> slots = directory.Slots();
+  for (uint32_t s = 0; s < slots.size(); ++s) {
+    snap.max_generation = std::max(snap.max_generation, slots[s].generation);
+    if (slots[s].state != SlotState::kVisible) continue;
+    Result<PackDigests> d = digests.Get(s, slots[s].generation);
+    if (!d.ok()) {
+      return FailedPrecondition(ctx("visible pack slot " + Num(s) + " generation " +
+                                    Num(slots[s].generation) +
+                                    " has no complete digests: " + d.status().message()));
+    }
+    snap.digests.push_back(std::move(*d));
+  }
+  const std::vector<uint8_t> bytes = EncodeSnapshot(snap);
+
+  // 2. Temporary file, written and made durable.
+  RANGEKV_RETURN_IF_ERROR(WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(),
+                                       [this] { return Step(ShutdownStep::kTempWritten); })
+                              .WithContext(ctx("write snapshot")));
+  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kTempSynced));
+  // 3. Rename into place, durably.
+  RANGEKV_RETURN_IF_ERROR(env_->RenameFile(paths_.snapshot_temp(), paths_.snapshot())
+                              .WithContext(ctx("rename snapshot")));
+  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kRenamed));
+  RANGEKV_RETURN_IF_ERROR(env_->SyncDir(paths_.dir).WithContext(ctx("fsync store directory")));
+  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kRenameDirSynced));
+  // 4. Only now the marker may go: the snapshot it protects is durable.
+  if (env_->FileExists(paths_.dirty_marker())) {
+    const Status removed = env_->DeleteFile(paths_.dirty_marker());
+    if (!removed.ok() && removed.code() != StatusCode::kNotFound) {
+      return removed.WithContext(ctx("remove dirty marker"));
+    }
+  }
+  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kMarkerRemoved));
+  RANGEKV_RETURN_IF_ERROR(env_->SyncDir(paths_.dir).WithContext(ctx("fsync store directory")));
+  marked_.store(false, std::memory_order_release);
+  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kMarkerDirSynced));
+  Log(LogLevel::kInfo, "store " + paths_.dir + ": clean snapshot saved (" + Num(bytes.size()) +
+                           " bytes, " + Num(snap.digests.size()) + " packs, epoch " +
+                           Num(store_epoch_) + ")");
+  return OkStatus();
+}
+
+// ---- open ----------------------------------------------------------------------------------
+
+Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const PackFile& pack,
+                              PackOrigin origin, const PersistenceOptions& options) {
+  RANGEKV_RETURN_IF_ERROR(ValidateOptions(pack, options));
+  const StorePaths paths(store_dir);
+  RANGEKV_ASSIGN_OR_RETURN(const uint64_t pack_file_bytes, pack.file()->Size());
+  FileState st = ReadFiles(env, paths, pack, origin, pack_file_bytes);
+
+  // The new epoch: above everything any earlier session could have used.
+  uint64_t epoch = 1;
+  bool from_clock = false;
+  if (st.epoch_file_epoch) epoch = std::max(epoch, *st.epoch_file_epoch + 1);
+  if (st.snapshot) {
+    // Even a snapshot of another binding is a witness of epochs used in this directory.
+    epoch = std::max(epoch, st.snapshot->store_epoch + 1);
+    epoch = std::max(epoch, (st.snapshot->max_generation >> 32) + 1);
+  }
+  if (!st.epoch_file_epoch && origin == PackOrigin::kOpened) {
+    const uint64_t seconds = NowUnixNs(options) / 1000000000ull;
+    if (seconds > epoch) {
+      epoch = seconds;
+      from_clock = true;
+    }
+    Log(LogLevel::kWarning, "store " + store_dir + ": epoch file " + st.epoch_file_problem +
+                                "; new store epoch " + Num(epoch) +
+                                " (at least the wall clock in seconds)");
+  }
+
+  OpenedIndex out;
+  RecoveryReport& report = out.report;
+  report.previous_epoch = st.epoch_file_epoch.value_or(0);
+  report.snapshot_bytes = st.snapshot_bytes;
+  report.epoch_from_clock = from_clock;
+  report.reason = st.reason;
+  report.detail = st.detail;
+
+  DirectoryOptions dir_options = options.directory;
+  if (epoch > sf::kMaxStoreEpoch) {
+    return ResourceExhausted("store " + store_dir + ": store epoch space exhausted (" +
+                             Num(epoch) + "); delete the store to start over");
+  }
+  dir_options.owner_epoch = epoch;
+  if (st.reason == DiscardReason::kNone) {
+    Built b = BuildFromSnapshot(*st.snapshot, dir_options);
+    if (b.directory) {
+      // Deserialize may raise the owner epoch above ours (an older epoch in its own header
+      // would not, by construction); keep the two equal.
+      epoch = std::max(epoch, b.directory->owner_epoch());
+      out.directory = std::move(b.directory);
+      out.digests = std::move(b.digests);
+    } else {
+      report.reason = b.reason;
+      report.detail = b.detail;
+    }
+  }
+  if (!out.directory) {
+    RANGEKV_ASSIGN_OR_RETURN(out.directory, Directory::Create(dir_options));
+    RANGEKV_ASSIGN_OR_RETURN(out.digests, EmptyDigests(pack, options));
+  }
+
+  // Durable before anything of this session can be handed out.
+  RANGEKV_RETURN_IF_ERROR(ReplaceFileDurably(env, paths.dir, paths.epoch_temp(), paths.epoch(),
+                                             EncodeEpochFile(epoch, pack.uuid()))
+                              .WithContext("store " + store_dir + ": epoch file"));
+
+  report.store_epoch = epoch;
+  report.generation_floor = epoch << 32;
+  if (report.reason == DiscardReason::kNone) {
+    report.outcome = RecoveryOutcome::kLoaded;
+    report.packs_loaded = CountVisible(*out.directory);
+    report.detail = "loaded " + Num(report.packs_loaded) + " packs from " + paths.snapshot();
+    Log(LogLevel::kInfo, "store " + store_dir + ": index loaded: " + Num(report.packs_loaded) +
+                             " packs, store epoch " + Num(epoch));
+  } else {
+    report.outcome = RecoveryOutcome::kStartedEmpty;
+    const LogLevel level =
+        report.reason == DiscardReason::kNewStore ? LogLevel::kInfo : LogLevel::kWarning;
+    Log(level, "store " + store_dir + ": index discarded (" +
+                   std::string(DiscardReasonName(report.reason)) + "): " + report.detail +
+                   "; starting empty at store epoch " + Num(epoch));
+  }
+  out.persistence = std::unique_ptr<Persistence>(
+      new Persistence(env, paths, epoch, pack.uuid(), options));
+  return out;
+}
+
+Result<InspectedIndex> InspectIndex(Env* env, const std::string& store_dir, const PackFile& pack,
+                                    const PersistenceOptions& options) {
+  RANGEKV_RETURN_IF_ERROR(ValidateOptions(pack, options));
+  const StorePaths paths(store_dir);
+  RANGEKV_ASSIGN_OR_RETURN(const uint64_t pack_file_bytes, pack.file()->Size());
+  FileState st = ReadFiles(env, paths, pack, PackOrigin::kOpened, pack_file_bytes);
+  InspectedIndex out;
+  out.dirty_marker_present = st.marker_present;
+  out.dirty_marker_contents = st.marker_contents;
+  out.epoch_file_epoch = st.epoch_file_epoch;
+  out.epoch_file_problem = st.epoch_file_problem;
+  RecoveryReport& report = out.report;
+  report.previous_epoch = st.epoch_file_epoch.value_or(0);
+  report.snapshot_bytes = st.snapshot_bytes;
+  report.reason = st.reason;
+  report.detail = st.detail;
+  // A dirty store's snapshot is still worth showing (it is what the last clean close wrote).
+  if (st.marker_present && !st.snapshot && env->FileExists(paths.snapshot())) {
+    Result<std::string> raw = env->ReadSmallFile(paths.snapshot(), sf::kMaxSnapshotBytes);
+    if (raw.ok()) {
+      Result<Snapshot> snap =
+          DecodeSnapshot(std::span(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()));
+      if (snap.ok()) st.snapshot = std::move(*snap);
+      report.snapshot_bytes = raw->size();
+    }
+  }
+  if (st.reason == DiscardReason::kNone) {
+    DirectoryOptions dir_options = options.directory;
+    dir_options.owner_epoch = std::max<uint64_t>(1, st.snapshot->store_epoch);
+    Built b = BuildFromSnapshot(*st.snapshot, dir_options);
+    if (b.directory) {
+      out.directory = std::move(b.directory);
+      out.digests = std::move(b.digests);
+      report.outcome = RecoveryOutcome::kLoaded;
+      report.packs_loaded = CountVisible(*out.directory);
+    } else {
+      report.reason = b.reason;
+      report.detail = b.detail;
+    }
+  }
+  out.snapshot = std::move(st.snapshot);
+  return out;
+}
+
+}  // namespace rangekv::persist

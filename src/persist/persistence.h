@@ -1,0 +1,237 @@
+// Persistence and recovery of a store's index (DESIGN.md 4.6, the paper's 3.5 and Table 1).
+//
+// A store directory (store_layout.h) holds the pack file (payload), the metadata snapshot (the
+// directory and payload digests as of the last clean shutdown), the dirty marker and the epoch
+// file. The rule: the snapshot is trusted only when no dirty marker exists and it is intact and
+// bound to this very pack file; otherwise the index is discarded and the store starts empty.
+// The index is never reconstructed from payload.
+//
+// Lifecycle, as the engine drives it:
+//
+//   Open     PackFile::Open (or Create, origin kCreated), then OpenIndex(). OpenIndex decides
+//            (below), bumps the store epoch durably, and returns the Directory (loaded or
+//            empty, owner epoch = the new store epoch), the DigestTable and a Persistence.
+//   write    Persistence::MarkDirty() before the first pack write (or invalidation) after
+//            open or after a SaveClean: it creates the marker durably (write + fsync file +
+//            fsync directory). Idempotent and cheap once done (an atomic flag).
+//   store    per pack: DigestTable::Begin, RecordLayer as each layer's writes complete,
+//            CheckComplete before Directory::Publish (payload_digests.h).
+//   restore  per record: DigestTable::PlanVerify, read the verify extent, VerifyHostBytes or
+//            Compare; on kCorruption drop the record and fail its tokens closed.
+//   Close    drain every owner (tickets, banks, writes), then Persistence::SaveClean(): fsync
+//            the pack file, write the snapshot to snapshot.rkv.tmp, fsync it, rename it to
+//            snapshot.rkv, fsync the directory, remove the marker, fsync the directory.
+//
+// Open decides, in this order (the first that applies wins; every discard is logged at
+// kWarning with its reason name and detail, a load at kInfo):
+//   origin kCreated                               -> start empty (new_store, kInfo)
+//   dirty marker present                          -> start empty (dirty)
+//   no snapshot file                              -> start empty (missing_snapshot)
+//   snapshot unreadable (I/O error)               -> start empty (unreadable_snapshot)
+//   snapshot larger than kMaxSnapshotBytes        -> start empty (malformed), never allocated
+//   snapshot shorter than its length field        -> start empty (truncated)
+//   bad magic / impossible structure              -> start empty (malformed)
+//   other format version                          -> start empty (wrong_version)
+//   checksum mismatch                             -> start empty (corrupt_checksum)
+//   other store uuid                              -> start empty (wrong_store_uuid)
+//   other geometry                                -> start empty (wrong_geometry)
+//   other namespace                               -> start empty (wrong_namespace)
+//   other pack count / data offset / creation time-> start empty (pack_layout_mismatch)
+//   pack file size differs from the snapshot's    -> start empty (pack_size_mismatch)
+//   Directory::Deserialize refuses the directory  -> start empty (directory_rejected)
+//   a visible pack without complete digests, or digests that do not fit -> (inconsistent)
+//   otherwise                                     -> loaded
+//
+// Epochs: nothing old is trusted after a discard. The epoch file holds a counter that every
+// read-write open raises durably before returning: new = max(epoch file + 1, snapshot's epoch
+// + 1, (snapshot's max generation >> 32) + 1, 1), and when the epoch file is missing or corrupt
+// on a pack file that existed before, at least the wall clock in seconds (the only witness
+// left; logged). The directory's owner epoch is the store epoch (so tickets of any earlier
+// session fail with kForeignOwner), and the generation floor is store_epoch << 32: every
+// generation issued by a directory started empty in this session should start above it, which
+// is above every generation an earlier session could have issued (fewer than 2^32 reuses of a
+// slot per session; see report.generation_floor and the note in OpenIndex).
+//
+// Thread-safety: Persistence::MarkDirty may be called from any thread, concurrently. SaveClean
+// REQUIRES that no other thread uses the store (owners drained) and is not concurrent with
+// MarkDirty. OpenIndex and InspectIndex are plain functions.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/thread_annotations.h"
+#include "directory/directory.h"
+#include "env/env.h"
+#include "pack/pack_file.h"
+#include "persist/payload_digests.h"
+#include "persist/snapshot.h"
+#include "persist/store_layout.h"
+#include "rangekv/status.h"
+
+namespace rangekv::persist {
+
+struct OpenedIndex;
+
+enum class PackOrigin : uint8_t {
+  kCreated,  // PackFile::Create just made the pack file: nothing can be loaded
+  kOpened,   // an existing pack file
+};
+
+enum class RecoveryOutcome : uint8_t { kLoaded, kStartedEmpty };
+
+enum class DiscardReason : uint8_t {
+  kNone = 0,  // loaded
+  kNewStore,
+  kDirty,
+  kMissingSnapshot,
+  kUnreadableSnapshot,
+  kTruncated,
+  kCorruptChecksum,
+  kMalformed,
+  kWrongVersion,
+  kWrongStoreUuid,
+  kWrongGeometry,
+  kWrongNamespace,
+  kPackLayoutMismatch,
+  kPackSizeMismatch,
+  kDirectoryRejected,
+  kInconsistent,
+};
+// "dirty", "corrupt_checksum", ... (stable; used in logs, JSON and tests).
+std::string_view DiscardReasonName(DiscardReason reason);
+
+struct RecoveryReport {
+  RecoveryOutcome outcome = RecoveryOutcome::kStartedEmpty;
+  DiscardReason reason = DiscardReason::kNone;
+  std::string detail;             // the logged explanation
+  uint64_t store_epoch = 0;       // this session's epoch (0 for a read-only inspection)
+  uint64_t previous_epoch = 0;    // what the epoch file held (0: none or unreadable)
+  uint64_t generation_floor = 0;  // store_epoch << 32
+  uint32_t packs_loaded = 0;      // visible packs restored from the snapshot
+  uint64_t snapshot_bytes = 0;    // size of the snapshot file read (0 if none)
+  bool epoch_from_clock = false;  // the epoch file was missing or corrupt on an old pack file
+};
+
+// The steps of SaveClean, in order; the shutdown hook sees each after it completed.
+enum class ShutdownStep : uint8_t {
+  kPayloadSynced = 0,     // pack file fsynced
+  kTempWritten,           // snapshot.rkv.tmp written (not yet synced)
+  kTempSynced,            // snapshot.rkv.tmp fsynced
+  kRenamed,               // renamed to snapshot.rkv
+  kRenameDirSynced,       // directory fsynced (the rename is durable)
+  kMarkerRemoved,         // dirty.rkv deleted
+  kMarkerDirSynced,       // directory fsynced (the deletion is durable): clean
+};
+inline constexpr int kShutdownStepCount = 7;
+std::string_view ShutdownStepName(ShutdownStep step);
+
+struct PersistenceOptions {
+  // Options of the Directory to build; owner_epoch is ignored (the store epoch is used).
+  DirectoryOptions directory;
+  // Digest block size for a store that starts empty; 0 = DigestGeometry::DefaultBlockTokens.
+  // A loaded snapshot keeps the block size it was written with.
+  uint64_t digest_block_tokens = 0;
+  // Test seam (crash tests): called after each step of SaveClean; a non-OK status stops the
+  // sequence right there, as if the process died, and SaveClean returns it. Null in production.
+  std::function<Status(ShutdownStep)> shutdown_hook;
+  // Test seam: wall clock in Unix nanoseconds (snapshot timestamps, the epoch fallback).
+  // Null = the system clock.
+  std::function<uint64_t()> now_unix_ns;
+};
+
+// The dirty marker and the clean-shutdown sequence of one open store.
+class Persistence {
+ public:
+  Persistence(const Persistence&) = delete;
+  Persistence& operator=(const Persistence&) = delete;
+
+  const StorePaths& paths() const { return paths_; }
+  uint64_t store_epoch() const { return store_epoch_; }
+  uint64_t generation_floor() const { return store_epoch_ << 32; }
+
+  // Makes the dirty marker durable: creates dirty.rkv (contents informational), fsyncs it and
+  // the store directory. Call before the first write or invalidation after OpenIndex or after
+  // SaveClean. Idempotent: later calls return OK at once. On failure nothing may be written
+  // (the caller fails its store with this status); a later call retries.
+  Status MarkDirty() EXCLUDES(mu_);
+  bool marked_dirty() const { return marked_.load(std::memory_order_acquire); }
+
+  // The clean-shutdown sequence (see the file comment). REQUIRES: every owner drained (no
+  // reservation in flight, no ticket outstanding, no write pending) and the pack file's writes
+  // completed. `pack`, `directory` and `digests` are the store's. Errors: kFailedPrecondition
+  // when a visible pack has no complete digests (the engine failed to record them; the snapshot
+  // would be rejected at open), else the failing step's I/O status. On any error the marker
+  // stays (or the hook stopped before its removal), so the next open discards: never a
+  // snapshot that the payload does not match. On success the store is clean and marked_dirty()
+  // is false; a later write needs MarkDirty() again.
+  Status SaveClean(const PackFile& pack, const Directory& directory, const DigestTable& digests)
+      EXCLUDES(mu_);
+
+ private:
+  friend Result<OpenedIndex> OpenIndex(Env*, const std::string&, const PackFile&, PackOrigin,
+                                       const PersistenceOptions&);
+  Persistence(Env* env, StorePaths paths, uint64_t store_epoch, StoreUuid uuid,
+              PersistenceOptions options);
+  Status Step(ShutdownStep step) const;
+
+  Env* const env_;
+  const StorePaths paths_;
+  const uint64_t store_epoch_;
+  const StoreUuid store_uuid_;
+  const PersistenceOptions options_;
+  Mutex mu_;
+  std::atomic<bool> marked_{false};
+};
+
+// What OpenIndex hands the engine.
+struct OpenedIndex {
+  std::unique_ptr<Directory> directory;    // loaded or empty; owner epoch = store epoch
+  std::unique_ptr<DigestTable> digests;    // the loaded packs' digests, or empty
+  std::unique_ptr<Persistence> persistence;
+  RecoveryReport report;
+};
+
+// Recovery at a read-write open of the store in `store_dir` whose pack file `pack` was just
+// opened (validated against the caller's geometry and namespace) or created. Decides load or
+// start empty (see the file comment; never fails for a bad snapshot), then writes the new store
+// epoch durably. Errors: kInvalidArgument for bad options; the epoch file's I/O error (the
+// store cannot guarantee fresh epochs, so it must not open); kResourceExhausted when the epoch
+// space is spent. Reading or writing the dirty marker is not part of Open: MarkDirty is.
+//
+// Note on generations: DirectoryOptions has no generation floor yet, so a directory that starts
+// empty issues generations from 1 again. The epoch still protects every artifact of an older
+// session (tickets carry the owner epoch; digests and records live only in this session). When
+// the directory grows a floor option, OpenIndex passes report.generation_floor.
+Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const PackFile& pack,
+                              PackOrigin origin, const PersistenceOptions& options);
+
+// Read-only look at a store for offline tools (inspect, fsck): the same decision as OpenIndex
+// but nothing is written (no epoch bump) and the returned persistence is null. The snapshot, if
+// it decoded, is returned too (even when its binding failed), for reporting.
+struct InspectedIndex {
+  std::unique_ptr<Directory> directory;  // null unless outcome == kLoaded
+  std::unique_ptr<DigestTable> digests;  // null unless outcome == kLoaded
+  std::optional<Snapshot> snapshot;
+  RecoveryReport report;
+  bool dirty_marker_present = false;
+  std::string dirty_marker_contents;  // informational, at most 4 KiB
+  std::optional<uint64_t> epoch_file_epoch;
+  std::string epoch_file_problem;  // "" when the epoch file decoded
+};
+Result<InspectedIndex> InspectIndex(Env* env, const std::string& store_dir, const PackFile& pack,
+                                    const PersistenceOptions& options);
+
+// The epoch file codec (48 bytes: magic "RANGEKVE", u32 version 1, u32 0, store uuid lo/hi,
+// u64 epoch, u64 XXH3-64 of the preceding 40 bytes). Exposed for tests and tools.
+inline constexpr uint64_t kEpochFileBytes = 48;
+std::string EncodeEpochFile(uint64_t epoch, const StoreUuid& uuid);
+// kTruncated / kCorruption / kWrongVersion; epochs outside [1, kMaxStoreEpoch] are corrupt.
+Result<uint64_t> DecodeEpochFile(std::string_view bytes);
+
+}  // namespace rangekv::persist

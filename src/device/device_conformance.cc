@@ -1,6 +1,7 @@
 #include "device/device_conformance.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -173,11 +174,17 @@ TEST_P(DeviceConformance, MemoryIsAlignedAndOwnedOnce) {
   EXPECT_EQ(q.data()[0], 0x5C);
 
   EXPECT_EQ(device_->RegisterHostMemory(nullptr, 10).status().code(), StatusCode::kInvalidArgument);
-  std::vector<uint8_t> host(1 << 16);
-  HostRegistration r = Take(device_->RegisterHostMemory(host.data(), host.size()));
-  EXPECT_EQ(r.data(), host.data());
-  r.reset();
-  EXPECT_TRUE(r.empty());
+  // Page-aligned memory of its own, so no other allocation shares its pages.
+  constexpr size_t kHostBytes = 1 << 16;
+  void* host = std::aligned_alloc(kHostBytes, kHostBytes);
+  ASSERT_NE(host, nullptr);
+  HostRegistration r = Take(device_->RegisterHostMemory(host, kHostBytes));
+  EXPECT_EQ(r.data(), host);
+  HostRegistration moved = std::move(r);
+  EXPECT_TRUE(r.empty());  // NOLINT(bugprone-use-after-move)
+  moved.reset();
+  EXPECT_TRUE(moved.empty());
+  std::free(host);
 }
 
 TEST_P(DeviceConformance, CopiesRunInStreamOrder) {

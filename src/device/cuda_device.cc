@@ -301,9 +301,12 @@ class CudaDevice final : public Device {
                     "mmap of " + std::to_string(mapped) + " bytes failed: " + std::strerror(err));
     }
     Status s = Activate();
-    if (s.ok())
-      s = CudaStatus(cudaHostRegister(p, mapped, cudaHostRegisterPortable),
+    // Mapped: with unified addressing the host pointer is then usable in kernels too
+    // (capabilities().kernels_access_pinned_host).
+    if (s.ok()) {
+      s = CudaStatus(cudaHostRegister(p, mapped, cudaHostRegisterPortable | cudaHostRegisterMapped),
                      "cudaHostRegister of " + std::to_string(mapped) + " bytes");
+    }
     if (!s.ok()) {
       (void)cudaGetLastError();
       munmap(p, mapped);
@@ -488,6 +491,13 @@ Result<std::unique_ptr<Device>> CreateCudaDevice(int ordinal) {
   caps.device_memory_bytes = prop.totalGlobalMem;
   caps.multiprocessors = static_cast<uint32_t>(prop.multiProcessorCount);
   caps.pinned_alignment_bytes = PageBytes();
+  int host_pointer_ok = 0;
+  if (cudaDeviceGetAttribute(&host_pointer_ok, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                             ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    host_pointer_ok = 0;
+  }
+  caps.kernels_access_pinned_host = host_pointer_ok != 0 && prop.unifiedAddressing != 0;
 
   std::string why;
   StreamMemOps ops = LoadStreamMemOps(&why);

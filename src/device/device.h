@@ -71,6 +71,10 @@ struct DeviceCapabilities {
   // and reports true; a CUDA device without them reports false and the calls fail with
   // kUnimplemented, so the engine falls back to events.
   bool stream_memory_ops = false;
+  // Whether kernels may read and write PinnedHostBuffer memory through its host pointer
+  // (zero-copy over the bus on CUDA), e.g. scatter straight from a pinned read bank without a
+  // host-to-device copy. HostDevice: true.
+  bool kernels_access_pinned_host = false;
   uint64_t device_memory_bytes = 0;        // total device memory; 0 when unbounded (host)
   uint32_t multiprocessors = 0;            // 0 for host
   uint64_t pinned_alignment_bytes = 4096;  // alignment of PinnedHostBuffer memory

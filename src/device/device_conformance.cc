@@ -489,6 +489,50 @@ TEST_P(DeviceConformance, ScatterAndGatherMatchTheReference) {
   }
 }
 
+// Zero-copy: where advertised, a scatter reads its stripe straight from pinned host memory
+// (a pinned read bank) and a digest reads pinned memory too.
+TEST_P(DeviceConformance, KernelsReadPinnedHostMemoryWhenAdvertised) {
+  if (!device_->capabilities().kernels_access_pinned_host) {
+    GTEST_SKIP() << "device kernels cannot access pinned host memory";
+  }
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::mt19937_64 rng(31);
+  const kernels::PagedShape shape{
+      .num_blocks = 40, .block_size = 16, .num_heads = 8, .head_size = 128, .elem_bytes = 2};
+  const LayoutCase c{
+      .layout = kernels::PagedLayout::kFlashAttnHnd, .shape = shape, .num_tokens = 500};
+  const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
+  const uint64_t stripe_bytes = c.num_tokens * kernels::testing::RowBytes(c);
+  PinnedHostBuffer stripe = Take(device_->AllocatePinnedHost(stripe_bytes));
+  kernels::testing::FillRandom({stripe.data(), stripe_bytes}, rng);
+  const std::vector<int64_t> slots = kernels::testing::RandomSlotMapping(
+      shape.num_blocks * shape.block_size, c.num_tokens, 5, rng);
+  DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
+  Upload(*device_, *s, d_slots.data(),
+         {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
+  DeviceBuffer paged = Take(device_->AllocateDevice(layer_bytes));
+  ASSERT_TRUE(s->Fill(paged.data(), kPoison, layer_bytes).ok());
+  ASSERT_TRUE(s->Scatter({.dst = Take(kernels::MakePagedKvView(c.layout, shape, paged.data())),
+                          .stripe = stripe.data(),
+                          .slots = static_cast<const int64_t*>(d_slots.data()),
+                          .num_tokens = c.num_tokens})
+                  .ok());
+  DeviceBuffer digest = Take(device_->AllocateDevice(8));
+  kernels::DigestArgs a;
+  a.spans[0] = {stripe.data(), stripe_bytes};
+  a.num_spans = 1;
+  a.digests = static_cast<uint64_t*>(digest.data());
+  ASSERT_TRUE(s->Digest(a).ok());
+  const std::vector<uint8_t> got = Download(*device_, *s, paged.data(), layer_bytes);
+  const std::vector<uint8_t> want = kernels::testing::OracleScatter(
+      c, std::vector<uint8_t>(layer_bytes, kPoison), {stripe.data(), stripe_bytes}, slots);
+  ASSERT_EQ(kernels::testing::FirstDifference(got, want), -1);
+  const std::vector<uint8_t> raw = Download(*device_, *s, digest.data(), 8);
+  uint64_t d;
+  std::memcpy(&d, raw.data(), 8);
+  EXPECT_EQ(d, kernels::SpanDigest(stripe.data(), stripe_bytes, 0));
+}
+
 // A store layer group: several layers gathered in one launch into bank regions with gaps.
 TEST_P(DeviceConformance, GatherOfALayerGroupMatchesTheReference) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());

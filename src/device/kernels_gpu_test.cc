@@ -40,11 +40,12 @@ class GpuThroughput : public ::testing::Test {
     Result<std::unique_ptr<Device>> d = MakeDevice(DeviceKind::kCuda);
     if (!d.ok()) GTEST_SKIP() << "no usable CUDA device: " << d.status().ToString();
     device_ = std::move(d).value();
-    std::printf("[device] %s, %llu MiB, %u SMs, stream memory ops %s\n",
+    std::printf("[device] %s, %llu MiB, %u SMs, stream memory ops %s, kernels on pinned %s\n",
                 device_->capabilities().name.c_str(),
                 static_cast<unsigned long long>(device_->capabilities().device_memory_bytes >> 20),
                 device_->capabilities().multiprocessors,
-                device_->capabilities().stream_memory_ops ? "yes" : "no");
+                device_->capabilities().stream_memory_ops ? "yes" : "no",
+                device_->capabilities().kernels_access_pinned_host ? "yes" : "no");
     stream_ = Take(device_->CreateStream());
     EventOptions timed;
     timed.timing = EventTiming::kEnabled;
@@ -125,6 +126,8 @@ TEST_F(GpuThroughput, ScatterGatherDigestAtTheEightBGeometry) {
   std::vector<uint8_t> host_stripe(kStripeBytes);
   kernels::testing::FillRandom(host_stripe, rng);
   Upload(stripe.data(), host_stripe);
+  PinnedHostBuffer pinned_stripe = Take(device_->AllocatePinnedHost(kStripeBytes));
+  std::memcpy(pinned_stripe.data(), host_stripe.data(), kStripeBytes);
 
   for (const Shape& sh : shapes) {
     const kernels::PagedShape shape{.num_blocks = 0,
@@ -162,6 +165,13 @@ TEST_F(GpuThroughput, ScatterGatherDigestAtTheEightBGeometry) {
     const uint64_t moved = uint64_t{tokens} * token_bytes;
     Report(("scatter 32 MiB stripe, " + name).c_str(), 2 * moved,
            MedianMs(20, [&] { return stream_->Scatter(scatter); }));
+
+    if (device_->capabilities().kernels_access_pinned_host && &sh == &shapes[0]) {
+      kernels::ScatterArgs zero_copy = scatter;
+      zero_copy.stripe = pinned_stripe.data();
+      Report(("scatter from pinned host (zero-copy), " + name).c_str(), moved,
+             MedianMs(10, [&] { return stream_->Scatter(zero_copy); }));
+    }
 
     // Scatter the same stripe into all four layers, then gather the group back in one launch.
     for (int l = 1; l < 4; ++l) {
@@ -217,10 +227,8 @@ TEST_F(GpuThroughput, ScatterGatherDigestAtTheEightBGeometry) {
   Report("ceiling: device-to-device copy 32 MiB", 2 * kStripeBytes, MedianMs(20, [&] {
            return stream_->CopyDeviceToDevice(bank.data(), stripe.data(), kStripeBytes);
          }));
-  PinnedHostBuffer pinned = Take(device_->AllocatePinnedHost(kStripeBytes));
-  std::memcpy(pinned.data(), host_stripe.data(), kStripeBytes);
   Report("ceiling: pinned host-to-device copy 32 MiB", kStripeBytes, MedianMs(10, [&] {
-           return stream_->CopyHostToDevice(bank.data(), pinned.data(), kStripeBytes);
+           return stream_->CopyHostToDevice(bank.data(), pinned_stripe.data(), kStripeBytes);
          }));
 }
 

@@ -72,7 +72,10 @@ __device__ __forceinline__ void CopyLayer(const PagedKvView& v, const CopyPlan& 
     const uint32_t unit_in_head = r - head_global * plan.units_per_head;
     const uint32_t plane = plan.heads.Div(head_global);
     const uint32_t head = head_global - plane * v.num_heads;
-    uint8_t* const plane_base = v.plane_base[plane] + int64_t{head} * v.head_stride_bytes +
+    // A select, not v.plane_base[plane]: indexing the parameter struct with a run-time value
+    // would copy it to local memory.
+    uint8_t* const plane_base = (plane == 0 ? v.plane_base[0] : v.plane_base[1]) +
+                                int64_t{head} * v.head_stride_bytes +
                                 int64_t{unit_in_head} * sizeof(V);
 
     for (uint64_t t0 = uint64_t{blockIdx.x} * plan.tokens_per_block + sub; t0 < num_tokens;

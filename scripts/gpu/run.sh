@@ -80,6 +80,7 @@ cmake -S "$repo" -B "$build" -G Ninja \
   -DRANGEKV_WERROR=OFF \
   -DCMAKE_PREFIX_PATH="$prefix/usr" \
   -DGTest_DIR="$libdir/cmake/GTest" \
+  -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   "${pkg_config_arg[@]}" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; fail "configure (see configure.log)"; }
 note "configure: ok ($build)"
@@ -102,6 +103,10 @@ gpu_test="$build/src/device/kernels_gpu_test"
 note "kernels_gpu_test: $(grep -E '^\[  (PASSED|FAILED) ' "$out/kernels_gpu_test.log" | tr '\n' ' ')" \
   "skipped: $(grep -c '^\[  SKIPPED \]' "$out/kernels_gpu_test.log")"
 grep -E '^\[  FAILED  \]' "$out/kernels_gpu_test.log" | sort -u | tee -a "$summary"
+if grep -q 'no usable CUDA device' "$out/kernels_gpu_test.log"; then
+  note "FAILED: the GPU tests were skipped: $(grep -m1 -A1 'Skipped' "$out/kernels_gpu_test.log" | tail -1)"
+  status=1
+fi
 
 # The CPU suites on this machine too (a newer compiler and libc than CI).
 {

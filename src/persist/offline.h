@@ -1,0 +1,88 @@
+// Offline access to a store directory for `rangekv inspect` and `rangekv fsck` (and tests).
+// Nothing here writes: the pack file is opened read-only, the epoch is not bumped, the dirty
+// marker is left alone. Run them on a store no engine has open (a running engine holds the
+// marker, and its payload may be ahead of the snapshot).
+//
+// OpenOffline opens the pack file with no expectation (its header says what it is) and loads the
+// index exactly as OpenIndex would decide, but read-only (InspectIndex).
+//
+// Fsck checks, in order, and reports every problem it finds (bounded by kMaxFsckProblems):
+//   pack_header     the pack file opens and its header validates (else nothing more is checked)
+//   epoch_file      the epoch file exists and decodes
+//   dirty           a dirty marker exists: the index would be discarded at the next open
+//   snapshot        the snapshot exists, decodes and binds to this pack file (reason names why)
+//   directory       the directory section deserializes and passes Directory::CheckInvariants
+//   consistency     every visible slot holds exactly one listed pack of its generation, every
+//                   listed pack is visible, has complete digests covering its tokens; no digests
+//                   for a slot that is not visible
+//   payload_read    a stripe extent could not be read in full (EIO, short read)
+//   payload_digest  a digest block's bytes differ from its recorded digest: names namespace,
+//                   slot, generation, layer, the block's pack tokens and the path tokens of the
+//                   record it belongs to
+// Payload verification reads every visible pack's stored extent of every layer once (bytes
+// proportional to the stored payload; one stripe-sized buffer).
+//
+// Thread-safety: plain functions; the returned values are not shared.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "env/env.h"
+#include "pack/pack_file.h"
+#include "persist/persistence.h"
+
+namespace rangekv::persist {
+
+struct OfflineStore {
+  std::string dir;
+  std::optional<PackFile> pack;  // set on success
+  uint64_t pack_file_bytes = 0;
+  InspectedIndex index;
+};
+
+// kNotFound when `dir` has no pack file; the pack file's Open errors otherwise (kCorruption,
+// kTruncated, kWrongVersion, kInvalidArgument "not a pack file"). Snapshot problems are not
+// errors: they are in index.report.
+Result<OfflineStore> OpenOffline(Env* env, const std::string& dir);
+
+// One digest block that failed, located both in the pack and in the prefix path.
+struct BadBlock {
+  NamespaceId ns;
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+  uint32_t layer = 0;
+  TokenRange pack_tokens;
+  TokenRange path_tokens;  // the part of the record's path interval the block covers
+};
+
+struct FsckProblem {
+  std::string kind;     // pack_header, epoch_file, dirty, snapshot, directory, consistency,
+                        // payload_read, payload_digest
+  std::string message;  // for people
+  std::optional<BadBlock> block;  // payload_read / payload_digest
+};
+
+inline constexpr size_t kMaxFsckProblems = 10000;
+
+struct FsckReport {
+  std::string dir;
+  std::vector<FsckProblem> problems;  // at most kMaxFsckProblems
+  uint64_t problems_omitted = 0;      // beyond the bound
+  uint64_t packs_checked = 0;         // visible packs whose payload was verified
+  uint64_t blocks_checked = 0;        // digest blocks compared (all layers)
+  uint64_t bytes_read = 0;            // payload bytes read
+  bool ok() const { return problems.empty() && problems_omitted == 0; }
+};
+
+struct FsckOptions {
+  bool verify_payload = true;  // false: structure only (no payload reads)
+};
+
+// Runs every check above. Fails only when `dir` has no pack file at all (kNotFound); every other
+// finding is a problem in the report.
+Result<FsckReport> Fsck(Env* env, const std::string& dir, const FsckOptions& options = {});
+
+}  // namespace rangekv::persist

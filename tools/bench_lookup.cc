@@ -1,8 +1,263 @@
-// Placeholder: this command is not implemented yet.
+// `rangekv bench lookup`: what a directory lookup costs, range tree against the stock per-object
+// index (`index=scalar`), at several reuse granularities.
+//
+// A prefix of --prefix-tokens (default 131,072) random token ids is stored in packs of the
+// Llama-3.1-8B geometry (T = 8,192 tokens per stripe: 16 packs). The query is that prefix plus
+// --suffix-tokens new tokens (a request with a cached prefix and an uncached tail), so every
+// granularity that divides the prefix hits all of it. Three directories answer the same query:
+//   tree             - the radix tree: compares token bytes, selects one record per pack;
+//   scalar           - one key per 256-token chunk (hash chain), a hash-map probe and a lease
+//                      per key (LMCache's chunk mode);
+//   scalar layerwise - one key per (chunk, layer): 32x the keys (LMCache's layerwise mode).
+// For each (index, granularity) pair one lookup is timed per repetition, pairs interleaved in a
+// fresh random order every rep so machine drift and cache state hit them alike; the ticket is
+// cancelled (untimed) after each. After
+// --warmup untimed rounds, --reps timed ones; the median is reported. The work counters of one
+// lookup (records selected, keys built, leases taken, tokens compared) come from the directory.
+// Every lookup's hit and records are checked equal across the three indexes.
+//
+// With --json FILE:
+//   {"workload":"lookup","results":[{"index":"tree","granularity":256,"median_us":X,
+//     "records_selected":N,...},...], ...context...}
+// Acceptance: for the tree, the slowest granularity's median is within 1.25x of the fastest.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "directory/directory.h"
 #include "tools/commands.h"
 
 namespace rangekv::tools {
+namespace {
 
-void AddBenchLookupCommand(CLI::App& /*bench*/) {}
+struct BenchLookupConfig {
+  uint64_t prefix_tokens = 131072;
+  uint64_t suffix_tokens = 1024;
+  std::vector<uint64_t> granularities = {16, 256, 8192};
+  uint64_t chunk_tokens = 256;
+  uint32_t reps = 301;
+  uint32_t warmup = 10;
+  bool layerwise = true;
+  uint64_t seed = 1;
+  std::string json_path;
+};
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "rangekv bench lookup: %s\n", what.c_str());
+  throw CLI::RuntimeError(1);
+}
+
+struct IndexUnderTest {
+  std::string name;  // "tree", "scalar"
+  bool layerwise = false;
+  std::unique_ptr<Directory> directory;
+};
+
+struct Cell {
+  size_t index = 0;
+  uint64_t granularity = 0;
+  std::vector<double> samples_us;
+  DirectoryStats work;  // counter deltas of one lookup
+  Ticket ticket;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+DirectoryStats Delta(const DirectoryStats& a, const DirectoryStats& b) {
+  DirectoryStats d;
+  d.records_selected = b.records_selected - a.records_selected;
+  d.keys_built = b.keys_built - a.keys_built;
+  d.key_probes = b.key_probes - a.key_probes;
+  d.leases_taken = b.leases_taken - a.leases_taken;
+  d.tokens_compared = b.tokens_compared - a.tokens_compared;
+  return d;
+}
+
+std::string MachineLine() {
+  utsname u{};
+  uname(&u);
+  return std::string(u.sysname) + " " + u.release + " " + u.machine + ", " +
+         std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cpus";
+}
+
+void RunBenchLookup(const BenchLookupConfig& cfg) {
+  Result<Geometry> geometry = DeriveGeometry(Llama31_8BSpec());
+  if (!geometry.ok()) Fail(geometry.status().ToString());
+  const uint64_t T = geometry->tokens_per_stripe;
+  if (cfg.prefix_tokens == 0 || cfg.reps == 0) Fail("--prefix-tokens and --reps must be > 0");
+  for (uint64_t g : cfg.granularities) {
+    if (g == 0) Fail("granularity 0");
+  }
+  const uint32_t packs = static_cast<uint32_t>((cfg.prefix_tokens + T - 1) / T);
+  std::mt19937_64 rng(cfg.seed);
+  std::vector<int32_t> query(cfg.prefix_tokens + cfg.suffix_tokens);
+  for (auto& t : query) t = static_cast<int32_t>(rng() % 128256);  // Llama-3 vocabulary
+  const std::span<const int32_t> prefix(query.data(), cfg.prefix_tokens);
+  const NamespaceId ns = DeriveNamespace(Llama31_8BSpec(), *geometry);
+
+  std::vector<IndexUnderTest> indexes;
+  auto add = [&](const std::string& name, IndexMode mode, bool layerwise) {
+    DirectoryOptions o = DirectoryOptions::ForGeometry(*geometry, packs);
+    o.index = mode;
+    o.scalar_chunk_tokens = cfg.chunk_tokens;
+    o.scalar_objects = layerwise ? ScalarObjects::kChunkLayer : ScalarObjects::kChunk;
+    o.max_query_tokens = std::max<uint64_t>(o.max_query_tokens, query.size());
+    Result<std::unique_ptr<Directory>> d = Directory::Create(o);
+    if (!d.ok()) Fail(d.status().ToString());
+    Result<Reservation> r = (*d)->Reserve(ns, prefix);
+    if (!r.ok()) Fail("reserve: " + r.status().ToString());
+    if (r->outcome != ReserveOutcome::kReserved || r->end_tokens != prefix.size()) {
+      Fail("the prefix did not fit the directory");
+    }
+    Status p = (*d)->Publish(r->reservation_id);
+    if (!p.ok()) Fail("publish: " + p.ToString());
+    indexes.push_back({name, layerwise, std::move(d).value()});
+  };
+  add("tree", IndexMode::kTree, false);
+  add("scalar", IndexMode::kScalar, false);
+  if (cfg.layerwise) add("scalar", IndexMode::kScalar, true);
+
+  std::vector<Cell> cells;
+  for (size_t i = 0; i < indexes.size(); ++i) {
+    for (uint64_t g : cfg.granularities) cells.push_back({i, g, {}, {}, {}});
+  }
+  const Envelope envelope{"bench-lookup", 1, 0, 0};
+  std::vector<size_t> order(cells.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (uint32_t rep = 0; rep < cfg.warmup + cfg.reps; ++rep) {
+    if (rep > 0 && rep % 50 == 0) {
+      std::fprintf(stderr, "\r  rep %u/%u", rep, cfg.warmup + cfg.reps);
+    }
+    // A fresh order every rep: no cell always runs first after another index's lookup.
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t ci : order) {
+      Cell& c = cells[ci];
+      Directory& d = *indexes[c.index].directory;
+      const DirectoryStats before = d.Stats();
+      const auto t0 = std::chrono::steady_clock::now();
+      Result<Ticket> t = d.Lookup(ns, query, envelope, c.granularity);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!t.ok()) Fail("lookup: " + t.status().ToString());
+      if (d.Cancel(envelope.request_id) != CancelOutcome::kCancelled) Fail("cancel");
+      if (rep < cfg.warmup) continue;
+      c.samples_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      if (c.samples_us.size() == 1) {
+        c.work = Delta(before, d.Stats());
+        c.ticket = *t;
+      }
+    }
+  }
+  std::fprintf(stderr, "\r%40s\r", "");
+
+  // Same hit, same records, whatever the index: only the work differs.
+  for (const Cell& c : cells) {
+    for (const Cell& o : cells) {
+      if (c.granularity != o.granularity) continue;
+      if (c.ticket.hit_tokens != o.ticket.hit_tokens || c.ticket.records != o.ticket.records) {
+        Fail("indexes disagree at granularity " + std::to_string(c.granularity));
+      }
+    }
+  }
+
+  std::printf("rangekv bench lookup: %llu-token prefix + %llu-token suffix, 8B geometry "
+              "(T=%llu, %u packs), %u reps (median)\n",
+              static_cast<unsigned long long>(cfg.prefix_tokens),
+              static_cast<unsigned long long>(cfg.suffix_tokens),
+              static_cast<unsigned long long>(T), packs, cfg.reps);
+  std::printf("%-17s %11s %10s %9s %9s %9s %11s %11s %9s\n", "index", "granularity", "median_us",
+              "p10_us", "p90_us", "hit", "records_sel", "keys_built", "leases");
+  nlohmann::json results = nlohmann::json::array();
+  double tree_min = 1e300, tree_max = 0;
+  for (const Cell& c : cells) {
+    const IndexUnderTest& ix = indexes[c.index];
+    const double median = Percentile(c.samples_us, 0.5);
+    const std::string label = ix.name + (ix.layerwise ? " layerwise" : "");
+    std::printf("%-17s %11llu %10.1f %9.1f %9.1f %9llu %11llu %11llu %9llu\n", label.c_str(),
+                static_cast<unsigned long long>(c.granularity), median,
+                Percentile(c.samples_us, 0.1), Percentile(c.samples_us, 0.9),
+                static_cast<unsigned long long>(c.ticket.hit_tokens),
+                static_cast<unsigned long long>(c.work.records_selected),
+                static_cast<unsigned long long>(c.work.keys_built),
+                static_cast<unsigned long long>(c.work.leases_taken));
+    if (ix.name == "tree") {
+      tree_min = std::min(tree_min, median);
+      tree_max = std::max(tree_max, median);
+    }
+    results.push_back({{"index", ix.name},
+                       {"layerwise", ix.layerwise},
+                       {"granularity", c.granularity},
+                       {"median_us", median},
+                       {"p10_us", Percentile(c.samples_us, 0.1)},
+                       {"p90_us", Percentile(c.samples_us, 0.9)},
+                       {"records_selected", c.work.records_selected},
+                       {"ticket_records", c.ticket.records.size()},
+                       {"hit_tokens", c.ticket.hit_tokens},
+                       {"keys_built", c.work.keys_built},
+                       {"key_probes", c.work.key_probes},
+                       {"leases_taken", c.work.leases_taken},
+                       {"tokens_compared", c.work.tokens_compared}});
+  }
+  const double spread = tree_max / tree_min;
+  std::printf("tree: slowest/fastest granularity = %.3f (acceptance: <= 1.25) %s\n", spread,
+              spread <= 1.25 ? "ok" : "EXCEEDED");
+
+  if (!cfg.json_path.empty()) {
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    nlohmann::json j = {{"workload", "lookup"},
+                        {"results", results},
+                        {"prefix_tokens", cfg.prefix_tokens},
+                        {"query_tokens", query.size()},
+                        {"tokens_per_pack", T},
+                        {"packs", packs},
+                        {"chunk_tokens", cfg.chunk_tokens},
+                        {"layers", geometry->layers},
+                        {"reps", cfg.reps},
+                        {"warmup", cfg.warmup},
+                        {"tree_granularity_spread", spread},
+                        {"machine", MachineLine()},
+                        {"date", date}};
+    std::ofstream out(cfg.json_path);
+    out << j.dump(2) << "\n";
+    if (!out) Fail("cannot write " + cfg.json_path);
+  }
+}
+
+}  // namespace
+
+void AddBenchLookupCommand(CLI::App& bench) {
+  auto cfg = std::make_shared<BenchLookupConfig>();
+  CLI::App* cmd = bench.add_subcommand(
+      "lookup", "Directory lookup time: range tree vs per-object index (index=scalar)");
+  cmd->add_option("--prefix-tokens", cfg->prefix_tokens, "Cached prefix length (tokens)")
+      ->capture_default_str();
+  cmd->add_option("--suffix-tokens", cfg->suffix_tokens, "Uncached tokens after the prefix")
+      ->capture_default_str();
+  cmd->add_option("--granularity", cfg->granularities, "Reuse granularities (tokens)")
+      ->capture_default_str();
+  cmd->add_option("--chunk-tokens", cfg->chunk_tokens, "Scalar index: tokens per logical object")
+      ->capture_default_str();
+  cmd->add_option("--reps", cfg->reps, "Timed repetitions (after --warmup)")->capture_default_str();
+  cmd->add_option("--warmup", cfg->warmup, "Untimed repetitions")->capture_default_str();
+  cmd->add_option("--seed", cfg->seed, "Token generator seed")->capture_default_str();
+  cmd->add_flag("!--no-layerwise", cfg->layerwise, "Skip the per-(chunk, layer) scalar index");
+  cmd->add_option("--json", cfg->json_path, "Write results as JSON to this file");
+  cmd->callback([cfg] { RunBenchLookup(*cfg); });
+}
 
 }  // namespace rangekv::tools

@@ -1,0 +1,447 @@
+// End-to-end tests of the transfer engine on HostDevice with real bytes: store then restore bit
+// for bit for every paged layout, partial prefixes, prefetch before binding, the ablations'
+// delivery paths, and every public entry point's input checks.
+#include "rangekv/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "engine/engine_testing.h"
+#include "testing/temp_dir.h"
+
+namespace rangekv {
+namespace {
+
+using engine_testing::Envelope;
+using engine_testing::KvFixture;
+using engine_testing::RandomSlots;
+using engine_testing::RandomTokens;
+using engine_testing::RestoreAndVerify;
+using engine_testing::SmallModel;
+using engine_testing::SmallOptions;
+using engine_testing::StoreAll;
+using engine_testing::WaitMode;
+
+// 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per stripe.
+constexpr uint64_t kW = 8192;
+constexpr uint64_t kT = 64;
+
+// Polls `pred` (a condition other threads make true) with a generous deadline.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void Open(EngineOptions o) {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
+  }
+  void OpenDefault(ModelSpec model = SmallModel(4, 2, 16)) {
+    Open(SmallOptions(dir_.path() + "/store", model, kW));
+  }
+  std::unique_ptr<KvFixture> Fixture(KvCacheLayout layout = KvCacheLayout::kFlashAttnNhd,
+                                     uint64_t blocks = 64) {
+    auto f = KvFixture::Make(*engine_, layout, blocks);
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    return f.ok() ? std::move(f).value() : nullptr;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineTest, StoreThenRestoreIsBitExact) {
+  OpenDefault();
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(4 * kT + 20, 1);  // 4 full packs + a partial one, + 1
+  auto stored = StoreAll(*engine_, *src, tokens, /*seed=*/11, /*slot_seed=*/1);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_TRUE(stored->outcome.status.ok()) << stored->outcome.status.ToString();
+  EXPECT_TRUE(stored->outcome.visible);
+  EXPECT_EQ(stored->outcome.disposition, StoreDisposition::kStoring);
+  EXPECT_EQ(stored->outcome.stored, (TokenInterval{0, tokens.size()}));
+  // 5 records x 4 layers; one group of 4 layers, 5 stripes per layer = 20 stripe writes; the
+  // store bank holds 2 x 4 stripes, so the group takes 3 banks (2 + 2 + 1 records).
+  EXPECT_EQ(stored->work.native_writes, 20u);
+  EXPECT_EQ(stored->work.gather_launches, 3u);
+  EXPECT_EQ(stored->work.store_bank_acquisitions, 3u);
+  EXPECT_EQ(stored->work.payload_allocations, 0u);
+
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("r1"), tokens, /*granularity=*/16, 11, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Never the last token; rounded down to 16: 4*64 + 16 = 272.
+  EXPECT_EQ(r->lookup.hit_tokens, 4 * kT + 16);
+  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_TRUE(r->outcome.failed.empty());
+  EXPECT_EQ(r->outcome.delivered_tokens, r->lookup.hit_tokens);
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ(r->outcome.work.native_reads, 5u * 4);
+  EXPECT_EQ(r->outcome.work.scatter_launches, 5u * 4);
+  EXPECT_EQ(r->outcome.work.ready_events, 4u);
+  EXPECT_EQ(r->outcome.work.read_bank_acquisitions, 20u);
+  EXPECT_EQ(r->outcome.work.payload_allocations, 0u);
+
+  // Everything returned: banks, slots, leases.
+  auto read_pool = engine_internal::ReadPoolState(*engine_);
+  EXPECT_EQ(read_pool.free_banks, 4u);
+  EXPECT_EQ(read_pool.free_slots, 4u);
+  auto store_pool = engine_internal::StorePoolState(*engine_);
+  EXPECT_EQ(store_pool.free_banks, 4u);
+  EXPECT_EQ(store_pool.free_slots, 4u);
+  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+    EXPECT_EQ(s.leases, 0u);
+  }
+}
+
+class EngineLayoutTest : public EngineTest,
+                         public ::testing::WithParamInterface<KvCacheLayout> {};
+
+TEST_P(EngineLayoutTest, EveryPagedLayoutRoundTrips) {
+  const bool mla = GetParam() == KvCacheLayout::kMla;
+  // MLA: latent 72 x bf16 = 144-byte rows (not a power of two: partial stripes end mid-page).
+  OpenDefault(mla ? SmallModel(3, 0, 0, 2, 16, 72) : SmallModel(3, 2, 16));
+  auto src = Fixture(GetParam());
+  auto dst = Fixture(GetParam());
+  const auto tokens = RandomTokens(150, 3);
+  auto stored = StoreAll(*engine_, *src, tokens, 5, 1);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_TRUE(stored->outcome.status.ok()) << stored->outcome.status.ToString();
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, 1, 5, 9, WaitMode::kEveryLayer);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookup.hit_tokens, 149u);
+  EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_EQ(r->mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EngineLayoutTest,
+                         ::testing::Values(KvCacheLayout::kFlashAttnNhd,
+                                           KvCacheLayout::kFlashAttnHnd,
+                                           KvCacheLayout::kFlashInferNhd,
+                                           KvCacheLayout::kFlashInferHnd, KvCacheLayout::kMla));
+
+TEST_F(EngineTest, OnlyTheUncachedSuffixIsStoredAndTheLongerPrefixRestores) {
+  OpenDefault();
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(5 * kT, 4);
+  const std::span<const int32_t> prefix(tokens.data(), 2 * kT);
+  auto first = StoreAll(*engine_, *src, prefix, 21, 1);
+  ASSERT_TRUE(first.ok() && first->outcome.status.ok());
+  auto second = StoreAll(*engine_, *src, tokens, 21, 2);
+  ASSERT_TRUE(second.ok() && second->outcome.status.ok());
+  EXPECT_EQ(second->outcome.stored, (TokenInterval{2 * kT, 5 * kT}));
+  EXPECT_EQ(second->work.native_writes, 3u * 4);  // 3 new packs x 4 layers
+  // Storing it again does nothing.
+  auto third = StoreAll(*engine_, *src, tokens, 21, 3);
+  ASSERT_TRUE(third.ok() && third->outcome.status.ok());
+  EXPECT_EQ(third->outcome.disposition, StoreDisposition::kAlreadyCached);
+  EXPECT_EQ(third->work.native_writes, 0u);
+
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, 8, 21, 4,
+                            WaitMode::kStreamEveryLayer);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookup.hit_tokens, 5 * kT - 8);
+  EXPECT_EQ(r->lookup.records_selected, 5u);
+  EXPECT_TRUE(r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+}
+
+TEST_F(EngineTest, PrefetchReadsStartAtLookupAndScattersWaitForBinding) {
+  OpenDefault();
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(4 * kT + 1, 6);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 31, 1)->outcome.status.ok());
+  const EngineStats before = engine_->GetStats();
+
+  const RequestEnvelope env = Envelope("prefetched");
+  auto lookup = engine_->Lookup(env, tokens, 64);
+  ASSERT_TRUE(lookup.ok());
+  ASSERT_TRUE(lookup->prefetch_started);
+  ASSERT_EQ(lookup->hit_tokens, 4 * kT);
+  // The prefetch fills exactly the prefetch budget (3 of 4 banks) and then waits: its stripes
+  // landed, nothing was scattered, no layer was published.
+  ASSERT_TRUE(Eventually([&] {
+    const EngineStats s = engine_->GetStats() - before;
+    return s.native_reads == 3 && s.bytes_read == 3 * kW;
+  }));
+  EngineStats mid = engine_->GetStats() - before;
+  EXPECT_EQ(mid.prefetched_stripes, 3u);
+  EXPECT_EQ(mid.scatter_launches, 0u);
+  EXPECT_EQ(mid.ready_events, 0u);
+  auto pool = engine_internal::ReadPoolState(*engine_);
+  EXPECT_EQ(pool.owned_banks, 3u);
+  EXPECT_EQ(pool.prefetch_banks, 3u);
+
+  // The claim adopts the prefetch; binding releases the scatters.
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = env;
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  EXPECT_EQ((engine_->GetStats() - before).scatter_launches, 0u);
+  ASSERT_TRUE(dst->Poison(0xA5).ok());
+  const auto slots = RandomSlots(lookup->hit_tokens, dst->num_slots(), 8);
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), slots).ok());
+  for (uint32_t l = 0; l < 4; ++l) EXPECT_TRUE(handle->WaitLayer(l).ok());
+  RestoreOutcome out = handle->Finish();
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  auto bad = dst->Mismatches(tokens, 0, slots, 31);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 0u);
+  // No stripe was read twice: 16 reads in all, 3 of them before binding.
+  const EngineStats total = engine_->GetStats() - before;
+  EXPECT_EQ(total.native_reads, 16u);
+  EXPECT_EQ(total.prefetched_stripes, 3u);
+  EXPECT_EQ(total.scatter_launches, 16u);
+  EXPECT_EQ(total.ready_events, 4u);
+  EXPECT_EQ(out.work.prefetched_stripes, 3u);
+}
+
+TEST_F(EngineTest, ReleasingAnUnclaimedPrefetchDrainsAndCancelsTheTicket) {
+  OpenDefault();
+  auto src = Fixture();
+  const auto tokens = RandomTokens(3 * kT + 1, 7);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 41, 1)->outcome.status.ok());
+  const RequestEnvelope env = Envelope("abandoned");
+  auto lookup = engine_->Lookup(env, tokens, 1);
+  ASSERT_TRUE(lookup.ok() && lookup->prefetch_started);
+  engine_->ReleaseRequest(env);
+  ASSERT_TRUE(Eventually([&] {
+    auto p = engine_internal::ReadPoolState(*engine_);
+    return p.active_jobs == 0 && p.free_slots == 4 && p.free_banks == 4;
+  }));
+  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+    EXPECT_EQ(s.leases, 0u);
+  }
+  EXPECT_EQ(engine_->GetStats().cancelled_restores, 1u);
+  // The ticket is gone: a claim fails.
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = env;
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  EXPECT_EQ(engine_->StartRestore(req).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, DispatchModeReadsNothingBeforeTheClaim) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.ablations.prefetch = Ablations::Prefetch::kDispatch;
+  Open(o);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(2 * kT + 1, 8);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 51, 1)->outcome.status.ok());
+  const EngineStats before = engine_->GetStats();
+  auto lookup = engine_->Lookup(Envelope("d"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_FALSE(lookup->prefetch_started);
+  EXPECT_EQ((engine_->GetStats() - before).native_reads, 0u);
+  engine_->ReleaseRequest(Envelope("d"));
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("d2"), tokens, 1, 51, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+}
+
+TEST_F(EngineTest, BarrierDeliveryAndObjectReadIssueDeliverTheSameBytes) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.ablations.delivery = Ablations::Delivery::kBarrier;
+  o.ablations.read_issue = Ablations::ReadIssue::kObject;
+  o.ablations.object_tokens = 16;  // 16 x 128 B = 2 KiB objects: cut at 4 KiB pages -> 2 reads
+  Open(o);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(3 * kT + 1, 9);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 61, 1)->outcome.status.ok());
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("b"), tokens, 1, 61, 2,
+                            WaitMode::kEveryLayer);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+  // 12 stripes of 8 KiB, each issued as object-sized pieces aligned to pages: 2 per stripe.
+  EXPECT_EQ(r->outcome.work.native_reads, 24u);
+  EXPECT_EQ(r->outcome.work.scatter_launches, 12u);
+  EXPECT_EQ(r->outcome.work.ready_events, 4u);
+}
+
+TEST_F(EngineTest, CancelledHandleDropIsSafeAndEngineCloseLeavesHandlesInert) {
+  OpenDefault();
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(2 * kT + 1, 10);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 71, 1)->outcome.status.ok());
+  auto lookup = engine_->Lookup(Envelope("x"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = Envelope("x");
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE(engine_->Close().ok());
+  EXPECT_EQ(handle->BindSlots(dst->kv(), RandomSlots(lookup->hit_tokens, dst->num_slots(), 1))
+                .code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(handle->Finish().status.code(), StatusCode::kFailedPrecondition);
+  engine_.reset();  // the handle outlives the engine: still safe
+  EXPECT_FALSE(handle->valid());
+}
+
+// ---- input validation ----------------------------------------------------------------------
+
+TEST_F(EngineTest, ClaimsFailWithDistinctStatuses) {
+  OpenDefault();
+  auto src = Fixture();
+  const auto tokens = RandomTokens(2 * kT + 1, 12);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 81, 1)->outcome.status.ok());
+  auto lookup = engine_->Lookup(Envelope("c"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = Envelope("c");
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+
+  RestoreRequest foreign = req;
+  foreign.envelope = Envelope("c", /*attempt=*/1);
+  EXPECT_EQ(engine_->StartRestore(foreign).status().code(), StatusCode::kForeignOwner);
+  RestoreRequest beyond = req;
+  beyond.endpoint_tokens = lookup->hit_tokens + 1;
+  EXPECT_EQ(engine_->StartRestore(beyond).status().code(), StatusCode::kEndpointBeyondTicket);
+  auto other = tokens;
+  other[5] ^= 1;
+  RestoreRequest mismatch = req;
+  mismatch.tokens = other;
+  EXPECT_EQ(engine_->StartRestore(mismatch).status().code(), StatusCode::kTokenMismatch);
+  std::string forged = lookup->ticket;
+  forged[forged.size() / 2] ^= 0x40;
+  RestoreRequest bad = req;
+  bad.ticket = forged;
+  EXPECT_EQ(engine_->StartRestore(bad).status().code(), StatusCode::kCorruptTicket);
+  RestoreRequest empty = req;
+  empty.endpoint_tokens = 0;
+  EXPECT_EQ(engine_->StartRestore(empty).status().code(), StatusCode::kInvalidArgument);
+  // The genuine claim still works after all those failures.
+  auto ok = engine_->StartRestore(req);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ok->Cancel();
+  EXPECT_EQ(ok->Finish().status.code(), StatusCode::kCancelled);
+}
+
+TEST_F(EngineTest, BindSlotsRejectsBadMappingsAndLayouts) {
+  OpenDefault();
+  auto src = Fixture();
+  auto dst = Fixture(KvCacheLayout::kFlashAttnNhd, 8);  // 128 slots
+  const auto tokens = RandomTokens(kT + 1, 13);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 91, 1)->outcome.status.ok());
+  auto lookup = engine_->Lookup(Envelope("m"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = Envelope("m");
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok());
+  auto slots = RandomSlots(kT, dst->num_slots(), 2);
+  EXPECT_EQ(handle->BindSlots(dst->kv(), std::span<const int64_t>(slots).first(kT - 1)).code(),
+            StatusCode::kInvalidArgument);
+  auto dup = slots;
+  dup[3] = dup[4];
+  EXPECT_EQ(handle->BindSlots(dst->kv(), dup).code(), StatusCode::kInvalidArgument);
+  auto out_of_range = slots;
+  out_of_range[0] = 128;
+  EXPECT_EQ(handle->BindSlots(dst->kv(), out_of_range).code(), StatusCode::kOutOfRange);
+  auto negative = slots;
+  negative[0] = -1;
+  EXPECT_EQ(handle->BindSlots(dst->kv(), negative).code(), StatusCode::kInvalidArgument);
+  PagedKv fewer = dst->kv();
+  fewer.layer_base.pop_back();
+  EXPECT_EQ(handle->BindSlots(fewer, slots).code(), StatusCode::kGeometryMismatch);
+  PagedKv mla = dst->kv();
+  mla.layout = KvCacheLayout::kMla;
+  EXPECT_EQ(handle->BindSlots(mla, slots).code(), StatusCode::kGeometryMismatch);
+  // Nothing was bound by the failures: the right mapping binds once, then never again.
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), slots).ok());
+  EXPECT_EQ(handle->BindSlots(dst->kv(), slots).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(handle->Finish().status.ok());
+  EXPECT_EQ(handle->WaitLayer(0).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(EngineTest, OpenValidatesOptionsAndTheExistingStore) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.prefetch_banks = o.read_banks;
+  EXPECT_EQ(Engine::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.model.kv_heads = 0;
+  EXPECT_EQ(Engine::Open(o).status().code(), StatusCode::kInvalidArgument);
+  {
+    auto e = Engine::Open(SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_NE((*e)->DescribeBackends().find("device=host"), std::string::npos);
+  }
+  // Reopening with another model finds a pack file of another geometry.
+  auto other = Engine::Open(SmallOptions(dir_.path() + "/store", SmallModel(4, 4, 16), kW));
+  EXPECT_EQ(other.status().code(), StatusCode::kGeometryMismatch) << other.status().ToString();
+  // Same geometry, another model id: another namespace.
+  ModelSpec renamed = SmallModel(4, 2, 16);
+  renamed.model_id = "test/other";
+  auto ns = Engine::Open(SmallOptions(dir_.path() + "/store", renamed, kW));
+  EXPECT_EQ(ns.status().code(), StatusCode::kNamespaceMismatch) << ns.status().ToString();
+}
+
+TEST_F(EngineTest, StoreRejectsBadInputAndUnproducedLayersAbort) {
+  OpenDefault();
+  auto src = Fixture();
+  const auto tokens = RandomTokens(kT + 5, 14);
+  auto slots = RandomSlots(tokens.size(), src->num_slots(), 1);
+  StoreRequest req;
+  req.envelope = Envelope("s");
+  req.tokens = tokens;
+  req.kv = &src->kv();
+  req.slot_mapping = std::span<const int64_t>(slots).first(3);
+  EXPECT_EQ(engine_->BeginStore(req).status().code(), StatusCode::kInvalidArgument);
+  req.kv = nullptr;
+  req.slot_mapping = slots;
+  EXPECT_EQ(engine_->BeginStore(req).status().code(), StatusCode::kInvalidArgument);
+  req.kv = &src->kv();
+  auto neg = slots;
+  neg[2] = -5;
+  req.slot_mapping = neg;
+  EXPECT_EQ(engine_->BeginStore(req).status().code(), StatusCode::kInvalidArgument);
+
+  req.slot_mapping = slots;
+  auto handle = engine_->BeginStore(req);
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE(handle->LayerProduced(0).ok());
+  EXPECT_EQ(handle->LayerProduced(9).code(), StatusCode::kInvalidArgument);
+  StoreOutcome out = handle->Finish();
+  EXPECT_EQ(out.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(out.visible);
+  EXPECT_EQ(out.work.native_writes, 0u);
+  // Nothing visible; the reservation was reclaimed.
+  auto lookup = engine_->Lookup(Envelope("after"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->hit_tokens, 0u);
+  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+    EXPECT_EQ(s.state, SlotState::kFree);
+  }
+}
+
+}  // namespace
+}  // namespace rangekv

@@ -173,11 +173,12 @@ void RunBenchLookup(const BenchLookupConfig& cfg) {
     }
   }
 
-  std::printf("rangekv bench lookup: %llu-token prefix + %llu-token suffix, 8B geometry "
-              "(T=%llu, %u packs), %u reps (median)\n",
-              static_cast<unsigned long long>(cfg.prefix_tokens),
-              static_cast<unsigned long long>(cfg.suffix_tokens),
-              static_cast<unsigned long long>(T), packs, cfg.reps);
+  std::printf(
+      "rangekv bench lookup: %llu-token prefix + %llu-token suffix, 8B geometry "
+      "(T=%llu, %u packs), %u reps (median)\n",
+      static_cast<unsigned long long>(cfg.prefix_tokens),
+      static_cast<unsigned long long>(cfg.suffix_tokens), static_cast<unsigned long long>(T), packs,
+      cfg.reps);
   std::printf("%-17s %11s %10s %9s %9s %9s %11s %11s %9s\n", "index", "granularity", "median_us",
               "p10_us", "p90_us", "hit", "records_sel", "keys_built", "leases");
   nlohmann::json results = nlohmann::json::array();

@@ -78,8 +78,7 @@ Directory::Directory(const DirectoryOptions& options, uint64_t owner_epoch)
             options.pack_slots, options.tokens_per_pack),
       slot_reservation_(options.pack_slots, 0) {
   if (options.index == IndexMode::kScalar) {
-    const uint32_t keys =
-        options.scalar_objects == ScalarObjects::kChunkLayer ? options.layers : 1;
+    const uint32_t keys = options.scalar_objects == ScalarObjects::kChunkLayer ? options.layers : 1;
     scalar_ = std::make_unique<ScalarIndex>(options.scalar_chunk_tokens, keys, options.pack_slots);
   }
 }
@@ -236,9 +235,9 @@ Result<Reservation> Directory::Reserve(const NamespaceId& ns, std::span<const in
   }
   MutexLock lock(mu_);
   uint32_t root = kNoNode;
-  uint64_t visible = 0;      // h: tokens held by visible packs
+  uint64_t visible = 0;  // h: tokens held by visible packs
   uint32_t join_slot = kNoSlot;
-  uint64_t matched = 0;      // j: tokens held by visible or reserved packs
+  uint64_t matched = 0;  // j: tokens held by visible or reserved packs
   auto walk = [&]() REQUIRES(mu_) {
     root = tree_.FindRoot(ns);
     visible = matched = 0;
@@ -246,7 +245,8 @@ Result<Reservation> Directory::Reserve(const NamespaceId& ns, std::span<const in
     steps_.clear();
     if (root == kNoNode) return;
     uint64_t compared = 0;
-    matched = tree_.Walk(root, tokens, [](uint32_t) { return true; }, &steps_, &compared);
+    matched = tree_.Walk(
+        root, tokens, [](uint32_t) { return true; }, &steps_, &compared);
     for (const RadixTree::Step& s : steps_) {
       const uint32_t slot = tree_.node(s.node).slot;
       if (slots_.Get(slot).state != SlotState::kVisible) {
@@ -296,8 +296,8 @@ Result<Reservation> Directory::Reserve(const NamespaceId& ns, std::span<const in
   const uint64_t packs = std::min<uint64_t>(packs_needed, slots_.Count(SlotState::kFree));
   if (packs == 0) {
     return ResourceExhausted(
-        "reserve: no pack slot can be freed (" + std::to_string(slots_.usable()) + " usable: " +
-        std::to_string(slots_.Count(SlotState::kReserved)) + " reserved, " +
+        "reserve: no pack slot can be freed (" + std::to_string(slots_.usable()) +
+        " usable: " + std::to_string(slots_.Count(SlotState::kReserved)) + " reserved, " +
         std::to_string(slots_.Count(SlotState::kRetired)) + " retired with leases, " +
         std::to_string(slots_.Count(SlotState::kVisible)) + " visible but leased or depended on)");
   }
@@ -532,14 +532,13 @@ Result<ClaimedRange> Directory::ClaimLocked(const NamespaceId& ns, const Ticket&
                   "claim: ticket of namespace " + t.ns.ToHex() + ", claimed in " + ns.ToHex());
   }
   if (!(envelope == t.envelope)) {
-    return Status(StatusCode::kForeignOwner,
-                  "claim: ticket issued to request '" + t.envelope.request_id + "' (session " +
-                      std::to_string(t.envelope.session) + ", attempt " +
-                      std::to_string(t.envelope.attempt) + ", rank " +
-                      std::to_string(t.envelope.rank) + "), claimed by request '" +
-                      envelope.request_id + "' (session " + std::to_string(envelope.session) +
-                      ", attempt " + std::to_string(envelope.attempt) + ", rank " +
-                      std::to_string(envelope.rank) + ")");
+    return Status(
+        StatusCode::kForeignOwner,
+        "claim: ticket issued to request '" + t.envelope.request_id + "' (session " +
+            std::to_string(t.envelope.session) + ", attempt " + std::to_string(t.envelope.attempt) +
+            ", rank " + std::to_string(t.envelope.rank) + "), claimed by request '" +
+            envelope.request_id + "' (session " + std::to_string(envelope.session) + ", attempt " +
+            std::to_string(envelope.attempt) + ", rank " + std::to_string(envelope.rank) + ")");
   }
   if (o.claimed) {
     return FailedPrecondition("claim: ticket " + std::to_string(t.ticket_id) + " already claimed");
@@ -549,7 +548,8 @@ Result<ClaimedRange> Directory::ClaimLocked(const NamespaceId& ns, const Ticket&
                   "claim: endpoint " + std::to_string(endpoint_tokens) + " beyond the ticket's " +
                       std::to_string(t.hit_tokens) + " tokens");
   }
-  if (tokens.size() < t.hit_tokens || !(TokenDigest(tokens.first(t.hit_tokens)) == t.token_digest)) {
+  if (tokens.size() < t.hit_tokens ||
+      !(TokenDigest(tokens.first(t.hit_tokens)) == t.token_digest)) {
     return Status(StatusCode::kTokenMismatch,
                   "claim: the claimed tokens differ from the ticket's first " +
                       std::to_string(t.hit_tokens) + " tokens");
@@ -643,8 +643,8 @@ Result<InvalidateResult> Directory::InvalidatePrefix(const NamespaceId& ns,
   const uint32_t root = tree_.FindRoot(ns);
   if (root == kNoNode) return result;
   uint64_t compared = 0;
-  const uint64_t matched =
-      tree_.Walk(root, tokens, [](uint32_t) { return true; }, &steps_, &compared);
+  const uint64_t matched = tree_.Walk(
+      root, tokens, [](uint32_t) { return true; }, &steps_, &compared);
   if (matched < n) return result;
   // Position n-1 is the last matched token of the last node entered.
   const RadixTree::Step last = steps_.back();
@@ -665,9 +665,9 @@ Result<InvalidateResult> Directory::InvalidatePack(uint32_t slot, uint64_t gener
   MutexLock lock(mu_);
   const SlotInfo& info = slots_.Get(slot);
   if (info.generation != generation) {
-    return Status(StatusCode::kStaleGeneration,
-                  "invalidate: " + SlotName(slot, generation) + " is stale (now generation " +
-                      std::to_string(info.generation) + ")");
+    return Status(StatusCode::kStaleGeneration, "invalidate: " + SlotName(slot, generation) +
+                                                    " is stale (now generation " +
+                                                    std::to_string(info.generation) + ")");
   }
   if (info.state != SlotState::kVisible) {
     return FailedPrecondition("invalidate: " + SlotName(slot, generation) + " is " +
@@ -743,8 +743,8 @@ std::vector<StoredPack> Directory::ListPacks(const NamespaceId& ns) const {
     if (info.state != SlotState::kVisible) continue;
     StoredPack p;
     p.ns = ns;
-    p.record = PackRecord{n.slot, info.generation, n.depth_begin, 0,
-                          tree_.pack(n.slot).covered_tokens};
+    p.record =
+        PackRecord{n.slot, info.generation, n.depth_begin, 0, tree_.pack(n.slot).covered_tokens};
     p.parent_slot = tree_.node(n.parent).slot == kNoSlot ? UINT32_MAX : tree_.node(n.parent).slot;
     p.leases = info.leases;
     out.push_back(p);
@@ -796,8 +796,7 @@ Status Directory::CheckInvariants() const {
     scalar_->ForEachEntry([&](const ScalarIndex::Entry& e) NO_THREAD_SAFETY_ANALYSIS {
       for (const Piece& p : e.pieces) {
         const RadixTree::Pack& pk = tree_.pack(p.slot);
-        if (slots_.Get(p.slot).state != SlotState::kVisible ||
-            p.path_begin < pk.path_begin ||
+        if (slots_.Get(p.slot).state != SlotState::kVisible || p.path_begin < pk.path_begin ||
             p.path_begin + p.tokens > pk.path_begin + pk.covered_tokens) {
           st = fail("scalar key names tokens its pack no longer holds");
         }
@@ -962,9 +961,8 @@ Status Directory::LoadSnapshotBody(std::span<const uint8_t> bytes) {
     (void)r.U32(&s);
     if (s >= pack_slots || listed[s]) return corrupt("visible pack list names a bad slot");
     if (s >= slots.usable()) {
-      return Status(StatusCode::kGeometryMismatch,
-                    "directory snapshot: pack " + std::to_string(s) +
-                        " lies beyond this store's capacity bound");
+      return Status(StatusCode::kGeometryMismatch, "directory snapshot: pack " + std::to_string(s) +
+                                                       " lies beyond this store's capacity bound");
     }
     if (gens[s] == 0) return corrupt("visible pack with generation 0");
     listed[s] = 1;
@@ -1053,8 +1051,8 @@ Result<std::unique_ptr<Directory>> Directory::Deserialize(const DirectoryOptions
   }
   if (total != bytes.size()) {
     return Status(total > bytes.size() ? StatusCode::kTruncated : StatusCode::kCorruption,
-                  "directory snapshot: length field " + std::to_string(total) + " != " +
-                      std::to_string(bytes.size()) + " bytes");
+                  "directory snapshot: length field " + std::to_string(total) +
+                      " != " + std::to_string(bytes.size()) + " bytes");
   }
   uint64_t stored_sum = 0;
   for (int i = 0; i < 8; ++i) stored_sum |= uint64_t{bytes[bytes.size() - 8 + i]} << (8 * i);

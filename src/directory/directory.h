@@ -112,8 +112,8 @@ struct DirectoryOptions {
   uint32_t pack_slots = 0;       // N, the pack count of the store
   uint64_t tokens_per_pack = 0;  // T, tokens per stripe
   uint64_t pack_bytes = 0;       // L x W, for the byte capacity bound
-  uint64_t capacity_bytes = 0;   // 0: pack_slots x pack_bytes; else usable slots = this / pack_bytes
-  uint64_t owner_epoch = 1;      // this instance's epoch; bump it on every reopen (nonzero)
+  uint64_t capacity_bytes = 0;  // 0: pack_slots x pack_bytes; else usable slots = this / pack_bytes
+  uint64_t owner_epoch = 1;     // this instance's epoch; bump it on every reopen (nonzero)
 
   IndexMode index = IndexMode::kTree;
   uint64_t scalar_chunk_tokens = 256;  // LMCache's default chunk size
@@ -125,10 +125,10 @@ struct DirectoryOptions {
   uint32_t max_records = 1 << 20;        // pack pieces held by tree nodes
   uint64_t max_arena_bytes = 256 << 20;  // live edge-label bytes (4 per token)
   uint32_t max_namespaces = 1024;
-  uint32_t max_tickets = 4096;           // outstanding tickets
-  uint32_t max_reservations = 1024;      // in-flight stores
-  uint64_t max_query_tokens = 1 << 22;   // tokens per Lookup/Reserve/Invalidate call
-  uint32_t max_ticket_records = 4096;    // records per ticket (<= kMaxTicketRecords)
+  uint32_t max_tickets = 4096;          // outstanding tickets
+  uint32_t max_reservations = 1024;     // in-flight stores
+  uint64_t max_query_tokens = 1 << 22;  // tokens per Lookup/Reserve/Invalidate call
+  uint32_t max_ticket_records = 4096;   // records per ticket (<= kMaxTicketRecords)
 
   // Options for a store of `pack_slots` packs of `geometry`.
   static DirectoryOptions ForGeometry(const Geometry& geometry, uint32_t pack_slots);
@@ -144,10 +144,10 @@ enum class ReserveOutcome : uint8_t {
 
 struct Reservation {
   ReserveOutcome outcome = ReserveOutcome::kAlreadyStored;
-  uint64_t reservation_id = 0;  // kReserved: this store's; kJoined: the one to wait for
-  uint64_t begin_tokens = 0;    // tokens already visible (the store skips them)
-  uint64_t end_tokens = 0;      // kReserved: end of the reserved suffix (< query length when
-                                // capacity ran short); kJoined: end of the joined range
+  uint64_t reservation_id = 0;      // kReserved: this store's; kJoined: the one to wait for
+  uint64_t begin_tokens = 0;        // tokens already visible (the store skips them)
+  uint64_t end_tokens = 0;          // kReserved: end of the reserved suffix (< query length when
+                                    // capacity ran short); kJoined: end of the joined range
   std::vector<PackRecord> records;  // kReserved: one per new pack, pack_token_offset 0, in order
 };
 
@@ -173,7 +173,7 @@ struct InvalidateResult {
 // Visible pack as listed by ListPacks (inspect tools, snapshots, tests).
 struct StoredPack {
   NamespaceId ns;
-  PackRecord record;  // path interval held (pack_token_offset 0), generation
+  PackRecord record;                  // path interval held (pack_token_offset 0), generation
   uint32_t parent_slot = UINT32_MAX;  // pack holding the position before token 0, if any
   uint32_t leases = 0;
 };
@@ -181,13 +181,13 @@ struct StoredPack {
 struct DirectoryStats {
   // Work counters (monotonic).
   uint64_t lookups = 0;
-  uint64_t lookup_hits = 0;         // lookups that registered a ticket
-  uint64_t repeated_lookups = 0;    // identical repeats answered with the outstanding ticket
-  uint64_t tokens_compared = 0;     // token pairs compared by tree walks
-  uint64_t records_selected = 0;    // tree: pack pieces; scalar: keys (logical objects)
-  uint64_t keys_built = 0;          // scalar: keys constructed (lookups and publications)
-  uint64_t key_probes = 0;          // scalar: hash-map probes
-  uint64_t leases_taken = 0;        // tree: one per pack per ticket; scalar: one per key
+  uint64_t lookup_hits = 0;       // lookups that registered a ticket
+  uint64_t repeated_lookups = 0;  // identical repeats answered with the outstanding ticket
+  uint64_t tokens_compared = 0;   // token pairs compared by tree walks
+  uint64_t records_selected = 0;  // tree: pack pieces; scalar: keys (logical objects)
+  uint64_t keys_built = 0;        // scalar: keys constructed (lookups and publications)
+  uint64_t key_probes = 0;        // scalar: hash-map probes
+  uint64_t leases_taken = 0;      // tree: one per pack per ticket; scalar: one per key
   uint64_t leases_released = 0;
   uint64_t tickets_issued = 0;
   uint64_t claims = 0;
@@ -197,10 +197,10 @@ struct DirectoryStats {
   uint64_t reservations = 0;
   uint64_t joins = 0;
   uint64_t publications = 0;
-  uint64_t aborts = 0;              // aborted and doomed reservations
+  uint64_t aborts = 0;  // aborted and doomed reservations
   uint64_t evictions = 0;
   uint64_t retirements = 0;
-  uint64_t reclaims = 0;            // retired or evicted slots returned to free
+  uint64_t reclaims = 0;  // retired or evicted slots returned to free
   uint64_t invalidations = 0;
   // Gauges.
   uint32_t free_slots = 0;

@@ -156,13 +156,11 @@ void RunMix(IndexMode mode) {
   for (const SlotInfo& info : d->Slots()) EXPECT_EQ(info.leases, 0u);
   Status inv = d->CheckInvariants();
   EXPECT_TRUE(inv.ok()) << inv.ToString();
-  std::printf("%s: claims=%llu stale=%llu lookups=%llu evictions=%llu retirements=%llu\n",
-              std::string(IndexModeName(mode)).c_str(),
-              static_cast<unsigned long long>(claims_ok.load()),
-              static_cast<unsigned long long>(stale.load()),
-              static_cast<unsigned long long>(s.lookups),
-              static_cast<unsigned long long>(s.evictions),
-              static_cast<unsigned long long>(s.retirements));
+  std::printf(
+      "%s: claims=%llu stale=%llu lookups=%llu evictions=%llu retirements=%llu\n",
+      std::string(IndexModeName(mode)).c_str(), static_cast<unsigned long long>(claims_ok.load()),
+      static_cast<unsigned long long>(stale.load()), static_cast<unsigned long long>(s.lookups),
+      static_cast<unsigned long long>(s.evictions), static_cast<unsigned long long>(s.retirements));
 }
 
 TEST(DirectoryConcurrencyTest, TreeModeMixedThreads) { RunMix(IndexMode::kTree); }

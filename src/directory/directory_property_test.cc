@@ -169,7 +169,8 @@ class Model {
 
   Result<Reservation> Reserve(const NamespaceId& ns, const std::vector<int32_t>& q) {
     std::vector<WalkStep> all;
-    const uint64_t j = Walk(ns, q, [](const ModelSlot&) { return true; }, &all);
+    const uint64_t j = Walk(
+        ns, q, [](const ModelSlot&) { return true; }, &all);
     uint64_t h = 0;
     int join = -1;
     for (const WalkStep& st : all) {
@@ -369,7 +370,8 @@ class Model {
 
   Result<InvalidateResult> InvalidatePrefix(const NamespaceId& ns, const std::vector<int32_t>& q) {
     std::vector<WalkStep> steps;
-    if (Walk(ns, q, [](const ModelSlot&) { return true; }, &steps) < q.size()) {
+    if (Walk(
+            ns, q, [](const ModelSlot&) { return true; }, &steps) < q.size()) {
       return InvalidateResult{};
     }
     return Remove(ns, q);
@@ -497,7 +499,8 @@ class PropertyRun {
     const std::vector<int32_t>& base = bases_[R(bases_.size())];
     std::vector<int32_t> q(base.begin(), base.begin() + R(base.size() + 1));
     const uint64_t tail = R(3) == 0 ? 0 : R(20);
-    for (uint64_t i = 0; i < tail; ++i) q.push_back(static_cast<int32_t>(R(3) == 0 ? R(4) : 10 + R(50)));
+    for (uint64_t i = 0; i < tail; ++i)
+      q.push_back(static_cast<int32_t>(R(3) == 0 ? R(4) : 10 + R(50)));
     if (q.empty()) q.push_back(static_cast<int32_t>(R(4)));
     return q;
   }
@@ -524,12 +527,12 @@ class PropertyRun {
     for (uint32_t s = 0; s < kAllSlots; ++s) {
       const SlotInfo got = d_->Slot(s);
       const ModelSlot& want = model_.slots()[s];
-      Check(got.state == want.state && got.generation == want.generation &&
-                got.leases == want.leases,
-            "slot " + std::to_string(s) + ": " + std::string(SlotStateName(got.state)) + " gen " +
-                std::to_string(got.generation) + " leases " + std::to_string(got.leases) +
-                " vs model " + std::string(SlotStateName(want.state)) + " gen " +
-                std::to_string(want.generation) + " leases " + std::to_string(want.leases));
+      Check(
+          got.state == want.state && got.generation == want.generation && got.leases == want.leases,
+          "slot " + std::to_string(s) + ": " + std::string(SlotStateName(got.state)) + " gen " +
+              std::to_string(got.generation) + " leases " + std::to_string(got.leases) +
+              " vs model " + std::string(SlotStateName(want.state)) + " gen " +
+              std::to_string(want.generation) + " leases " + std::to_string(want.leases));
     }
   }
 
@@ -590,19 +593,24 @@ class PropertyRun {
     if (!(*a == *b) && std::getenv("RANGEKV_PROPERTY_DEBUG")) {
       std::string qs;
       for (int32_t x : q) qs += std::to_string(x) + ",";
-      std::printf("DEBUG ns=%llu g=%llu q=%s\n", (unsigned long long)ns.lo, (unsigned long long)g, qs.c_str());
+      std::printf("DEBUG ns=%llu g=%llu q=%s\n", (unsigned long long)ns.lo, (unsigned long long)g,
+                  qs.c_str());
       for (const StoredPack& p : d_->ListPacks(ns)) {
         std::printf("  pack slot=%u begin=%llu tokens=%llu parent=%u\n", p.record.pack_slot,
-                    (unsigned long long)p.record.path_token_begin, (unsigned long long)p.record.tokens, p.parent_slot);
+                    (unsigned long long)p.record.path_token_begin,
+                    (unsigned long long)p.record.tokens, p.parent_slot);
       }
       for (uint32_t s = 0; s < kAllSlots; ++s) {
         const ModelSlot& m = model_.slots()[s];
         if (!m.pack.in_tree) continue;
         std::string ps;
         for (int32_t x : m.pack.path) ps += std::to_string(x) + ",";
-        std::printf("  model slot=%u state=%d ns=%llu begin=%llu path=%s\n", s, (int)m.state, (unsigned long long)m.pack.ns.lo, (unsigned long long)m.pack.begin, ps.c_str());
+        std::printf("  model slot=%u state=%d ns=%llu begin=%llu path=%s\n", s, (int)m.state,
+                    (unsigned long long)m.pack.ns.lo, (unsigned long long)m.pack.begin, ps.c_str());
       }
-      std::printf("  scalar keys=%llu model expects %llu\n", (unsigned long long)d_->Stats().scalar_keys, (unsigned long long)model_.ExpectedScalarKeys());
+      std::printf("  scalar keys=%llu model expects %llu\n",
+                  (unsigned long long)d_->Stats().scalar_keys,
+                  (unsigned long long)model_.ExpectedScalarKeys());
     }
     Check(*a == *b, "lookup ticket: hit " + std::to_string(a->hit_tokens) + " vs model " +
                         std::to_string(b->hit_tokens) + ", " + std::to_string(a->records.size()) +
@@ -800,14 +808,14 @@ void Report(const char* name, PropertyRun& run) {
   const OpCounts& c = run.counts();
   std::string kinds;
   for (const auto& [k, n] : c.by_kind) kinds += k + "=" + std::to_string(n) + " ";
-  std::printf("%s: %s| hits=%llu partial=%llu divergent_stores=%llu joins=%llu stale_claims=%llu "
-              "evictions=%llu\n",
-              name, kinds.c_str(), static_cast<unsigned long long>(c.hits),
-              static_cast<unsigned long long>(c.partial_hits),
-              static_cast<unsigned long long>(c.divergent_stores),
-              static_cast<unsigned long long>(c.joins),
-              static_cast<unsigned long long>(c.stale_claims),
-              static_cast<unsigned long long>(c.evictions));
+  std::printf(
+      "%s: %s| hits=%llu partial=%llu divergent_stores=%llu joins=%llu stale_claims=%llu "
+      "evictions=%llu\n",
+      name, kinds.c_str(), static_cast<unsigned long long>(c.hits),
+      static_cast<unsigned long long>(c.partial_hits),
+      static_cast<unsigned long long>(c.divergent_stores), static_cast<unsigned long long>(c.joins),
+      static_cast<unsigned long long>(c.stale_claims),
+      static_cast<unsigned long long>(c.evictions));
 }
 
 void ExpectCoverage(const OpCounts& c) {

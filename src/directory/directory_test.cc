@@ -88,7 +88,8 @@ TEST(DirectoryTest, StoreThenLookupSelectsOneRecordPerPack) {
   EXPECT_EQ(r.outcome, ReserveOutcome::kReserved);
   EXPECT_EQ(r.begin_tokens, 0u);
   EXPECT_EQ(r.end_tokens, 20u);
-  EXPECT_EQ(r.records, (std::vector<PackRecord>{Rec(0, 1, 0, 8), Rec(1, 1, 8, 8), Rec(2, 1, 16, 4)}));
+  EXPECT_EQ(r.records,
+            (std::vector<PackRecord>{Rec(0, 1, 0, 8), Rec(1, 1, 8, 8), Rec(2, 1, 16, 4)}));
 
   // The query extends the stored prefix: all 20 tokens hit at granularity 1 and 4.
   std::vector<int32_t> q = a;
@@ -144,7 +145,8 @@ TEST(DirectoryTest, DivergentPrefixSharesThePackUpToTheDivergence) {
   qa.push_back(0);
   Result<Ticket> ta = d->Lookup(kNs, qa, Env("a"), 1);
   ASSERT_TRUE(ta.ok());
-  EXPECT_EQ(ta->records, (std::vector<PackRecord>{Rec(0, 1, 0, 8), Rec(1, 1, 8, 8), Rec(2, 1, 16, 4)}));
+  EXPECT_EQ(ta->records,
+            (std::vector<PackRecord>{Rec(0, 1, 0, 8), Rec(1, 1, 8, 8), Rec(2, 1, 16, 4)}));
   // A query diverging from both inside pack 3 hits up to the divergence.
   std::vector<int32_t> c = Diverge(b, 15, 3);
   Result<Ticket> tc = d->Lookup(kNs, c, Env("c"), 1);
@@ -160,7 +162,8 @@ TEST(DirectoryTest, PartiallyPresentPrefixStoresOnlyTheSuffix) {
   Store(*d, std::vector<int32_t>(a.begin(), a.begin() + 10));
   Reservation r = Store(*d, a);
   EXPECT_EQ(r.begin_tokens, 10u);
-  EXPECT_EQ(r.records, (std::vector<PackRecord>{Rec(2, 1, 10, 8), Rec(3, 1, 18, 8), Rec(4, 1, 26, 4)}));
+  EXPECT_EQ(r.records,
+            (std::vector<PackRecord>{Rec(2, 1, 10, 8), Rec(3, 1, 18, 8), Rec(4, 1, 26, 4)}));
   Reservation again = Store(*d, a);
   EXPECT_EQ(again.outcome, ReserveOutcome::kAlreadyStored);
   EXPECT_EQ(again.begin_tokens, 30u);
@@ -281,7 +284,8 @@ TEST_F(ClaimTest, EachMismatchHasItsOwnStatusAndChangesNothing) {
   Result<ClaimedRange> ok = d_->ClaimBytes(kNs, EncodeTicket(t_), Env("req"), q_, 18);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->endpoint_tokens, 18u);
-  EXPECT_EQ(ok->records, (std::vector<PackRecord>{Rec(0, 1, 0, 8), Rec(1, 1, 8, 8), Rec(2, 1, 16, 2)}));
+  EXPECT_EQ(ok->records,
+            (std::vector<PackRecord>{Rec(0, 1, 0, 8), Rec(1, 1, 8, 8), Rec(2, 1, 16, 2)}));
   EXPECT_EQ(ClaimCode(t_, Env("req"), kNs, q_, 20), StatusCode::kFailedPrecondition);
 }
 
@@ -527,7 +531,8 @@ TEST(DirectoryTest, PaperGeometrySelectsOneRecordPerPack) {
   ASSERT_TRUE(g.ok());
   auto d = Make(DirectoryOptions::ForGeometry(*g, 64));
   std::vector<int32_t> prompt(65280);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 2654435761u % 128000);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<int32_t>(i * 2654435761u % 128000);
   Reservation r = Store(*d, std::vector<int32_t>(prompt.begin(), prompt.begin() + 49152));
   EXPECT_EQ(r.records.size(), 6u);
   Result<Ticket> t = d->Lookup(kNs, prompt, Env("paper"), 256);
@@ -540,7 +545,8 @@ TEST(DirectoryTest, PaperGeometrySelectsOneRecordPerPack) {
   auto d2 = Make(DirectoryOptions::ForGeometry(*g, 16));
   std::vector<int32_t> big(131072 + 512);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>(i * 40503u % 128000);
-  EXPECT_EQ(Store(*d2, std::vector<int32_t>(big.begin(), big.begin() + 131072)).records.size(), 16u);
+  EXPECT_EQ(Store(*d2, std::vector<int32_t>(big.begin(), big.begin() + 131072)).records.size(),
+            16u);
   for (uint64_t gran : {16u, 256u, 8192u}) {
     Result<Ticket> tt = d2->Lookup(kNs, big, Env("g" + std::to_string(gran)), gran);
     ASSERT_TRUE(tt.ok());

@@ -40,8 +40,9 @@ Status RadixTree::CheckCapacity(uint64_t new_nodes, uint64_t new_records, uint64
                              std::to_string(limits_.max_namespaces) + " namespaces)");
   }
   if (nodes_in_use_ + new_nodes > limits_.max_nodes) {
-    return ResourceExhausted("directory: tree node bound reached (" + std::to_string(nodes_in_use_) +
-                             " of " + std::to_string(limits_.max_nodes) + " nodes in use, " +
+    return ResourceExhausted("directory: tree node bound reached (" +
+                             std::to_string(nodes_in_use_) + " of " +
+                             std::to_string(limits_.max_nodes) + " nodes in use, " +
                              std::to_string(new_nodes) + " needed)");
   }
   if (records_ + new_records > limits_.max_records) {
@@ -50,11 +51,10 @@ Status RadixTree::CheckCapacity(uint64_t new_nodes, uint64_t new_records, uint64
                              std::to_string(new_records) + " needed)");
   }
   if (live_tokens_ + new_tokens > limits_.max_label_tokens) {
-    return ResourceExhausted("directory: token arena bound reached (" +
-                             std::to_string(live_tokens_ * sizeof(int32_t)) + " of " +
-                             std::to_string(limits_.max_label_tokens * sizeof(int32_t)) +
-                             " bytes live, " + std::to_string(new_tokens * sizeof(int32_t)) +
-                             " needed)");
+    return ResourceExhausted(
+        "directory: token arena bound reached (" + std::to_string(live_tokens_ * sizeof(int32_t)) +
+        " of " + std::to_string(limits_.max_label_tokens * sizeof(int32_t)) + " bytes live, " +
+        std::to_string(new_tokens * sizeof(int32_t)) + " needed)");
   }
   return OkStatus();
 }

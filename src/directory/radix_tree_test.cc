@@ -21,7 +21,8 @@ std::vector<int32_t> Iota(int n, int start = 0) {
 uint64_t WalkAll(const RadixTree& t, uint32_t root, const std::vector<int32_t>& q,
                  std::vector<RadixTree::Step>* steps) {
   uint64_t compared = 0;
-  return t.Walk(root, q, [](uint32_t) { return true; }, steps, &compared);
+  return t.Walk(
+      root, q, [](uint32_t) { return true; }, steps, &compared);
 }
 
 TEST(CommonPrefixTest, FindsTheFirstDifferenceInAnyBlock) {
@@ -125,7 +126,8 @@ TEST(RadixTreeTest, RandomChurnKeepsInvariantsAndBoundsTheArena) {
         if (steps.back().matched < t.node(parent).label_len) t.Split(parent, steps.back().matched);
       }
       for (uint64_t pos = h; pos < q.size(); pos += kT) {
-        uint32_t slot = static_cast<uint32_t>(std::find(used.begin(), used.end(), false) - used.begin());
+        uint32_t slot =
+            static_cast<uint32_t>(std::find(used.begin(), used.end(), false) - used.begin());
         used[slot] = true;
         const uint64_t len = std::min<uint64_t>(kT, q.size() - pos);
         parent = t.Attach(parent, std::span(q).subspan(pos, len), slot, 0);

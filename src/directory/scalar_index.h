@@ -75,8 +75,8 @@ class ScalarIndex {
   // Probes the full chunks of `tokens` in order, stopping at the first missing key. Appends the
   // entries found (chunk-major, keys_per_chunk per chunk) to *found and returns the number of
   // whole chunks found. Adds keys built / probed to the counters.
-  uint64_t Probe(const NamespaceId& ns, std::span<const int32_t> tokens, std::vector<uint32_t>* found,
-                 uint64_t* keys_built, uint64_t* probes) const;
+  uint64_t Probe(const NamespaceId& ns, std::span<const int32_t> tokens,
+                 std::vector<uint32_t>* found, uint64_t* keys_built, uint64_t* probes) const;
 
   const Entry& entry(uint32_t i) const { return entries_[i]; }
   void AddLease(uint32_t i) { entries_[i].leases++; }

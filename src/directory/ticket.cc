@@ -132,14 +132,14 @@ Result<Ticket> DecodeTicket(std::span<const uint8_t> bytes) {
   (void)r.U32(&total);
   if (magic != kTicketMagic) return Corrupt("bad magic");
   if (version != kTicketVersion) {
-    return Status(StatusCode::kWrongVersion,
-                  "ticket: version " + std::to_string(version) + " (this build reads " +
-                      std::to_string(kTicketVersion) + ")");
+    return Status(StatusCode::kWrongVersion, "ticket: version " + std::to_string(version) +
+                                                 " (this build reads " +
+                                                 std::to_string(kTicketVersion) + ")");
   }
   if (flags != 0) return Corrupt("unknown flags");
   if (total != bytes.size()) {
-    return Corrupt("length field " + std::to_string(total) + " != " +
-                   std::to_string(bytes.size()) + " bytes");
+    return Corrupt("length field " + std::to_string(total) + " != " + std::to_string(bytes.size()) +
+                   " bytes");
   }
   // The checksum covers everything before it; verify before interpreting any field further.
   const size_t body = bytes.size() - 8;

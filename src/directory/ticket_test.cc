@@ -24,7 +24,8 @@ Ticket SampleTicket() {
 TEST(TicketTest, RoundTrips) {
   const Ticket t = SampleTicket();
   std::vector<uint8_t> bytes = EncodeTicket(t);
-  EXPECT_EQ(bytes.size(), kTicketFixedBytes + t.envelope.request_id.size() + 2 * kTicketRecordBytes);
+  EXPECT_EQ(bytes.size(),
+            kTicketFixedBytes + t.envelope.request_id.size() + 2 * kTicketRecordBytes);
   Result<Ticket> back = DecodeTicket(bytes);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, t);

@@ -12,7 +12,8 @@
 // own invariant check runs too, and in scalar mode the number of keys is compared with the
 // model's count of fully covered chunks.
 //
-// RANGEKV_PROPERTY_SEED and RANGEKV_PROPERTY_OPS override the seed and the operation count.
+// RANGEKV_PROPERTY_SEED and RANGEKV_PROPERTY_OPS override the seed and the operation count;
+// RANGEKV_PROPERTY_DEBUG=1 prints both sides' packs when a lookup disagrees.
 #include <gtest/gtest.h>
 
 #include <algorithm>

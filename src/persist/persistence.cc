@@ -504,11 +504,14 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
                              " packs, store epoch " + Num(epoch));
   } else {
     report.outcome = RecoveryOutcome::kStartedEmpty;
-    const LogLevel level =
-        report.reason == DiscardReason::kNewStore ? LogLevel::kInfo : LogLevel::kWarning;
-    Log(level, "store " + store_dir + ": index discarded (" +
-                   std::string(DiscardReasonName(report.reason)) + "): " + report.detail +
-                   "; starting empty at store epoch " + Num(epoch));
+    if (report.reason == DiscardReason::kNewStore) {
+      Log(LogLevel::kInfo, "store " + store_dir + ": new store, starting empty at store epoch " +
+                               Num(epoch));
+    } else {
+      Log(LogLevel::kWarning, "store " + store_dir + ": index discarded (" +
+                                  std::string(DiscardReasonName(report.reason)) + "): " +
+                                  report.detail + "; starting empty at store epoch " + Num(epoch));
+    }
   }
   out.persistence = std::unique_ptr<Persistence>(
       new Persistence(env, paths, epoch, pack.uuid(), options));
@@ -550,6 +553,8 @@ Result<InspectedIndex> InspectIndex(Env* env, const std::string& store_dir, cons
       out.digests = std::move(b.digests);
       report.outcome = RecoveryOutcome::kLoaded;
       report.packs_loaded = CountVisible(*out.directory);
+      report.detail = "snapshot of " + Num(report.packs_loaded) + " packs saved by store epoch " +
+                      Num(st.snapshot->store_epoch) + " would be loaded";
     } else {
       report.reason = b.reason;
       report.detail = b.detail;

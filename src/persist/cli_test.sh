@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# CLI test of `rangekv inspect` and `rangekv fsck` over stores made by make_test_store.
+# Usage: cli_test.sh RANGEKV_BINARY MAKE_TEST_STORE_BINARY
+set -u
+rangekv=$1
+make_store=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$make_store" "$work/clean" || fail "make clean store"
+"$rangekv" fsck --dir "$work/clean" > "$work/out" || fail "fsck of a clean store exited $?: $(cat "$work/out")"
+grep -q "clean; 4 packs" "$work/out" || fail "fsck output: $(cat "$work/out")"
+"$rangekv" inspect --dir "$work/clean" > "$work/out" || fail "inspect exited $?"
+grep -q "index      loaded" "$work/out" || fail "inspect text: $(cat "$work/out")"
+"$rangekv" inspect --dir "$work/clean" --json > "$work/inspect.json" || fail "inspect --json exited $?"
+grep -q '"index": "loaded"' "$work/inspect.json" || fail "inspect json: $(cat "$work/inspect.json")"
+grep -q '"path_token_begin": 100' "$work/inspect.json" || fail "inspect json lacks the records"
+
+"$make_store" "$work/flip" flip || fail "make flipped store"
+"$rangekv" fsck --dir "$work/flip" --json > "$work/fsck.json"
+code=$?
+[ "$code" -eq 1 ] || fail "fsck of a flipped byte exited $code"
+grep -q '"kind": "payload_digest"' "$work/fsck.json" || fail "fsck json: $(cat "$work/fsck.json")"
+grep -q '"layer": 1' "$work/fsck.json" || fail "fsck json does not name layer 1"
+tr -d ' \n' < "$work/fsck.json" | grep -q '"path_tokens":\[132,148\]' || fail "fsck json does not name path tokens [132, 148)"
+
+"$make_store" "$work/dirty" dirty || fail "make dirty store"
+"$rangekv" fsck --dir "$work/dirty" > "$work/out"
+[ $? -eq 1 ] || fail "fsck of a dirty store did not exit 1"
+grep -q "^dirty" "$work/out" || fail "fsck dirty output: $(cat "$work/out")"
+
+mkdir "$work/empty"
+"$rangekv" fsck --dir "$work/empty" > /dev/null 2>&1
+[ $? -eq 2 ] || fail "fsck of a non-store did not exit 2"
+echo "PASS"

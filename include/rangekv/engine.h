@@ -212,9 +212,9 @@ struct PagedKv {
   std::vector<void*> layer_base;  // size == geometry().layers
 };
 
-// A stream of the engine's device, as a caller names it. For CUDA: a cudaStream_t; for the host
-// device: a stream made by Engine::CreateStream(). A null stream means "no stream": the
-// operation synchronizes on the host instead.
+// A stream of the engine's device, as a caller names it: a ref returned by
+// Engine::CreateStream() or Engine::WrapNativeStream() (never a raw cudaStream_t). A null ref
+// means "no stream" (LayerProduced: the KV is already in memory).
 struct DeviceStreamRef {
   void* native = nullptr;
   bool null() const { return native == nullptr; }
@@ -224,31 +224,31 @@ struct DeviceStreamRef {
 
 // X(name, description). One list drives the struct, JSON output and differences.
 #define RANGEKV_ENGINE_STATS_FIELDS(X)                                                          \
-  X(lookups, "Lookup calls answered")                                                          \
-  X(records_selected, "pack records selected by lookups")                                      \
-  X(leases_taken, "pack leases taken by tickets")                                              \
-  X(restores_started, "claims that started a restore")                                         \
-  X(restores_finished, "restores whose owners all drained")                                    \
-  X(cancelled_restores, "restores or prefetches cancelled before completing")                  \
-  X(native_reads, "native read submissions to the I/O engine")                                 \
-  X(bytes_read, "bytes moved by native reads")                                                 \
-  X(read_bank_acquisitions, "read bank acquisitions")                                          \
-  X(prefetched_stripes, "stripe reads issued before slots were bound")                         \
-  X(h2d_copies, "staging-to-device copies (devices without direct I/O into device memory)")    \
-  X(scatter_launches, "scatter kernel launches (one per delivered stripe)")                    \
-  X(ready_events, "layer readiness events recorded")                                           \
-  X(failed_spans, "read or write spans that failed")                                           \
-  X(quarantines, "banks quarantined because their completion could not be proven")            \
-  X(checksum_failures, "spans whose payload failed verification")                              \
-  X(stores_begun, "BeginStore calls that reserved new records")                                \
-  X(stores_joined, "BeginStore calls that joined an in-flight reservation (no I/O)")           \
-  X(stores_cached, "BeginStore calls whose tokens were all cached already")                    \
-  X(stores_published, "stores whose records became visible")                                  \
-  X(stores_aborted, "stores whose reservation was reclaimed")                                  \
-  X(gather_launches, "gather kernel launches (one per layer group and bank)")                  \
-  X(store_bank_acquisitions, "store bank acquisitions")                                        \
-  X(native_writes, "native write submissions to the I/O engine")                               \
-  X(bytes_written, "bytes moved by native writes")                                             \
+  X(lookups, "Lookup calls answered")                                                           \
+  X(records_selected, "pack records selected by lookups")                                       \
+  X(leases_taken, "pack leases taken by tickets")                                               \
+  X(restores_started, "claims that started a restore")                                          \
+  X(restores_finished, "restores whose owners all drained")                                     \
+  X(cancelled_restores, "restores or prefetches cancelled before completing")                   \
+  X(native_reads, "native read submissions to the I/O engine")                                  \
+  X(bytes_read, "bytes moved by native reads")                                                  \
+  X(read_bank_acquisitions, "read bank acquisitions")                                           \
+  X(prefetched_stripes, "stripe reads issued before slots were bound")                          \
+  X(h2d_copies, "staging-to-device copies (devices without direct I/O into device memory)")     \
+  X(scatter_launches, "scatter kernel launches (one per delivered stripe)")                     \
+  X(ready_events, "layer readiness events recorded")                                            \
+  X(failed_spans, "read or write spans that failed")                                            \
+  X(quarantines, "banks quarantined because their completion could not be proven")              \
+  X(checksum_failures, "spans whose payload failed verification")                               \
+  X(stores_begun, "BeginStore calls that reserved new records")                                 \
+  X(stores_joined, "BeginStore calls that joined an in-flight reservation (no I/O)")            \
+  X(stores_cached, "BeginStore calls whose tokens were all cached already")                     \
+  X(stores_published, "stores whose records became visible")                                    \
+  X(stores_aborted, "stores whose reservation was reclaimed")                                   \
+  X(gather_launches, "gather kernel launches (one per layer group and bank)")                   \
+  X(store_bank_acquisitions, "store bank acquisitions")                                         \
+  X(native_writes, "native write submissions to the I/O engine")                                \
+  X(bytes_written, "bytes moved by native writes")                                              \
   X(payload_allocations, "payload buffers allocated after Open (the data path allocates none)") \
   X(rejected_requests, "restores or stores refused because their job slots were all in use")
 
@@ -267,8 +267,8 @@ struct EngineStats {
 // ---- restore ----------------------------------------------------------------------------------
 
 struct LookupResult {
-  uint64_t hit_tokens = 0;       // reusable prefix, rounded down to the reuse granularity
-  std::string ticket;            // serialized ticket; empty when hit_tokens == 0
+  uint64_t hit_tokens = 0;  // reusable prefix, rounded down to the reuse granularity
+  std::string ticket;       // serialized ticket; empty when hit_tokens == 0
   uint64_t records_selected = 0;
   bool prefetch_started = false;  // a prefetching restore job now waits for the claim
 };
@@ -321,9 +321,14 @@ class RestoreHandle {
   // kInvalidArgument for a layer >= L.
   Status WaitLayer(uint32_t layer);
 
-  // Makes `model_stream` wait for layer `layer` without waiting for the data on the host:
-  // blocks the caller only until the layer's readiness event has been recorded (its last
-  // scatter launched), then enqueues a stream wait on it. Same statuses as WaitLayer.
+  // Makes `model_stream` wait for layer `layer` without the host waiting for the data. Where
+  // the device has stream memory operations (CUDA cuStreamWaitValue32, HostDevice) it enqueues
+  // a wait on the layer's readiness flag and returns at once with OK, even before the layer's
+  // reads were issued; the flag is written after the layer's last scatter (also for failed or
+  // cancelled layers, so the stream never hangs), and failures surface in Finish()'s outcome.
+  // Otherwise it blocks only until the layer's readiness event was recorded (its last scatter
+  // launched, not completed), enqueues a wait on it and returns the layer's status as
+  // WaitLayer does.
   Status StreamWaitLayer(uint32_t layer, DeviceStreamRef model_stream);
 
   // Waits until every read and scatter of this restore drained, releases the ticket's leases and
@@ -463,8 +468,15 @@ class Engine {
   Result<StoreHandle> BeginStore(const StoreRequest& request);
 
   // A stream on the engine's device for the caller's model work (tests, the HF adapter). The
-  // engine owns it until Close(). kResourceExhausted beyond a small fixed number of streams.
+  // engine owns it until Close(). kResourceExhausted beyond a small fixed number (64) of
+  // streams (created and wrapped together).
   Result<DeviceStreamRef> CreateStream();
+  // Names a stream the caller owns (CUDA: a cudaStream_t, e.g. torch's current stream) so
+  // StreamWaitLayer / LayerProduced can use it; the engine never destroys the native stream,
+  // and synchronises it only in Close() (it may hold waits on the engine's readiness flags).
+  // kUnimplemented on the host device (it has no native streams: use CreateStream). Wrap each
+  // native stream once and keep the ref.
+  Result<DeviceStreamRef> WrapNativeStream(void* native_stream);
   // Blocks until all work enqueued on `stream` completed.
   Status SynchronizeStream(DeviceStreamRef stream);
 
@@ -478,8 +490,9 @@ class Engine {
   EngineStats GetStats() const;
 
   // Cancels prefetches and restores, aborts stores whose layers will never be produced, waits
-  // for every read, scatter, gather and accepted write to drain, releases all leases and stops
-  // the workers. Idempotent. Persistence hooks here (snapshot, clean marker) in a later issue.
+  // for every read, scatter, gather and accepted write to drain (detached write debt included:
+  // those stores still publish), releases all leases, stops the workers and synchronises the
+  // caller streams. Idempotent. Persistence (snapshot, clean marker) hooks in here.
   Status Close();
 
  private:

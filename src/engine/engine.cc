@@ -45,6 +45,10 @@ Result<StoreHandle> Engine::BeginStore(const StoreRequest& request) {
 
 Result<DeviceStreamRef> Engine::CreateStream() { return core_->CreateStream(); }
 
+Result<DeviceStreamRef> Engine::WrapNativeStream(void* native_stream) {
+  return core_->WrapNativeStream(native_stream);
+}
+
 Status Engine::SynchronizeStream(DeviceStreamRef stream) {
   RANGEKV_ASSIGN_OR_RETURN(Stream * s, core_->FindStream(stream));
   return s->Synchronize();
@@ -145,7 +149,9 @@ StoreDisposition StoreHandle::disposition() const {
   return job_ ? job_->disposition : StoreDisposition::kAlreadyCached;
 }
 
-TokenInterval StoreHandle::stored_tokens() const { return job_ ? job_->stored : TokenInterval{}; }
+TokenInterval StoreHandle::stored_tokens() const {
+  return job_ ? core_->stores().Stored(*job_) : TokenInterval{};
+}
 
 Status StoreHandle::LayerProduced(uint32_t layer, DeviceStreamRef producer) {
   if (job_ == nullptr) return FailedPrecondition("empty store handle");
@@ -156,9 +162,7 @@ Status StoreHandle::LayerProduced(uint32_t layer, DeviceStreamRef producer) {
   return core_->stores().LayerProduced(*job_, layer, stream);
 }
 
-bool StoreHandle::extracted() const {
-  return job_ == nullptr || core_->stores().Extracted(*job_);
-}
+bool StoreHandle::extracted() const { return job_ == nullptr || core_->stores().Extracted(*job_); }
 
 Status StoreHandle::WaitExtracted() {
   if (job_ == nullptr) return FailedPrecondition("empty store handle");

@@ -38,7 +38,7 @@ struct EngineContext {
   IoEngine* read_io = nullptr;
   IoEngine* write_io = nullptr;
   Counters* counters = nullptr;
-  PayloadIntegrity* integrity = nullptr;  // null: no digests
+  PayloadIntegrity* integrity = nullptr;   // null: no digests
   const EngineTestHooks* hooks = nullptr;  // null: none
   // The device cannot read files into its memory directly, nor host code touch it: reads land
   // in pinned staging and are copied up, gathered banks are copied down before writing.

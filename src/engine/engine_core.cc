@@ -47,8 +47,7 @@ EngineCore::~EngineCore() {
   if (!s.ok()) Log(LogLevel::kWarning, "closing engine: " + s.ToString());
 }
 
-Result<std::unique_ptr<IoEngine>> EngineCore::MakeIo(uint32_t workers,
-                                                     uint32_t max_queued_batches,
+Result<std::unique_ptr<IoEngine>> EngineCore::MakeIo(uint32_t workers, uint32_t max_queued_batches,
                                                      std::string* description) {
   IoEngineOptions io;
   io.workers = std::min<uint32_t>(workers, 256);
@@ -92,33 +91,33 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.ns = DeriveNamespace(options_.model, geometry_);
   RANGEKV_ASSIGN_OR_RETURN(so.pack_count, PackCountForCapacity(options_.capacity_bytes, geometry_));
   so.capacity_bytes = options_.capacity_bytes;
-  so.direct = options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred
-                                                                   : DirectIo::kOff;
+  so.direct =
+      options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred : DirectIo::kOff;
   so.directory = DirectoryOptions::ForGeometry(geometry_, static_cast<uint32_t>(so.pack_count));
-  so.directory.index = options_.ablations.index == Ablations::Index::kScalar ? IndexMode::kScalar
-                                                                            : IndexMode::kTree;
+  so.directory.index =
+      options_.ablations.index == Ablations::Index::kScalar ? IndexMode::kScalar : IndexMode::kTree;
   so.directory.scalar_chunk_tokens = options_.ablations.object_tokens;
   so.directory.scalar_objects = options_.ablations.objects == Ablations::Objects::kChunkLayer
                                     ? ScalarObjects::kChunkLayer
                                     : ScalarObjects::kChunk;
   so.directory.max_query_tokens =
       std::max<uint64_t>(so.directory.max_query_tokens, options_.max_request_tokens);
-  so.directory.max_tickets = std::max<uint32_t>(so.directory.max_tickets,
-                                                2 * options_.max_inflight_restores);
+  so.directory.max_tickets =
+      std::max<uint32_t>(so.directory.max_tickets, 2 * options_.max_inflight_restores);
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
 
   std::string read_desc, write_desc;
-  RANGEKV_ASSIGN_OR_RETURN(read_io_, MakeIo(options_.read_workers, options_.read_workers,
-                                            &read_desc));
-  RANGEKV_ASSIGN_OR_RETURN(write_io_, MakeIo(options_.write_workers, options_.store_banks,
-                                             &write_desc));
+  RANGEKV_ASSIGN_OR_RETURN(read_io_,
+                           MakeIo(options_.read_workers, options_.read_workers, &read_desc));
+  RANGEKV_ASSIGN_OR_RETURN(write_io_,
+                           MakeIo(options_.write_workers, options_.store_banks, &write_desc));
   File* files[1] = {store_->file()};
   for (IoEngine* io : {read_io_.get(), write_io_.get()}) {
     Status reg = io->RegisterFiles(files);
     if (!reg.ok()) Log(LogLevel::kInfo, "pack file not registered for I/O: " + reg.ToString());
   }
-  backends_ = "device=" + caps.name + " io=" + read_desc + " direct=" +
-              (store_->file()->direct() ? "on" : "off");
+  backends_ = "device=" + caps.name + " io=" + read_desc +
+              " direct=" + (store_->file()->direct() ? "on" : "off");
   if (write_desc != read_desc) backends_ += " write_io=" + write_desc;
 
   context_.options = &options_;
@@ -155,8 +154,8 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
   }
   Directory& directory = store_->directory();
   RANGEKV_ASSIGN_OR_RETURN(
-      Ticket ticket, directory.Lookup(ns(), tokens, ToDirectoryEnvelope(envelope),
-                                      reuse_granularity_tokens));
+      Ticket ticket,
+      directory.Lookup(ns(), tokens, ToDirectoryEnvelope(envelope), reuse_granularity_tokens));
   LookupResult result;
   result.hit_tokens = ticket.hit_tokens;
   result.records_selected = ticket.records.size();
@@ -164,8 +163,7 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
   const std::vector<uint8_t> bytes = EncodeTicket(ticket);
   result.ticket.assign(bytes.begin(), bytes.end());
 
-  if (options_.ablations.prefetch != Ablations::Prefetch::kLookup ||
-      options_.prefetch_banks == 0) {
+  if (options_.ablations.prefetch != Ablations::Prefetch::kLookup || options_.prefetch_banks == 0) {
     return result;
   }
   MutexLock l(mu_);
@@ -274,6 +272,17 @@ Result<DeviceStreamRef> EngineCore::CreateStream() {
     return ResourceExhausted("at most " + std::to_string(kMaxCallerStreams) + " caller streams");
   }
   RANGEKV_ASSIGN_OR_RETURN(auto stream, device_->CreateStream());
+  caller_streams_.push_back(std::move(stream));
+  return DeviceStreamRef{caller_streams_.back().get()};
+}
+
+Result<DeviceStreamRef> EngineCore::WrapNativeStream(void* native_stream) {
+  MutexLock l(mu_);
+  if (closed_) return FailedPrecondition("engine closed");
+  if (caller_streams_.size() >= kMaxCallerStreams) {
+    return ResourceExhausted("at most " + std::to_string(kMaxCallerStreams) + " caller streams");
+  }
+  RANGEKV_ASSIGN_OR_RETURN(auto stream, device_->WrapNativeStream(native_stream));
   caller_streams_.push_back(std::move(stream));
   return DeviceStreamRef{caller_streams_.back().get()};
 }

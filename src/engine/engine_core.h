@@ -65,6 +65,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Result<StoreHandle> BeginStore(const StoreRequest& request) EXCLUDES(mu_);
 
   Result<DeviceStreamRef> CreateStream() EXCLUDES(mu_);
+  Result<DeviceStreamRef> WrapNativeStream(void* native_stream) EXCLUDES(mu_);
   // The engine-owned stream `ref` names; kInvalidArgument for anything else.
   Result<Stream*> FindStream(DeviceStreamRef ref) const EXCLUDES(mu_);
   Result<void*> AllocateDeviceMemory(uint64_t bytes) EXCLUDES(mu_);

@@ -192,12 +192,13 @@ TEST(Table2FullGeometryTest, CountsAreTheSameForEveryNaming) {
     ASSERT_TRUE(memory.ok());
     PagedKv kv;
     kv.num_blocks = blocks;
-    for (uint32_t l = 0; l < g.layers; ++l) kv.layer_base.push_back(memory.data() + l * layer_bytes);
+    for (uint32_t l = 0; l < g.layers; ++l)
+      kv.layer_base.push_back(memory.data() + l * layer_bytes);
 
     EngineStats work;
-    StoreOutcome prefix = StoreTokens(
-        engine, std::span<const int32_t>(tokens).first(kPrefixTokens), kv,
-        std::span<const int64_t>(slots).first(kPrefixTokens), &work);
+    StoreOutcome prefix =
+        StoreTokens(engine, std::span<const int32_t>(tokens).first(kPrefixTokens), kv,
+                    std::span<const int64_t>(slots).first(kPrefixTokens), &work);
     ASSERT_TRUE(prefix.status.ok()) << prefix.status.ToString();
     ASSERT_EQ(prefix.stored, (TokenInterval{0, kPrefixTokens}));
 
@@ -249,7 +250,8 @@ TEST(Table2FullGeometryTest, AblationsBringBackPerObjectWork) {
     ASSERT_TRUE(memory.ok());
     PagedKv kv;
     kv.num_blocks = blocks;
-    for (uint32_t l = 0; l < g.layers; ++l) kv.layer_base.push_back(memory.data() + l * layer_bytes);
+    for (uint32_t l = 0; l < g.layers; ++l)
+      kv.layer_base.push_back(memory.data() + l * layer_bytes);
     EngineStats work;
     ASSERT_TRUE(StoreTokens(engine, std::span<const int32_t>(tokens).first(kPrefixTokens), kv,
                             std::span<const int64_t>(slots).first(kPrefixTokens), &work)
@@ -311,8 +313,8 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
     ASSERT_TRUE(restored.status.ok()) << restored.status.ToString();
     ExpectRestoreWork(work, naming.label);
     EXPECT_EQ(work.bytes_read, 192u * o.stripe_bytes);
-    auto bad = (*dst)->Mismatches(tokens, 0, std::span<const int64_t>(slots).first(kPrefixTokens),
-                                  kSeed);
+    auto bad =
+        (*dst)->Mismatches(tokens, 0, std::span<const int64_t>(slots).first(kPrefixTokens), kSeed);
     ASSERT_TRUE(bad.ok());
     EXPECT_EQ(*bad, 0u);
   }
@@ -324,8 +326,8 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
   EXPECT_EQ(work.bytes_written, 32u * (8192 + 7936) * 16);
 
   // The stored suffix restores bit for bit too (hit: all but the last token, rounded to 16).
-  auto all = engine_testing::RestoreAndVerify(engine, **dst, Envelope("everything"), tokens, 16,
-                                              kSeed, 5);
+  auto all =
+      engine_testing::RestoreAndVerify(engine, **dst, Envelope("everything"), tokens, 16, kSeed, 5);
   ASSERT_TRUE(all.ok()) << all.status().ToString();
   EXPECT_EQ(all->lookup.hit_tokens, kRequestTokens - 16);
   EXPECT_EQ(all->lookup.records_selected, 8u);

@@ -105,8 +105,7 @@ TEST_F(EngineTest, StoreThenRestoreIsBitExact) {
   }
 }
 
-class EngineLayoutTest : public EngineTest,
-                         public ::testing::WithParamInterface<KvCacheLayout> {};
+class EngineLayoutTest : public EngineTest, public ::testing::WithParamInterface<KvCacheLayout> {};
 
 TEST_P(EngineLayoutTest, EveryPagedLayoutRoundTrips) {
   const bool mla = GetParam() == KvCacheLayout::kMla;
@@ -267,8 +266,7 @@ TEST_F(EngineTest, BarrierDeliveryAndObjectReadIssueDeliverTheSameBytes) {
   auto dst = Fixture();
   const auto tokens = RandomTokens(3 * kT + 1, 9);
   ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 61, 1)->outcome.status.ok());
-  auto r = RestoreAndVerify(*engine_, *dst, Envelope("b"), tokens, 1, 61, 2,
-                            WaitMode::kEveryLayer);
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("b"), tokens, 1, 61, 2, WaitMode::kEveryLayer);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->outcome.status.ok());
   EXPECT_EQ(r->mismatches, 0u);
@@ -294,9 +292,9 @@ TEST_F(EngineTest, CancelledHandleDropIsSafeAndEngineCloseLeavesHandlesInert) {
   auto handle = engine_->StartRestore(req);
   ASSERT_TRUE(handle.ok());
   ASSERT_TRUE(engine_->Close().ok());
-  EXPECT_EQ(handle->BindSlots(dst->kv(), RandomSlots(lookup->hit_tokens, dst->num_slots(), 1))
-                .code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      handle->BindSlots(dst->kv(), RandomSlots(lookup->hit_tokens, dst->num_slots(), 1)).code(),
+      StatusCode::kFailedPrecondition);
   EXPECT_EQ(handle->Finish().status.code(), StatusCode::kFailedPrecondition);
   engine_.reset();  // the handle outlives the engine: still safe
   EXPECT_FALSE(handle->valid());

@@ -129,9 +129,9 @@ Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout
   f->engine_ = &engine;
   f->layout_ = layout;
   const Geometry& g = engine.geometry();
-  RANGEKV_ASSIGN_OR_RETURN(f->layer_bytes_,
-                           kernels::PagedLayerBytes(engine_internal::ToKernelLayout(layout),
-                                                    ShapeOf(g, num_blocks)));
+  RANGEKV_ASSIGN_OR_RETURN(
+      f->layer_bytes_,
+      kernels::PagedLayerBytes(engine_internal::ToKernelLayout(layout), ShapeOf(g, num_blocks)));
   f->kv_.layout = layout;
   f->kv_.num_blocks = num_blocks;
   for (uint32_t l = 0; l < g.layers; ++l) {
@@ -144,7 +144,8 @@ Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout
 
 Status KvFixture::Sync() {
   for (size_t l = 0; l < mirror_.size(); ++l) {
-    RANGEKV_RETURN_IF_ERROR(engine_->CopyToHost(mirror_[l].data(), kv_.layer_base[l], layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        engine_->CopyToHost(mirror_[l].data(), kv_.layer_base[l], layer_bytes_));
   }
   return OkStatus();
 }
@@ -152,7 +153,8 @@ Status KvFixture::Sync() {
 Status KvFixture::Poison(uint8_t value) {
   for (size_t l = 0; l < mirror_.size(); ++l) {
     std::fill(mirror_[l].begin(), mirror_[l].end(), value);
-    RANGEKV_RETURN_IF_ERROR(engine_->CopyToDevice(kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        engine_->CopyToDevice(kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
   }
   return OkStatus();
 }
@@ -170,7 +172,8 @@ Status KvFixture::Fill(std::span<const int32_t> tokens, uint64_t first,
       CanonicalRow(seed, l, first + i, tokens[first + i], row.data(), row.size());
       RowAt(view, slots[i], row.data(), /*compare=*/false);
     }
-    RANGEKV_RETURN_IF_ERROR(engine_->CopyToDevice(kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        engine_->CopyToDevice(kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
   }
   return OkStatus();
 }
@@ -202,9 +205,9 @@ Result<uint64_t> KvFixture::Mismatches(std::span<const int32_t> tokens, uint64_t
 
 bool KvFixture::RowIs(uint32_t layer, int64_t slot, uint8_t value) const {
   const Geometry& g = engine_->geometry();
-  auto view = kernels::MakePagedKvView(engine_internal::ToKernelLayout(layout_),
-                                       ShapeOf(g, kv_.num_blocks),
-                                       const_cast<uint8_t*>(mirror_[layer].data()));
+  auto view =
+      kernels::MakePagedKvView(engine_internal::ToKernelLayout(layout_), ShapeOf(g, kv_.num_blocks),
+                               const_cast<uint8_t*>(mirror_[layer].data()));
   if (!view.ok()) return false;
   std::vector<uint8_t> row(g.token_bytes, value);
   return RowAt(*view, slot, row.data(), /*compare=*/true);
@@ -311,10 +314,11 @@ class GatedFile final : public File {
  public:
   GatedFile(GateEnv* env, std::unique_ptr<File> base) : env_(env), base_(std::move(base)) {}
   Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
-    env_->Pass(base_->path());
+    env_->Pass(base_->path(), GateEnv::Op::kRead, offset, size);
     return base_->ReadAt(offset, buf, size);
   }
   Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
+    env_->Pass(base_->path(), GateEnv::Op::kWrite, offset, size);
     return base_->WriteAt(offset, buf, size);
   }
   Status Sync() override { return base_->Sync(); }
@@ -352,11 +356,13 @@ uint32_t GateEnv::held() const {
   return held_;
 }
 
-void GateEnv::Pass(const std::string& path) {
-  if (path.size() < suffix_.size() ||
+void GateEnv::Pass(const std::string& path, Op op, uint64_t offset, uint64_t size) {
+  if (op != op_ || path.size() < suffix_.size() ||
       path.compare(path.size() - suffix_.size(), suffix_.size(), suffix_) != 0) {
     return;
   }
+  const uint64_t end = length_ > UINT64_MAX - offset_ ? UINT64_MAX : offset_ + length_;
+  if (offset + size <= offset_ || offset >= end) return;
   MutexLock l(mu_);
   if (!closed_) return;
   ++held_;

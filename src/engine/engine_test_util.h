@@ -99,8 +99,8 @@ Result<StoreResult> StoreAll(Engine& engine, KvFixture& fixture, std::span<const
 struct RestoreResult {
   LookupResult lookup;
   RestoreOutcome outcome;
-  uint64_t mismatches = 0;      // delivered rows that differ from the stored bytes
-  uint64_t poisoned_rows = 0;   // rows of failed tokens that were touched anyway (must be 0)
+  uint64_t mismatches = 0;     // delivered rows that differ from the stored bytes
+  uint64_t poisoned_rows = 0;  // rows of failed tokens that were touched anyway (must be 0)
   std::vector<int64_t> slots;
 };
 
@@ -118,10 +118,14 @@ RequestEnvelope Envelope(const std::string& request_id, uint32_t attempt = 0);
 
 // ---- file seams and devices ---------------------------------------------------------------
 
-// Wraps `base`. While closed, every ReadAt on a file whose path ends with `suffix` blocks.
+// Wraps `base`. While closed, every ReadAt (or WriteAt, per `op`) on a file whose path ends
+// with `suffix` and whose range overlaps [offset, offset + length) blocks at the gate.
 class GateEnv final : public Env {
  public:
-  GateEnv(Env* base, std::string suffix) : base_(base), suffix_(std::move(suffix)) {}
+  enum class Op : uint8_t { kRead, kWrite };
+  GateEnv(Env* base, std::string suffix, Op op = Op::kRead, uint64_t offset = 0,
+          uint64_t length = UINT64_MAX)
+      : base_(base), suffix_(std::move(suffix)), op_(op), offset_(offset), length_(length) {}
 
   void Close();
   void Open();
@@ -143,11 +147,14 @@ class GateEnv final : public Env {
 
  private:
   friend class GatedFile;
-  void Pass(const std::string& path);
+  void Pass(const std::string& path, Op op, uint64_t offset, uint64_t size);
   Result<std::unique_ptr<File>> Wrap(const std::string& path, Result<std::unique_ptr<File>> f);
 
   Env* base_;
   std::string suffix_;
+  Op op_;
+  uint64_t offset_;
+  uint64_t length_;
   mutable Mutex mu_;
   CondVar cv_;
   bool closed_ GUARDED_BY(mu_) = false;

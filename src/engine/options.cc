@@ -27,11 +27,14 @@ Status Ablations::Set(std::string_view kv) {
   const std::string_view key = kv.substr(0, eq);
   const std::string_view value = kv.substr(eq + 1);
   // Sets `field` to the choice whose name is `value`; false when no name matches.
-  auto choose = [value](auto& field, std::string_view name0, auto choice0,
-                        std::string_view name1, auto choice1) {
-    if (value == name0) field = choice0;
-    else if (value == name1) field = choice1;
-    else return false;
+  auto choose = [value](auto& field, std::string_view name0, auto choice0, std::string_view name1,
+                        auto choice1) {
+    if (value == name0)
+      field = choice0;
+    else if (value == name1)
+      field = choice1;
+    else
+      return false;
     return true;
   };
   if (key == "index") {
@@ -86,8 +89,8 @@ Status Bad(std::string_view field, std::string_view rule) {
 
 Status CheckCount(std::string_view field, uint64_t v, uint64_t lo, uint64_t hi) {
   if (v < lo || v > hi) {
-    return Bad(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                          "], got " + std::to_string(v));
+    return Bad(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                          std::to_string(v));
   }
   return OkStatus();
 }
@@ -111,8 +114,8 @@ Result<uint64_t> PackCountForCapacity(uint64_t capacity_bytes, const Geometry& g
                                      std::to_string(geometry.pack_bytes) + " bytes)");
   }
   if (packs > pack_format::kMaxPackCount) {
-    return Bad("capacity_bytes", "more than " + std::to_string(pack_format::kMaxPackCount) +
-                                     " packs");
+    return Bad("capacity_bytes",
+               "more than " + std::to_string(pack_format::kMaxPackCount) + " packs");
   }
   return packs;
 }
@@ -132,8 +135,8 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
 
   RANGEKV_RETURN_IF_ERROR(CheckCount("read_banks", o.read_banks, 1, kMaxBanks));
   if (o.read_bank_bytes < w || !IsAligned(o.read_bank_bytes, kIoAlignment)) {
-    return Bad("read_bank_bytes", "must be a multiple of 4096 and at least W (" +
-                                      std::to_string(w) + ")");
+    return Bad("read_bank_bytes",
+               "must be a multiple of 4096 and at least W (" + std::to_string(w) + ")");
   }
   RANGEKV_RETURN_IF_ERROR(CheckPool("read_banks", o.read_banks, o.read_bank_bytes));
   RANGEKV_RETURN_IF_ERROR(CheckCount("read_workers", o.read_workers, 1, kMaxWorkers));
@@ -152,9 +155,10 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   const auto group_stripes = CheckedMul(o.layer_group, w);
   if (!IsAligned(o.store_bank_bytes, kIoAlignment) || !group_stripes ||
       o.store_bank_bytes < *group_stripes) {
-    return Bad("store_bank_bytes", "must be a multiple of 4096 holding at least layer_group "
-                                   "stripes (" +
-                                       std::to_string(group_stripes.value_or(0)) + " bytes)");
+    return Bad("store_bank_bytes",
+               "must be a multiple of 4096 holding at least layer_group "
+               "stripes (" +
+                   std::to_string(group_stripes.value_or(0)) + " bytes)");
   }
   RANGEKV_RETURN_IF_ERROR(CheckPool("store_banks", o.store_banks, o.store_bank_bytes));
   RANGEKV_RETURN_IF_ERROR(CheckCount("group_workers", o.group_workers, 1, kMaxWorkers));

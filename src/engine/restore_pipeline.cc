@@ -29,14 +29,14 @@ TicketHold::~TicketHold() {
 RestorePipeline::RestorePipeline(const EngineContext& context)
     : context_(context),
       layers_(context.geometry.layers),
-      max_reads_per_stripe_(
-          context.options->ablations.read_issue == Ablations::ReadIssue::kObject
-              ? static_cast<uint32_t>(std::min<uint64_t>(
-                    context.geometry.stripe_bytes / kIoAlignment,
-                    (context.geometry.tokens_per_stripe + context.options->ablations.object_tokens -
-                     1) / context.options->ablations.object_tokens)) +
-                    2
-              : 1),
+      max_reads_per_stripe_(context.options->ablations.read_issue == Ablations::ReadIssue::kObject
+                                ? static_cast<uint32_t>(std::min<uint64_t>(
+                                      context.geometry.stripe_bytes / kIoAlignment,
+                                      (context.geometry.tokens_per_stripe +
+                                       context.options->ablations.object_tokens - 1) /
+                                          context.options->ablations.object_tokens)) +
+                                      2
+                                : 1),
       pool_(context.options->read_banks, context.options->prefetch_banks) {}
 
 RestorePipeline::~RestorePipeline() { Stop(); }
@@ -127,9 +127,9 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
   plan_options.bank_bytes = context_.options->read_bank_bytes;
   plan_options.io_alignment_bytes = kIoAlignment;
   plan_options.max_spans = std::max<uint64_t>(slot->plan.capacity(), kDefaultMaxPlanSpans);
-  Status planned = PlanReadSpans(context_.store->layout(), records, {tokens.begin, tokens.end},
-                                 {0, layers_}, context_.store->generations(), plan_options,
-                                 &slot->plan);
+  Status planned =
+      PlanReadSpans(context_.store->layout(), records, {tokens.begin, tokens.end}, {0, layers_},
+                    context_.store->generations(), plan_options, &slot->plan);
   if (planned.ok() && (slot->plan.empty() || slot->plan.size() % layers_ != 0)) {
     planned = Internal("read plan of " + std::to_string(slot->plan.size()) +
                        " spans is not layer-major over " + std::to_string(layers_) + " layers");
@@ -205,9 +205,8 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer) {
   {
     MutexLock l(mu_);
     if (job.handle_done) return FailedPrecondition("restore already finished");
-    job_cv_.Wait(l, [&]() REQUIRES(mu_) {
-      return job.progress.published(layer) || job.handle_done;
-    });
+    job_cv_.Wait(l,
+                 [&]() REQUIRES(mu_) { return job.progress.published(layer) || job.handle_done; });
     if (job.handle_done) return FailedPrecondition("restore finished while waiting");
     event = job.slot->layer_events[layer].get();
   }
@@ -238,9 +237,8 @@ Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream&
     if (job.handle_done) return FailedPrecondition("restore already finished");
     // An event can be waited on only once recorded: block until the layer's last scatter was
     // launched (not until it ran).
-    job_cv_.Wait(l, [&]() REQUIRES(mu_) {
-      return job.progress.published(layer) || job.handle_done;
-    });
+    job_cv_.Wait(l,
+                 [&]() REQUIRES(mu_) { return job.progress.published(layer) || job.handle_done; });
     if (job.handle_done) return FailedPrecondition("restore finished while waiting");
     event = job.slot->layer_events[layer].get();
     RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*event));
@@ -350,9 +348,9 @@ void RestorePipeline::ReleaseBank(uint32_t bank) {
   work_cv_.NotifyAll();
 }
 
-void RestorePipeline::QuarantineBank(uint32_t bank) {
+void RestorePipeline::QuarantineBank(RestoreJob& job, uint32_t bank) {
   pool_.Quarantine(bank);
-  Count(nullptr, &Counters::quarantines);
+  Count(&job, &Counters::quarantines);
   Log(LogLevel::kWarning, "read bank " + std::to_string(bank) +
                               " quarantined: its last use could not be proven complete");
   if (context_.hooks && context_.hooks->read_bank_observer) {
@@ -443,9 +441,9 @@ Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& ba
   const uint64_t end = span.file_offset + span.length_bytes;
   uint64_t cur = span.file_offset;
   for (uint64_t b = (span.path_token_begin / ot + 1) * ot; b < span.path_token_end; b += ot) {
-    const uint64_t cut = AlignDown(
-        span.file_offset + span.payload_offset_bytes + (b - span.path_token_begin) * s,
-        kIoAlignment);
+    const uint64_t cut =
+        AlignDown(span.file_offset + span.payload_offset_bytes + (b - span.path_token_begin) * s,
+                  kIoAlignment);
     if (cut <= cur || cut >= end) continue;
     RANGEKV_RETURN_IF_ERROR(
         batch.Add({file, cur, buf + (cur - span.file_offset), cut - cur, IoOp::kRead}));
@@ -456,8 +454,8 @@ Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& ba
 
 void RestorePipeline::ReadWorker(uint32_t worker) {
   IoBatch& batch = *batches_[worker];
-  const bool verify = context_.integrity != nullptr &&
-                      context_.options->checksum == ChecksumPolicy::kAlways;
+  const bool verify =
+      context_.integrity != nullptr && context_.options->checksum == ChecksumPolicy::kAlways;
   while (true) {
     ReadPick pick;
     {
@@ -540,7 +538,7 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
   if (!e.ok()) {
     // Part of the work may be enqueued with nothing to prove its end: keep the bank out.
     FailStripe(job, stripe, e);
-    QuarantineBank(bank);
+    QuarantineBank(job, bank);
     return;
   }
   RANGEKV_CHECK(fence_count_ < fences_.size());
@@ -577,7 +575,7 @@ void RestorePipeline::Reaper() {
       ReleaseBank(entry.bank);
     } else {
       FailStripe(job, entry.stripe, proven.WithContext("scatter completion unproven"));
-      QuarantineBank(entry.bank);
+      QuarantineBank(job, entry.bank);
     }
     job.bank_of[entry.stripe] = kNoBank;
     AfterProgress(job);
@@ -616,6 +614,12 @@ void RestorePipeline::Stop() {
   for (std::thread& t : workers_) t.join();
   if (reaper_.joinable()) reaper_.join();
   workers_.clear();
+  // Readiness records and flag writes of drained jobs may still be queued on the job streams.
+  for (auto& slot : slots_) {
+    if (slot->stream == nullptr) continue;
+    Status s = slot->stream->Synchronize();
+    if (!s.ok()) Log(LogLevel::kWarning, "restore stream at shutdown: " + s.ToString());
+  }
 }
 
 RestorePipeline::PoolState RestorePipeline::pool_state() const {

@@ -86,14 +86,16 @@ class TicketHold {
 // Per-job device resources, reused across jobs.
 struct RestoreSlot {
   uint32_t index = 0;
-  std::unique_ptr<Stream> stream;
   std::vector<std::unique_ptr<Event>> layer_events;
   std::vector<std::unique_ptr<DeviceFlag>> layer_flags;  // empty without stream memory ops
-  uint32_t flag_value = 0;  // bumped per job; layer l is ready once its flag reaches it
+  uint32_t flag_value = 0;           // bumped per job; layer l is ready once its flag reaches it
   DeviceBuffer mapping;              // int64 slot per restored token
   PinnedHostBuffer mapping_staging;  // upload staging for `mapping`
   std::vector<Span> plan;
   std::vector<kernels::PagedKvView> views;
+  // Last, so it is destroyed first: destroying a stream waits for its work, which records the
+  // events and writes the flags above.
+  std::unique_ptr<Stream> stream;
 };
 
 // One restore (or lookup-time prefetch). Fields below `slot` are guarded by the pipeline's
@@ -119,7 +121,7 @@ class RestoreJob : public std::enable_shared_from_this<RestoreJob> {
   bool cancelled = false;
   bool drained = false;
   bool readiness_failed = false;  // a layer event could not be recorded: nothing is vouched for
-  bool handle_done = false;  // Finish() returned, or the handle was abandoned
+  bool handle_done = false;       // Finish() returned, or the handle was abandoned
   bool slot_returned = false;
   Counters counters;
 };
@@ -195,7 +197,7 @@ class RestorePipeline {
       REQUIRES(mu_);
   void FailStripe(RestoreJob& job, uint32_t stripe, const Status& status) REQUIRES(mu_);
   void ReleaseBank(uint32_t bank) REQUIRES(mu_);
-  void QuarantineBank(uint32_t bank) REQUIRES(mu_);
+  void QuarantineBank(RestoreJob& job, uint32_t bank) REQUIRES(mu_);
   // Publishes settled layers, detects the drain, wakes waiters and workers.
   void AfterProgress(RestoreJob& job) REQUIRES(mu_);
   void CancelLocked(RestoreJob& job) REQUIRES(mu_);

@@ -61,12 +61,12 @@ class RestoreProgress {
   std::optional<uint32_t> NextToRead() const;
 
   // Transitions; each REQUIRES the source state drawn above (CHECKed).
-  void Issue(uint32_t stripe);           // pending -> reading; REQUIRES it is NextToRead()
-  void Land(uint32_t stripe);            // reading -> landed
-  void LaunchScatter(uint32_t stripe);   // reading | landed -> scattering
-  void Prove(uint32_t stripe);           // scattering -> delivered
-  void Fail(uint32_t stripe);            // reading | scattering -> failed
-  void Drop(uint32_t stripe);            // pending | reading | landed -> dropped
+  void Issue(uint32_t stripe);          // pending -> reading; REQUIRES it is NextToRead()
+  void Land(uint32_t stripe);           // reading -> landed
+  void LaunchScatter(uint32_t stripe);  // reading | landed -> scattering
+  void Prove(uint32_t stripe);          // scattering -> delivered
+  void Fail(uint32_t stripe);           // reading | scattering -> failed
+  void Drop(uint32_t stripe);           // pending | reading | landed -> dropped
   // Drops every pending stripe (cancellation); returns how many.
   uint32_t DropPending();
 

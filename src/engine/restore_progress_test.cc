@@ -83,7 +83,7 @@ TEST(RestoreProgressTest, CancelDropsPendingAndLandedButWaitsForReads) {
   p.Land(0);
   EXPECT_EQ(p.DropPending(), 5u);
   EXPECT_EQ(p.NextToRead(), std::nullopt);
-  p.Drop(0);  // landed: its bank goes back
+  p.Drop(0);                    // landed: its bank goes back
   EXPECT_FALSE(p.quiescent());  // 1 and 2 are still reading: their banks are still owned
   p.Drop(1);
   p.Drop(2);

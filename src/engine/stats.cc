@@ -15,10 +15,10 @@ EngineStats operator-(const EngineStats& a, const EngineStats& b) {
 std::string EngineStats::ToJson() const {
   std::string out = "{";
   bool first = true;
-#define RANGEKV_STATS_JSON_(name, doc)  \
-  if (!first) out += ",";               \
-  first = false;                        \
-  out += "\"" #name "\":";              \
+#define RANGEKV_STATS_JSON_(name, doc) \
+  if (!first) out += ",";              \
+  first = false;                       \
+  out += "\"" #name "\":";             \
   out += std::to_string(name);
   RANGEKV_ENGINE_STATS_FIELDS(RANGEKV_STATS_JSON_)
 #undef RANGEKV_STATS_JSON_

@@ -15,9 +15,7 @@ constexpr uint32_t kNoBank = UINT32_MAX;
 }  // namespace
 
 StorePipeline::StorePipeline(const EngineContext& context)
-    : context_(context),
-      layers_(context.geometry.layers),
-      pool_(context.options->store_banks, 0) {}
+    : context_(context), layers_(context.geometry.layers), pool_(context.options->store_banks, 0) {}
 
 StorePipeline::~StorePipeline() { Stop(); }
 
@@ -46,9 +44,8 @@ Status StorePipeline::Init() {
   if (!reg.ok()) Log(LogLevel::kInfo, "store banks not registered for I/O: " + reg.ToString());
 
   const uint64_t mapping_bytes = o.max_request_tokens * sizeof(int64_t);
-  const uint64_t max_records =
-      (o.max_request_tokens + context_.geometry.tokens_per_stripe - 1) /
-      context_.geometry.tokens_per_stripe;
+  const uint64_t max_records = (o.max_request_tokens + context_.geometry.tokens_per_stripe - 1) /
+                               context_.geometry.tokens_per_stripe;
   for (uint32_t i = 0; i < o.max_inflight_stores; ++i) {
     auto slot = std::make_unique<StoreSlot>();
     slot->index = i;
@@ -113,9 +110,8 @@ Status StorePipeline::PlanBatches(StoreJob& job, StoreSlot& slot) {
       }
       if (end == r) return Internal("a record does not fit an empty store bank");
       RANGEKV_RETURN_IF_ERROR(PlanWriteSpans(
-          context_.store->layout(),
-          std::span<const PackRecord>(job.records.data() + r, end - r), {lb, le},
-          context_.store->generations(), plan_options, &planned));
+          context_.store->layout(), std::span<const PackRecord>(job.records.data() + r, end - r),
+          {lb, le}, context_.store->generations(), plan_options, &planned));
       StoreBatch batch;
       batch.group = group;
       batch.layer_begin = lb;
@@ -131,6 +127,28 @@ Status StorePipeline::PlanBatches(StoreJob& job, StoreSlot& slot) {
       r = end;
     }
   }
+  return OkStatus();
+}
+
+Status StorePipeline::Configure(StoreJob& job, Reservation& reservation) {
+  job.reservation_id = reservation.reservation_id;
+  job.stored = {reservation.begin_tokens, reservation.end_tokens};
+  job.records = std::move(reservation.records);
+  Status planned = PlanBatches(job, *job.slot);
+  if (!planned.ok()) {
+    Status aborted = context_.store->directory().Abort(job.reservation_id);
+    if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
+    return planned;
+  }
+  std::vector<uint32_t> group_of_batch;
+  group_of_batch.reserve(job.batches.size());
+  for (const StoreBatch& b : job.batches) group_of_batch.push_back(b.group);
+  job.progress.Reset(layers_, context_.options->layer_group, group_of_batch);
+  for (uint32_t l = 0; l < layers_; ++l) {
+    if (job.produced[l]) job.progress.Produce(l);
+  }
+  job.bank_of_batch.assign(job.batches.size(), kNoBank);
+  Count(&job, &Counters::stores_begun);
   return OkStatus();
 }
 
@@ -169,15 +187,16 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     free_slots_.push_back(slot);
   };
   auto job = std::make_shared<StoreJob>(id);
-  Directory& directory = context_.store->directory();
-  auto reservation = directory.Reserve(context_.store->ns(), tokens);
+  auto reservation = context_.store->directory().Reserve(context_.store->ns(), tokens);
   if (!reservation.ok()) {
     give_back();
     return reservation.status();
   }
-  if (reservation->outcome != ReserveOutcome::kReserved) {
+  const bool joined = reservation->outcome == ReserveOutcome::kJoined;
+  if (reservation->outcome == ReserveOutcome::kAlreadyStored ||
+      (joined && reservation->end_tokens >= tokens.size())) {
+    // Everything is visible, or an in-flight store writes all of what is not: no I/O here.
     give_back();
-    const bool joined = reservation->outcome == ReserveOutcome::kJoined;
     job->disposition = joined ? StoreDisposition::kJoined : StoreDisposition::kAlreadyCached;
     job->reservation_id = reservation->reservation_id;
     job->done = true;
@@ -185,44 +204,98 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     return job;
   }
   job->disposition = StoreDisposition::kStoring;
-  job->reservation_id = reservation->reservation_id;
-  job->stored = {reservation->begin_tokens, reservation->end_tokens};
-  job->records = std::move(reservation->records);
-  Status planned = PlanBatches(*job, *slot);
-  if (!planned.ok()) {
-    Status aborted = directory.Abort(job->reservation_id);
-    if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
-    give_back();
-    return planned;
-  }
+  job->slot = slot;
+  job->tokens.assign(tokens.begin(), tokens.end());
+  job->produced.assign(layers_, 0);
+  job->produced_event.assign(layers_, 0);
   std::copy(views.begin(), views.end(), slot->views.begin());
-  // Upload the stored suffix's mapping; gathers wait for mapping_ready on their own streams.
-  const uint64_t bytes = job->stored.size() * sizeof(int64_t);
-  std::memcpy(slot->mapping_staging.data(), slot_mapping.data() + job->stored.begin, bytes);
-  Status up = upload_stream_->CopyHostToDevice(slot->mapping.data(),
-                                               slot->mapping_staging.data(), bytes);
+  // The whole mapping goes up (gathers index it by path position); gathers wait for
+  // mapping_ready on their own streams.
+  const uint64_t bytes = tokens.size() * sizeof(int64_t);
+  std::memcpy(slot->mapping_staging.data(), slot_mapping.data(), bytes);
+  Status up =
+      upload_stream_->CopyHostToDevice(slot->mapping.data(), slot->mapping_staging.data(), bytes);
   if (up.ok()) up = upload_stream_->Record(*slot->mapping_ready);
   if (!up.ok()) {
     // The copy may be enqueued: let the upload stream finish before the staging is reused.
-    (void)upload_stream_->Synchronize();
-    Status aborted = directory.Abort(job->reservation_id);
-    if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
+    Status synced = upload_stream_->Synchronize();
+    synced.IgnoreError();
+    if (!joined) {
+      Status aborted = context_.store->directory().Abort(reservation->reservation_id);
+      if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
+    }
     give_back();
     return up;
   }
-  std::vector<uint32_t> group_of_batch;
-  group_of_batch.reserve(job->batches.size());
-  for (const StoreBatch& b : job->batches) group_of_batch.push_back(b.group);
-  job->progress.Reset(layers_, o.layer_group, group_of_batch);
-  job->bank_of_batch.assign(job->batches.size(), kNoBank);
-  job->produced_event.assign(layers_, 0);
-  job->slot = slot;
-
+  if (joined) {
+    // Another store is writing the tokens before ours: wait (without blocking the caller) for it
+    // to settle, then reserve the rest. Until then the job holds the source slots.
+    job->deferred = true;
+    job->joined_id = reservation->reservation_id;
+    job->progress.Reset(layers_, o.layer_group, {});
+    Count(job.get(), &Counters::stores_joined);
+  } else {
+    Status configured = Configure(*job, *reservation);
+    if (!configured.ok()) {
+      give_back();
+      return configured;
+    }
+  }
   MutexLock l(mu_);
   slot_owner_[slot->index] = job.get();
   active_.push_back(job);
-  Count(job.get(), &Counters::stores_begun);
+  if (job->deferred) RetryDeferred();  // the joined store may have settled meanwhile
   return job;
+}
+
+void StorePipeline::RetryDeferred() {
+  Directory& directory = context_.store->directory();
+  for (size_t i = 0; i < active_.size(); ++i) {
+    StoreJob& job = *active_[i];
+    if (!job.deferred || !job.first_error.ok() || directory.IsInFlight(job.joined_id)) continue;
+    auto reservation = directory.Reserve(context_.store->ns(), job.tokens);
+    if (!reservation.ok()) {
+      Fail(job, reservation.status());
+      job.deferred = false;
+      FinishUnreserved(job);
+      --i;  // FinishUnreserved removed it from active_
+      continue;
+    }
+    if (reservation->outcome == ReserveOutcome::kJoined &&
+        reservation->end_tokens < job.tokens.size()) {
+      job.joined_id = reservation->reservation_id;  // still behind another store
+      continue;
+    }
+    job.deferred = false;
+    if (reservation->outcome != ReserveOutcome::kReserved) {
+      // The joined stores wrote everything: visible without our I/O.
+      job.visible = reservation->outcome == ReserveOutcome::kAlreadyStored;
+      FinishUnreserved(job);
+      --i;
+      continue;
+    }
+    Status configured = Configure(job, *reservation);
+    if (!configured.ok()) {
+      Fail(job, configured);
+      FinishUnreserved(job);
+      --i;
+      continue;
+    }
+    AfterProgress(job);
+  }
+  work_cv_.NotifyAll();
+}
+
+void StorePipeline::FinishUnreserved(StoreJob& job) {
+  // Nothing was reserved for this job: nothing to publish or abort in the directory.
+  job.done = true;
+  if (!job.first_error.ok()) Count(&job, &Counters::stores_aborted);
+  job.extraction_signalled = true;
+  auto it = std::find_if(active_.begin(), active_.end(),
+                         [&](const std::shared_ptr<StoreJob>& j) { return j.get() == &job; });
+  if (it != active_.end()) active_.erase(it);
+  MaybeReturnSlot(job);
+  job_cv_.NotifyAll();
 }
 
 // ---- caller-side operations ------------------------------------------------------------------
@@ -232,12 +305,13 @@ Status StorePipeline::LayerProduced(StoreJob& job, uint32_t layer, Stream* produ
   MutexLock l(mu_);
   if (job.handle_done) return FailedPrecondition("store already finished");
   if (job.slot == nullptr || job.done) return OkStatus();  // nothing of ours to gather
-  if (job.progress.produced(layer)) return OkStatus();
+  if (job.produced[layer]) return OkStatus();
   if (producer != nullptr) {
     // Captures the producer's work so far; the gather's stream waits on it, the host does not.
     RANGEKV_RETURN_IF_ERROR(producer->Record(*job.slot->produced[layer]));
     job.produced_event[layer] = 1;
   }
+  job.produced[layer] = 1;
   job.progress.Produce(layer);
   work_cv_.NotifyAll();
   return OkStatus();
@@ -245,13 +319,20 @@ Status StorePipeline::LayerProduced(StoreJob& job, uint32_t layer, Stream* produ
 
 bool StorePipeline::Extracted(const StoreJob& job) const {
   MutexLock l(mu_);
-  return job.slot == nullptr || job.done || job.progress.extraction_done();
+  return job.slot == nullptr || job.done || (!job.deferred && job.progress.extraction_done());
+}
+
+TokenInterval StorePipeline::Stored(const StoreJob& job) const {
+  MutexLock l(mu_);
+  return job.stored;
 }
 
 Status StorePipeline::WaitExtracted(StoreJob& job) {
   MutexLock l(mu_);
   if (job.slot == nullptr) return OkStatus();
-  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.done || job.progress.extraction_done(); });
+  job_cv_.Wait(l, [&]() REQUIRES(mu_) {
+    return job.done || (!job.deferred && job.progress.extraction_done());
+  });
   return job.first_error;
 }
 
@@ -265,14 +346,16 @@ StoreOutcome StorePipeline::Finish(StoreJob& job, StoreWait wait) {
     return out;
   }
   if (job.slot != nullptr) {
-    if (!job.progress.all_produced()) {
+    if (std::count(job.produced.begin(), job.produced.end(), 1) != layers_) {
       Fail(job, FailedPrecondition("store finished before every layer was produced"));
     }
     AfterProgress(job);
     if (wait == StoreWait::kUntilVisible) {
       job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.done; });
     } else {
-      job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.done || job.progress.extraction_done(); });
+      job_cv_.Wait(l, [&]() REQUIRES(mu_) {
+        return job.done || (!job.deferred && job.progress.extraction_done());
+      });
     }
   }
   out.status = job.first_error;
@@ -308,6 +391,15 @@ void StorePipeline::MaybeReturnSlot(StoreJob& job) {
 }
 
 void StorePipeline::AfterProgress(StoreJob& job) {
+  if (job.deferred) {
+    // Nothing reserved yet: a failure (unproduced layers, an abandoned handle) just ends it.
+    if (!job.first_error.ok()) {
+      job.deferred = false;
+      FinishUnreserved(job);
+    }
+    work_cv_.NotifyAll();
+    return;
+  }
   // A failed store starts no more gathers: nothing of it can become visible anyway.
   if (!job.first_error.ok()) job.progress.SkipWaiting();
   if (!job.extraction_signalled && job.progress.extraction_done()) {
@@ -316,6 +408,9 @@ void StorePipeline::AfterProgress(StoreJob& job) {
   }
   if (!job.done && job.progress.settled()) {
     Directory& directory = context_.store->directory();
+    if (job.progress.succeeded() && job.first_error.ok() && context_.integrity != nullptr) {
+      Fail(job, context_.integrity->BeforePublish(job.reservation_id, job.records));
+    }
     if (job.progress.succeeded() && job.first_error.ok()) {
       Status published = directory.Publish(job.reservation_id);
       if (published.ok()) {
@@ -327,6 +422,7 @@ void StorePipeline::AfterProgress(StoreJob& job) {
       }
     } else {
       // Every accepted write has returned: reclaiming the packs is safe now.
+      if (context_.integrity != nullptr) context_.integrity->OnStoreAborted(job.reservation_id);
       Status aborted = directory.Abort(job.reservation_id);
       if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
       if (job.first_error.ok()) job.first_error = Internal("store failed without a status");
@@ -338,6 +434,8 @@ void StorePipeline::AfterProgress(StoreJob& job) {
     if (it != active_.end()) active_.erase(it);
     MaybeReturnSlot(job);
     job_cv_.NotifyAll();
+    // A reservation settled: stores that joined it may reserve the rest now.
+    RetryDeferred();
   }
   work_cv_.NotifyAll();
 }
@@ -372,7 +470,7 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, Bank& bank,
     uint32_t end = contiguous ? batch.record_end : r + 1;
     uint64_t tokens = 0;
     for (uint32_t k = r; k < end; ++k) tokens += job.records[k].tokens;
-    args.slots = mapping + (job.records[r].path_token_begin - job.stored.begin);
+    args.slots = mapping + job.records[r].path_token_begin;
     args.num_tokens = static_cast<uint32_t>(tokens);
     args.out = bank.device.bytes() + layer0[r - batch.record_begin].bank_offset_bytes;
     RANGEKV_RETURN_IF_ERROR(stream.Gather(args));
@@ -390,8 +488,8 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, Bank& bank,
 
 void StorePipeline::GroupWorker(uint32_t index) {
   Worker& worker = workers_[index];
-  const bool digest = context_.integrity != nullptr &&
-                      context_.options->checksum == ChecksumPolicy::kAlways;
+  const bool digest =
+      context_.integrity != nullptr && context_.options->checksum == ChecksumPolicy::kAlways;
   while (true) {
     std::shared_ptr<StoreJob> job;
     uint32_t b = 0;
@@ -429,6 +527,9 @@ void StorePipeline::GroupWorker(uint32_t index) {
     const bool gather_proven = status.ok();
     const std::span<const Span> spans(job->slot->spans.data() + batch.span_begin,
                                       batch.span_end - batch.span_begin);
+    if (status.ok() && context_.integrity != nullptr) {
+      status = context_.integrity->BeforeFirstWrite(job->reservation_id);
+    }
     if (status.ok() && digest) {
       status = context_.integrity->OnStoreBatch(job->reservation_id, spans, bk.io_buffer());
     }
@@ -436,9 +537,9 @@ void StorePipeline::GroupWorker(uint32_t index) {
       Status cleared = bk.batch->Clear();
       for (const Span& sp : spans) {
         if (!cleared.ok()) break;
-        cleared = bk.batch->Add({context_.store->pack_file().file_at(sp.file_index),
-                                 sp.file_offset, bk.io_buffer() + sp.bank_offset_bytes,
-                                 sp.length_bytes, IoOp::kWrite});
+        cleared =
+            bk.batch->Add({context_.store->pack_file().file_at(sp.file_index), sp.file_offset,
+                           bk.io_buffer() + sp.bank_offset_bytes, sp.length_bytes, IoOp::kWrite});
       }
       status = cleared;
     }
@@ -454,9 +555,9 @@ void StorePipeline::GroupWorker(uint32_t index) {
           // The gather (or its copy) may still run into the bank: never reuse it.
           pool_.Quarantine(bank);
           Count(job.get(), &Counters::quarantines);
-          Log(LogLevel::kWarning, "store bank " + std::to_string(bank) +
-                                      " quarantined: gather completion unproven: " +
-                                      status.ToString());
+          Log(LogLevel::kWarning,
+              "store bank " + std::to_string(bank) +
+                  " quarantined: gather completion unproven: " + status.ToString());
         }
         AfterProgress(*job);
         continue;
@@ -495,6 +596,14 @@ void StorePipeline::OnWritesDone(uint32_t bank) {
     }
     job.progress.WriteReturned(owner.batch, c.status.ok());
   }
+  if (context_.integrity != nullptr) {
+    const StoreBatch& batch = job.batches[owner.batch];
+    context_.integrity->OnBatchWritten(
+        job.reservation_id,
+        std::span<const Span>(job.slot->spans.data() + batch.span_begin,
+                              batch.span_end - batch.span_begin),
+        job.progress.state(owner.batch) == BatchState::kDone);
+  }
   // Every accepted write of the batch returned: the bank may be gathered into again. (Its
   // IoBatch turns done() right after this callback; the next user Wait()s for that.)
   pool_.Release(bank);
@@ -507,7 +616,7 @@ void StorePipeline::DrainAll() {
   MutexLock l(mu_);
   for (StoreJob* owner : slot_owner_) {
     if (owner == nullptr) continue;
-    if (!owner->done && !owner->progress.all_produced()) {
+    if (!owner->done && std::count(owner->produced.begin(), owner->produced.end(), 1) != layers_) {
       Fail(*owner, Cancelled("engine closed before every layer was produced"));
       AfterProgress(*owner);
     }

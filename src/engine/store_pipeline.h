@@ -78,12 +78,21 @@ class StoreJob {
   explicit StoreJob(uint64_t id) : id(id) {}
 
   const uint64_t id;
-  StoreDisposition disposition = StoreDisposition::kAlreadyCached;
+  StoreDisposition disposition = StoreDisposition::kAlreadyCached;  // fixed by Begin
+  StoreSlot* slot = nullptr;    // null for joined / already-cached stores
+  std::vector<int32_t> tokens;  // a copy, to reserve again after a joined store settles
+
+  // Set when the reservation is made (in Begin, or later for a deferred store).
   TokenInterval stored;
   uint64_t reservation_id = 0;
   std::vector<PackRecord> records;
   std::vector<StoreBatch> batches;
-  StoreSlot* slot = nullptr;  // null for joined / already-cached stores
+
+  // Deferred: Reserve answered kJoined for a store that covers only part of the remaining
+  // tokens; this job reserves the rest once that store (joined_id) settled.
+  bool deferred = false;
+  uint64_t joined_id = 0;
+  std::vector<uint8_t> produced;  // per layer, as the caller reported it
 
   StoreProgress progress;
   std::vector<uint32_t> bank_of_batch;
@@ -108,6 +117,8 @@ class StorePipeline {
                                           std::span<const int64_t> slot_mapping) EXCLUDES(mu_);
   Status LayerProduced(StoreJob& job, uint32_t layer, Stream* producer) EXCLUDES(mu_);
   bool Extracted(const StoreJob& job) const EXCLUDES(mu_);
+  // The tokens the job writes (empty until a deferred job reserved them).
+  TokenInterval Stored(const StoreJob& job) const EXCLUDES(mu_);
   Status WaitExtracted(StoreJob& job) EXCLUDES(mu_);
   StoreOutcome Finish(StoreJob& job, StoreWait wait) EXCLUDES(mu_);
   // The handle is gone without Finish(): the store is aborted (after its writes drain).
@@ -145,6 +156,13 @@ class StorePipeline {
   explicit StorePipeline(const EngineContext& context);
   Status Init();
   Status PlanBatches(StoreJob& job, StoreSlot& slot);
+  // Takes the reservation's records and plans the job's batches (aborting the reservation on
+  // failure); replays the layers already produced.
+  Status Configure(StoreJob& job, Reservation& reservation);
+  // Deferred jobs whose joined store settled reserve again (and start, or finish).
+  void RetryDeferred() REQUIRES(mu_);
+  // Ends a job that holds no reservation.
+  void FinishUnreserved(StoreJob& job) REQUIRES(mu_);
   void GroupWorker(uint32_t worker);
   // Enqueues the batch's gathers on `stream` and proves them. Returns the gather status.
   Status Gather(StoreJob& job, const StoreBatch& batch, Bank& bank, Worker& worker);

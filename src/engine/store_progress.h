@@ -44,9 +44,9 @@ class StoreProgress {
   // The lowest waiting batch whose group is fully produced.
   std::optional<uint32_t> NextEligible() const;
 
-  void StartGather(uint32_t batch);             // waiting -> gathering
+  void StartGather(uint32_t batch);                 // waiting -> gathering
   void Extracted(uint32_t batch, uint32_t writes);  // gathering -> writing (writes >= 1)
-  void GatherFailed(uint32_t batch);            // gathering -> failed
+  void GatherFailed(uint32_t batch);                // gathering -> failed
   // One accepted write of `batch` returned. Returns true when it was the batch's last one
   // (the batch is then done, or failed if any of its writes failed).
   bool WriteReturned(uint32_t batch, bool ok);

@@ -56,16 +56,15 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   d.layers = o.geometry.layers;
   // Until persistence loads snapshots (issue 5), every open starts an empty directory; the
   // epoch only has to differ from earlier instances so their tickets are refused.
-  d.owner_epoch = static_cast<uint64_t>(
-                      std::chrono::system_clock::now().time_since_epoch().count()) |
-                  1;
+  d.owner_epoch =
+      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
   auto directory = Directory::Create(d);
   if (!directory.ok()) return directory.status().WithContext("directory");
   if (!created) {
     Log(LogLevel::kInfo, "store " + o.dir + ": opened existing pack file; index starts empty");
   }
-  return std::unique_ptr<StoreState>(new StoreState(o.env, o.dir, std::move(*pack),
-                                                    std::move(directory).value(), created));
+  return std::unique_ptr<StoreState>(
+      new StoreState(o.env, o.dir, std::move(*pack), std::move(directory).value(), created));
 }
 
 Status StoreState::Close() { return OkStatus(); }

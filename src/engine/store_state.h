@@ -33,7 +33,7 @@ struct StoreStateOptions {
   uint64_t pack_count = 0;      // for a new pack file
   uint64_t capacity_bytes = 0;  // the directory's byte capacity bound
   DirectIo direct = DirectIo::kPreferred;
-  DirectoryOptions directory;   // pack_slots / tokens_per_pack / pack_bytes are filled in
+  DirectoryOptions directory;  // pack_slots / tokens_per_pack / pack_bytes are filled in
 };
 
 class StoreState {

@@ -1,0 +1,394 @@
+// Failure behaviour of the transfer engine (DESIGN.md 4.5, 4.7; paper 3.5 and Table 1): a failed
+// span fails exactly its tokens and nothing wrong is delivered; a failed store group makes
+// nothing visible and its reservation is reclaimed only after the accepted writes drained;
+// cancellation with reads in flight reuses no bank early and leaks nothing; an unproven fence
+// quarantines its bank. Reads and writes are held in flight with a gated file seam (a sync
+// point), never with sleeps.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "engine/engine_testing.h"
+#include "rangekv/engine.h"
+#include "testing/fault_env.h"
+#include "testing/temp_dir.h"
+
+namespace rangekv {
+namespace {
+
+using engine_testing::Envelope;
+using engine_testing::GateEnv;
+using engine_testing::KvFixture;
+using engine_testing::RandomSlots;
+using engine_testing::RandomTokens;
+using engine_testing::RestoreAndVerify;
+using engine_testing::SmallModel;
+using engine_testing::SmallOptions;
+using engine_testing::StoreAll;
+using engine_testing::WaitMode;
+
+constexpr uint64_t kW = 8192;  // 4 layers x (2 heads x 16 x bf16 = 128 B): T = 64
+constexpr uint64_t kT = 64;
+constexpr uint8_t kPoison = 0xA5;
+
+class EngineFaultTest : public ::testing::Test {
+ protected:
+  void Open(Env* env, engine_internal::EngineInternalConfig config = {},
+            uint32_t write_workers = 2) {
+    EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(8, 2, 16), kW);
+    o.env = env;
+    o.write_workers = write_workers;
+    auto e = engine_internal::OpenEngineForTesting(o, config);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
+    pack_path_ = dir_.path() + "/store/packs.rkv";
+  }
+  std::unique_ptr<KvFixture> Fixture() {
+    auto f = KvFixture::Make(*engine_, KvCacheLayout::kFlashAttnNhd, 64);
+    EXPECT_TRUE(f.ok());
+    return std::move(f).value();
+  }
+  // File offset of layer `layer` of the pack holding path token `token`.
+  uint64_t StripeOffset(uint64_t token, uint32_t layer) {
+    auto& dir = engine_internal::EngineDirectory(*engine_);
+    for (const StoredPack& p : dir.ListPacks(engine_->namespace_id())) {
+      if (p.record.path_token_begin <= token && token < p.record.path_token_end()) {
+        return engine_internal::EngineStore(*engine_).layout().Address(p.record.pack_slot, layer,
+                                                                       0);
+      }
+    }
+    ADD_FAILURE() << "no pack holds token " << token;
+    return 0;
+  }
+  void ExpectEverythingReturned() {
+    auto read = engine_internal::ReadPoolState(*engine_);
+    EXPECT_EQ(read.owned_banks, 0u);
+    EXPECT_EQ(read.free_slots, 4u);
+    EXPECT_EQ(read.active_jobs, 0u);
+    auto store = engine_internal::StorePoolState(*engine_);
+    EXPECT_EQ(store.owned_banks, 0u);
+    EXPECT_EQ(store.free_slots, 4u);
+    EXPECT_EQ(store.active_jobs, 0u);
+    for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+      EXPECT_EQ(s.leases, 0u);
+      EXPECT_NE(s.state, SlotState::kReserved);
+    }
+  }
+
+  testing::TempDir dir_;
+  std::string pack_path_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineFaultTest, FailedSpanFailsExactlyItsTokensAndDeliversNothingWrong) {
+  rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
+  Open(&faults);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(4 * kT + 1, 1);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 3, 1)->outcome.status.ok());
+  // EIO on layer 2 of the pack holding tokens [64, 128).
+  rangekv::testing::FaultRule rule;
+  rule.path = pack_path_;
+  rule.op = rangekv::testing::FaultOp::kRead;
+  rule.offset = StripeOffset(kT, 2);
+  rule.length = kW;
+  rule.kind = rangekv::testing::FaultKind::kIoError;
+  faults.AddRule(rule);
+
+  const RequestEnvelope env = Envelope("eio");
+  auto lookup = engine_->Lookup(env, tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  ASSERT_EQ(lookup->hit_tokens, 4 * kT);
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = env;
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE(dst->Poison(kPoison).ok());
+  const auto slots = RandomSlots(4 * kT, dst->num_slots(), 9);
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), slots).ok());
+  for (uint32_t l = 0; l < 8; ++l) {
+    const Status s = handle->WaitLayer(l);
+    if (l == 2) {
+      EXPECT_EQ(s.code(), StatusCode::kIoError) << s.ToString();
+    } else {
+      EXPECT_TRUE(s.ok()) << l << ": " << s.ToString();
+    }
+  }
+  RestoreOutcome out = handle->Finish();
+  EXPECT_EQ(out.status.code(), StatusCode::kIoError);
+  ASSERT_EQ(out.failed.size(), 1u);
+  EXPECT_EQ(out.failed[0], (TokenInterval{kT, 2 * kT}));
+  EXPECT_EQ(out.delivered_tokens, 3 * kT);
+  EXPECT_EQ(out.work.failed_spans, 1u);
+  EXPECT_EQ(out.work.quarantines, 0u);
+
+  // Every other token is bit-exact in every layer; the failed tokens' layer-2 slots were never
+  // written.
+  auto bad = dst->Mismatches(std::span<const int32_t>(tokens).first(kT), 0,
+                             std::span<const int64_t>(slots).first(kT), 3);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 0u);
+  bad = dst->Mismatches(tokens, 2 * kT, std::span<const int64_t>(slots).subspan(2 * kT), 3);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 0u);
+  for (uint64_t i = kT; i < 2 * kT; ++i) EXPECT_TRUE(dst->RowIs(2, slots[i], kPoison)) << i;
+  ExpectEverythingReturned();
+
+  // A short read is detected too (kShortTransfer), and only its tokens fail.
+  faults.ClearRules();
+  rule.offset = StripeOffset(3 * kT, 5);
+  rule.kind = rangekv::testing::FaultKind::kShortTransfer;
+  faults.AddRule(rule);
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("short"), tokens, 1, 3, 4);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome.status.code(), StatusCode::kShortTransfer);
+  ASSERT_EQ(r->outcome.failed.size(), 1u);
+  EXPECT_EQ(r->outcome.failed[0], (TokenInterval{3 * kT, 4 * kT}));
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ(r->poisoned_rows, 0u);
+  ExpectEverythingReturned();
+}
+
+TEST_F(EngineFaultTest, FailedStoreGroupMakesNothingVisibleAndReclaimsAfterWritesDrain) {
+  rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
+  // Group 0's writes (layers 0..3 of the first pack slot) are held at a gate; group 1's write of
+  // layer 5 fails with ENOSPC meanwhile.
+  GateEnv gate(&faults, "packs.rkv", GateEnv::Op::kWrite, /*offset=*/2 << 20,
+               /*length=*/4 * kW);  // data starts at 2 MiB: slot 0, layers 0..3
+  // Enough write workers that group 1's writes run while group 0's are held.
+  Open(&gate, {}, /*write_workers=*/8);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(kT + 10, 2);  // 2 records: slots 0 and 1
+  rangekv::testing::FaultRule rule;
+  rule.path = pack_path_;
+  rule.op = rangekv::testing::FaultOp::kWrite;
+  rule.offset = engine_internal::EngineStore(*engine_).layout().Address(0, 5, 0);
+  rule.length = kW;
+  rule.kind = rangekv::testing::FaultKind::kNoSpace;
+  rule.times = 1;
+  faults.AddRule(rule);
+
+  const auto slots = RandomSlots(tokens.size(), src->num_slots(), 1);
+  ASSERT_TRUE(src->Fill(tokens, 0, slots, 5).ok());
+  gate.Close();
+  StoreRequest req;
+  req.envelope = Envelope("store");
+  req.tokens = tokens;
+  req.kv = &src->kv();
+  req.slot_mapping = slots;
+  auto handle = engine_->BeginStore(req);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  for (uint32_t l = 0; l < 8; ++l) ASSERT_TRUE(handle->LayerProduced(l).ok());
+  gate.WaitHeld(1);  // at least one of group 0's writes is accepted and in flight
+  // Wait until group 1 failed: its failure is recorded while group 0 still writes.
+  while (engine_->GetStats().failed_spans == 0) std::this_thread::yield();
+  // Not visible, and not reclaimed: accepted writes are still in flight into slot 0.
+  auto lookup = engine_->Lookup(Envelope("peek"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->hit_tokens, 0u);
+  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Slot(0).state, SlotState::kReserved);
+  gate.Open();
+  StoreOutcome out = handle->Finish();
+  EXPECT_EQ(out.status.code(), StatusCode::kNoSpace) << out.status.ToString();
+  EXPECT_FALSE(out.visible);
+  EXPECT_EQ(engine_->GetStats().stores_aborted, 1u);
+  // Reclaimed now, nothing visible, nothing quarantined.
+  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Slot(0).state, SlotState::kFree);
+  lookup = engine_->Lookup(Envelope("after"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->hit_tokens, 0u);
+  EXPECT_EQ(engine_internal::StorePoolState(*engine_).quarantined_banks, 0u);
+  ExpectEverythingReturned();
+
+  // The fault fired once: storing again succeeds and restores bit for bit.
+  auto again = StoreAll(*engine_, *src, tokens, 5, 1);
+  ASSERT_TRUE(again.ok() && again->outcome.status.ok()) << again->outcome.status.ToString();
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, 1, 5, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+}
+
+TEST_F(EngineFaultTest, CancelWithReadsInFlightReusesNoBankEarlyAndLeaksNothing) {
+  GateEnv gate(DefaultEnv(), "packs.rkv", GateEnv::Op::kRead, 2 << 20);
+  // Every read bank transition, checked for legality as it happens.
+  struct BankLog {
+    std::mutex mu;
+    std::map<uint32_t, bool> owned;
+    uint32_t violations = 0;
+    uint32_t acquired = 0;
+  };
+  auto log = std::make_shared<BankLog>();
+  engine_internal::EngineInternalConfig config;
+  config.hooks.read_bank_observer = [log](engine_internal::BankEvent e, uint32_t bank, uint64_t) {
+    std::lock_guard<std::mutex> l(log->mu);
+    const bool was = log->owned[bank];
+    if (e == engine_internal::BankEvent::kAcquired) {
+      if (was) ++log->violations;
+      log->owned[bank] = true;
+      ++log->acquired;
+    } else {
+      if (!was) ++log->violations;
+      log->owned[bank] = false;
+    }
+  };
+  Open(&gate, config);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(4 * kT + 1, 3);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 7, 1)->outcome.status.ok());
+
+  gate.Close();
+  const RequestEnvelope env = Envelope("cancel");
+  auto lookup = engine_->Lookup(env, tokens, 1);  // prefetch starts: reads are held
+  ASSERT_TRUE(lookup.ok() && lookup->prefetch_started);
+  gate.WaitHeld(2);  // both read workers hold a read in flight
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = env;
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE(dst->Poison(kPoison).ok());
+  const auto slots = RandomSlots(lookup->hit_tokens, dst->num_slots(), 5);
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), slots).ok());
+  handle->Cancel();
+
+  // The two banks under in-flight reads stay owned; the leases stay while reads are in flight.
+  auto pool = engine_internal::ReadPoolState(*engine_);
+  EXPECT_EQ(pool.owned_banks, 2u);
+  EXPECT_EQ(pool.quarantined_banks, 0u);
+  uint32_t leased = 0;
+  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) leased += s.leases;
+  EXPECT_GT(leased, 0u);
+
+  gate.Open();
+  RestoreOutcome out = handle->Finish();
+  EXPECT_EQ(out.status.code(), StatusCode::kCancelled);
+  ASSERT_EQ(out.failed.size(), 1u);
+  EXPECT_EQ(out.failed[0], (TokenInterval{0, 4 * kT}));
+  EXPECT_EQ(out.delivered_tokens, 0u);
+  EXPECT_EQ(out.work.scatter_launches, 0u);
+  EXPECT_EQ(engine_->GetStats().cancelled_restores, 1u);
+  // Nothing reached the destination.
+  ASSERT_TRUE(dst->Sync().ok());
+  for (uint32_t l = 0; l < 8; ++l) {
+    for (int64_t s : slots) ASSERT_TRUE(dst->RowIs(l, s, kPoison));
+  }
+  ExpectEverythingReturned();
+  {
+    std::lock_guard<std::mutex> l(log->mu);
+    EXPECT_EQ(log->violations, 0u);
+    EXPECT_EQ(log->acquired, 2u);
+  }
+
+  // The engine is healthy afterwards.
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("after"), tokens, 1, 7, 6);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+  std::lock_guard<std::mutex> l(log->mu);
+  EXPECT_EQ(log->violations, 0u);
+}
+
+TEST_F(EngineFaultTest, ReleasedPrefetchKeepsLeasesUntilItsReadsDrain) {
+  GateEnv gate(DefaultEnv(), "packs.rkv", GateEnv::Op::kRead, 2 << 20);
+  Open(&gate);
+  auto src = Fixture();
+  const auto tokens = RandomTokens(2 * kT + 1, 4);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 9, 1)->outcome.status.ok());
+  gate.Close();
+  const RequestEnvelope env = Envelope("gone");
+  auto lookup = engine_->Lookup(env, tokens, 1);
+  ASSERT_TRUE(lookup.ok() && lookup->prefetch_started);
+  gate.WaitHeld(2);
+  engine_->ReleaseRequest(env);  // the request finished unclaimed
+  uint32_t leased = 0;
+  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) leased += s.leases;
+  EXPECT_GT(leased, 0u);  // reads in flight still need the packs
+  gate.Open();
+  while (engine_internal::ReadPoolState(*engine_).active_jobs != 0) std::this_thread::yield();
+  ExpectEverythingReturned();
+}
+
+TEST_F(EngineFaultTest, UnprovenScatterFenceQuarantinesTheBank) {
+  auto fired = std::make_shared<std::atomic<int>>(0);
+  engine_internal::EngineInternalConfig config;
+  config.hooks.scatter_fence_fault = [fired](uint32_t, uint32_t layer) {
+    if (layer == 1 && fired->fetch_add(1) == 0) return Internal("injected device fault");
+    return OkStatus();
+  };
+  Open(DefaultEnv(), config);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(3 * kT + 1, 5);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 11, 1)->outcome.status.ok());
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("q"), tokens, 1, 11, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome.status.code(), StatusCode::kInternal) << r->outcome.status.ToString();
+  ASSERT_EQ(r->outcome.failed.size(), 1u);
+  EXPECT_EQ(r->outcome.failed[0].size(), kT);  // exactly one stripe's tokens
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ(r->poisoned_rows, 0u);
+  EXPECT_EQ(r->outcome.work.quarantines, 1u);
+  auto pool = engine_internal::ReadPoolState(*engine_);
+  EXPECT_EQ(pool.quarantined_banks, 1u);
+  EXPECT_EQ(pool.free_banks, 3u);
+  // The engine keeps serving with the banks it can prove.
+  auto again = RestoreAndVerify(*engine_, *dst, Envelope("q2"), tokens, 1, 11, 3);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->outcome.status.ok());
+  EXPECT_EQ(again->mismatches, 0u);
+}
+
+TEST_F(EngineFaultTest, DetachedWriteDebtDrainsAtCloseAndDroppedStoreHandlesAbort) {
+  GateEnv gate(DefaultEnv(), "packs.rkv", GateEnv::Op::kWrite, 2 << 20);
+  Open(&gate);
+  auto src = Fixture();
+  const auto tokens = RandomTokens(2 * kT, 6);
+  const auto slots = RandomSlots(tokens.size(), src->num_slots(), 1);
+  ASSERT_TRUE(src->Fill(tokens, 0, slots, 13).ok());
+  gate.Close();
+  StoreRequest req;
+  req.envelope = Envelope("debt");
+  req.tokens = tokens;
+  req.kv = &src->kv();
+  req.slot_mapping = slots;
+  auto handle = engine_->BeginStore(req);
+  ASSERT_TRUE(handle.ok());
+  for (uint32_t l = 0; l < 8; ++l) ASSERT_TRUE(handle->LayerProduced(l).ok());
+  // Detach returns once extraction is done, with writes still held at the gate.
+  StoreOutcome out = handle->Finish(StoreWait::kDetach);
+  EXPECT_TRUE(out.status.ok());
+  EXPECT_FALSE(out.visible);
+  gate.WaitHeld(1);
+  EXPECT_EQ(engine_->GetStats().stores_published, 0u);
+
+  // A dropped handle aborts its store.
+  {
+    const auto other = RandomTokens(kT, 7);
+    StoreRequest r2 = req;
+    r2.tokens = other;
+    r2.slot_mapping = std::span<const int64_t>(slots).first(kT);
+    auto dropped = engine_->BeginStore(r2);
+    ASSERT_TRUE(dropped.ok());
+  }
+  gate.Open();
+  ASSERT_TRUE(engine_->Close().ok());  // drains the debt
+  const EngineStats s = engine_->GetStats();
+  EXPECT_EQ(s.stores_published, 1u);
+  EXPECT_EQ(s.stores_aborted, 1u);
+}
+
+}  // namespace
+}  // namespace rangekv

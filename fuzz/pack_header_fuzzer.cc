@@ -52,7 +52,8 @@ std::vector<uint8_t> Sample() {
 
 void Seal(std::vector<uint8_t>* page) {
   const uint64_t sum = rangekv::Hash64(page->data(), pf::kChecksumCoveredBytes, pf::kChecksumSeed);
-  for (int i = 0; i < 8; ++i) (*page)[pf::kChecksumField.offset + i] = static_cast<uint8_t>(sum >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    (*page)[pf::kChecksumField.offset + i] = static_cast<uint8_t>(sum >> (8 * i));
 }
 
 void Check(std::span<const uint8_t> bytes) {
@@ -73,7 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= pf::kHeaderPageBytes) {
     std::vector<uint8_t> b(data, data + pf::kHeaderPageBytes);
     std::memcpy(b.data(), pf::kMagic, sizeof(pf::kMagic));
-    for (int i = 0; i < 4; ++i) b[pf::kVersionField.offset + i] = static_cast<uint8_t>(pf::kFormatVersion >> (8 * i));
+    for (int i = 0; i < 4; ++i)
+      b[pf::kVersionField.offset + i] = static_cast<uint8_t>(pf::kFormatVersion >> (8 * i));
     Seal(&b);
     Check(b);
   }

@@ -13,9 +13,8 @@
 //
 // The JSON of both commands is documented field by field in docs/inspect-fsck.md.
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "env/env.h"
 #include "persist/offline.h"
@@ -126,15 +125,15 @@ json InspectJson(const OfflineStore& s) {
       for (const StoredPack& p : dir.ListPacks(ns)) {
         const PackRecord& rec = p.record;
         tokens += rec.tokens;
-        json pj = {{"slot", rec.pack_slot},
-                   {"generation", rec.generation},
-                   {"leases", p.leases},
-                   {"path_token_begin", rec.path_token_begin},
-                   {"path_token_end", rec.path_token_end()},
-                   {"pack_token_offset", rec.pack_token_offset},
-                   {"tokens", rec.tokens},
-                   {"parent_slot", p.parent_slot == UINT32_MAX ? json(nullptr)
-                                                               : json(p.parent_slot)}};
+        json pj = {
+            {"slot", rec.pack_slot},
+            {"generation", rec.generation},
+            {"leases", p.leases},
+            {"path_token_begin", rec.path_token_begin},
+            {"path_token_end", rec.path_token_end()},
+            {"pack_token_offset", rec.pack_token_offset},
+            {"tokens", rec.tokens},
+            {"parent_slot", p.parent_slot == UINT32_MAX ? json(nullptr) : json(p.parent_slot)}};
         Result<persist::PackDigests> d = index.digests->Get(rec.pack_slot, rec.generation);
         pj["digested_tokens"] = d.ok() ? json(d->stored_tokens) : json(nullptr);
         packs.push_back(pj);
@@ -166,11 +165,11 @@ void PrintInspectText(const json& j) {
   std::printf("pack file  %s (%llu bytes, format %u, uuid %s)\n",
               pf["path"].get<std::string>().c_str(), pf["bytes"].get<unsigned long long>(),
               pf["format_version"].get<unsigned>(), pf["store_uuid"].get<std::string>().c_str());
-  std::printf("geometry   L=%u s=%llu B W=%llu B T=%llu tokens, pack %llu B, namespace %s\n",
-              g["layers"].get<unsigned>(), g["token_bytes"].get<unsigned long long>(),
-              g["stripe_bytes"].get<unsigned long long>(),
-              g["tokens_per_stripe"].get<unsigned long long>(),
-              g["pack_bytes"].get<unsigned long long>(), pf["namespace"].get<std::string>().c_str());
+  std::printf(
+      "geometry   L=%u s=%llu B W=%llu B T=%llu tokens, pack %llu B, namespace %s\n",
+      g["layers"].get<unsigned>(), g["token_bytes"].get<unsigned long long>(),
+      g["stripe_bytes"].get<unsigned long long>(), g["tokens_per_stripe"].get<unsigned long long>(),
+      g["pack_bytes"].get<unsigned long long>(), pf["namespace"].get<std::string>().c_str());
   std::printf("epoch      %s%s\n",
               st["epoch"].is_null() ? "-" : std::to_string(st["epoch"].get<uint64_t>()).c_str(),
               st["epoch_problem"].is_null()
@@ -181,14 +180,15 @@ void PrintInspectText(const json& j) {
               st["reason"].get<std::string>().c_str(), st["detail"].get<std::string>().c_str());
   const uint64_t capacity = cap["capacity_bytes"].get<uint64_t>();
   const uint64_t used = cap["used_bytes"].get<uint64_t>();
-  std::printf("capacity   %llu slots: %llu visible, %llu free, %llu reserved, %llu retired; "
-              "%llu of %llu bytes used (%.1f%%), %llu bytes of valid payload\n",
-              cap["pack_slots"].get<unsigned long long>(), cap["visible"].get<unsigned long long>(),
-              cap["free"].get<unsigned long long>(), cap["reserved"].get<unsigned long long>(),
-              cap["retired"].get<unsigned long long>(), static_cast<unsigned long long>(used),
-              static_cast<unsigned long long>(capacity),
-              capacity == 0 ? 0.0 : 100.0 * static_cast<double>(used) / static_cast<double>(capacity),
-              cap["valid_payload_bytes"].get<unsigned long long>());
+  std::printf(
+      "capacity   %llu slots: %llu visible, %llu free, %llu reserved, %llu retired; "
+      "%llu of %llu bytes used (%.1f%%), %llu bytes of valid payload\n",
+      cap["pack_slots"].get<unsigned long long>(), cap["visible"].get<unsigned long long>(),
+      cap["free"].get<unsigned long long>(), cap["reserved"].get<unsigned long long>(),
+      cap["retired"].get<unsigned long long>(), static_cast<unsigned long long>(used),
+      static_cast<unsigned long long>(capacity),
+      capacity == 0 ? 0.0 : 100.0 * static_cast<double>(used) / static_cast<double>(capacity),
+      cap["valid_payload_bytes"].get<unsigned long long>());
   if (!j["digests"].is_null()) {
     std::printf("digests    one per %llu-token block per layer\n",
                 j["digests"]["block_tokens"].get<unsigned long long>());
@@ -248,8 +248,8 @@ void RunInspect(const Config& cfg) {
 }
 
 void RunFsck(const Config& cfg) {
-  Result<FsckReport> report = persist::Fsck(
-      DefaultEnv(), cfg.dir, persist::FsckOptions{.verify_payload = !cfg.no_payload});
+  Result<FsckReport> report =
+      persist::Fsck(DefaultEnv(), cfg.dir, persist::FsckOptions{.verify_payload = !cfg.no_payload});
   if (!report.ok()) {
     std::fprintf(stderr, "rangekv fsck: %s\n", report.status().ToString().c_str());
     Exit(2);
@@ -264,16 +264,15 @@ void RunFsck(const Config& cfg) {
       std::printf("... and %llu more problems\n",
                   static_cast<unsigned long long>(report->problems_omitted));
     }
-    std::printf("%s: %s; %llu packs, %llu digest blocks, %llu payload bytes verified\n",
-                cfg.dir.c_str(),
-                report->ok() ? "clean"
-                             : (std::to_string(report->problems.size() +
-                                               report->problems_omitted) +
-                                " problem(s)")
-                                   .c_str(),
-                static_cast<unsigned long long>(report->packs_checked),
-                static_cast<unsigned long long>(report->blocks_checked),
-                static_cast<unsigned long long>(report->bytes_read));
+    std::printf(
+        "%s: %s; %llu packs, %llu digest blocks, %llu payload bytes verified\n", cfg.dir.c_str(),
+        report->ok()
+            ? "clean"
+            : (std::to_string(report->problems.size() + report->problems_omitted) + " problem(s)")
+                  .c_str(),
+        static_cast<unsigned long long>(report->packs_checked),
+        static_cast<unsigned long long>(report->blocks_checked),
+        static_cast<unsigned long long>(report->bytes_read));
   }
   std::fflush(stdout);
   if (!report->ok()) Exit(1);
@@ -285,8 +284,7 @@ void AddInspectCommands(CLI::App& app) {
   auto inspect_cfg = std::make_shared<Config>();
   CLI::App* inspect =
       app.add_subcommand("inspect", "Show a store: identity, state, capacity, namespaces, packs");
-  inspect->add_option("--dir", inspect_cfg->dir, "Store directory (holds packs.rkv)")
-      ->required();
+  inspect->add_option("--dir", inspect_cfg->dir, "Store directory (holds packs.rkv)")->required();
   inspect->add_flag("--json", inspect_cfg->json, "JSON on stdout (docs/inspect-fsck.md)");
   inspect->callback([inspect_cfg] { RunInspect(*inspect_cfg); });
 

@@ -41,10 +41,14 @@ class Problems {
 
 std::string_view KindForReason(DiscardReason r) {
   switch (r) {
-    case DiscardReason::kDirty: return "dirty";
-    case DiscardReason::kDirectoryRejected: return "directory";
-    case DiscardReason::kInconsistent: return "consistency";
-    default: return "snapshot";
+    case DiscardReason::kDirty:
+      return "dirty";
+    case DiscardReason::kDirectoryRejected:
+      return "directory";
+    case DiscardReason::kInconsistent:
+      return "consistency";
+    default:
+      return "snapshot";
   }
 }
 
@@ -52,10 +56,11 @@ std::string_view KindForReason(DiscardReason r) {
 Status ReadFully(File* file, uint64_t offset, uint8_t* buf, uint64_t size) {
   uint64_t done = 0;
   while (done < size) {
-    RANGEKV_ASSIGN_OR_RETURN(const uint64_t n, file->ReadAt(offset + done, buf + done, size - done));
+    RANGEKV_ASSIGN_OR_RETURN(const uint64_t n,
+                             file->ReadAt(offset + done, buf + done, size - done));
     if (n == 0) {
-      return Status(StatusCode::kShortTransfer, "read " + Num(done) + " of " + Num(size) +
-                                                    " bytes at offset " + Num(offset));
+      return Status(StatusCode::kShortTransfer,
+                    "read " + Num(done) + " of " + Num(size) + " bytes at offset " + Num(offset));
     }
     done += n;
   }
@@ -92,8 +97,8 @@ void CheckConsistency(const OfflineStore& store, Problems& problems) {
   }
   for (uint32_t s = 0; s < slots.size(); ++s) {
     if (slots[s].state == SlotState::kVisible && listed[s] != 1) {
-      problems.Add("consistency", "visible pack slot " + Num(s) + " is held by " +
-                                      Num(listed[s]) + " tree entries (expected 1)");
+      problems.Add("consistency", "visible pack slot " + Num(s) + " is held by " + Num(listed[s]) +
+                                      " tree entries (expected 1)");
     }
   }
   if (store.index.snapshot) {
@@ -125,8 +130,8 @@ void VerifyPayload(const OfflineStore& store, Problems& problems, FsckReport* re
         const uint64_t bytes = d->stored_tokens * s;
         const Status read =
             ReadFully(pack.file(), pack.Address(r.pack_slot, l, 0), buf.data(), bytes);
-        BadBlock where{ns, r.pack_slot, r.generation, l, {0, d->stored_tokens},
-                       {r.path_token_begin, r.path_token_end()}};
+        BadBlock where{ns, r.pack_slot,           r.generation,
+                       l,  {0, d->stored_tokens}, {r.path_token_begin, r.path_token_end()}};
         if (!read.ok()) {
           problems.Add("payload_read",
                        DescribeBlock(r.pack_slot, r.generation, l, where.pack_tokens) + ": " +

@@ -42,8 +42,8 @@ Result<DigestGeometry> DigestGeometry::Make(uint32_t layers, uint64_t tokens_per
                            " outside [1, 2^32)");
   }
   if (block_tokens == 0 || block_tokens > tokens_per_pack) {
-    return InvalidArgument("digest geometry: block_tokens " + Num(block_tokens) +
-                           " outside [1, " + Num(tokens_per_pack) + "]");
+    return InvalidArgument("digest geometry: block_tokens " + Num(block_tokens) + " outside [1, " +
+                           Num(tokens_per_pack) + "]");
   }
   if (!CheckedMul(tokens_per_pack, token_bytes)) {
     return InvalidArgument("digest geometry: stripe bytes overflow");
@@ -80,7 +80,8 @@ Status ComputeLayerDigests(const DigestGeometry& geometry, const uint8_t* stripe
   }
   if (stripe == nullptr) return InvalidArgument("digests: null stripe");
   for (uint64_t b = 0; b < blocks; ++b) {
-    out[b] = BlockDigest(stripe + geometry.BlockOffsetBytes(b), geometry.BlockBytes(b, stored_tokens));
+    out[b] =
+        BlockDigest(stripe + geometry.BlockOffsetBytes(b), geometry.BlockBytes(b, stored_tokens));
   }
   return OkStatus();
 }
@@ -162,8 +163,8 @@ Status DigestTable::RecordLayerLocked(uint32_t slot, uint64_t generation, uint32
   }
   const uint64_t blocks = geometry_.BlocksFor(e.stored_tokens);
   if (block_digests.size() != blocks) {
-    return InvalidArgument("digests: " + Num(block_digests.size()) + " digests for " +
-                           Num(blocks) + " blocks of layer " + Num(layer));
+    return InvalidArgument("digests: " + Num(block_digests.size()) + " digests for " + Num(blocks) +
+                           " blocks of layer " + Num(layer));
   }
   std::copy(block_digests.begin(), block_digests.end(), Row(slot, layer));
   if (!e.layer_done[layer]) {
@@ -206,10 +207,9 @@ Status DigestTable::CheckComplete(uint32_t slot, uint64_t generation) const {
   if (e.layers_recorded == geometry_.layers()) return OkStatus();
   uint32_t missing = 0;
   while (missing < geometry_.layers() && e.layer_done[missing]) ++missing;
-  return FailedPrecondition("digests: pack slot " + Num(slot) + " generation " +
-                            Num(generation) + " lacks layer " + Num(missing) + " (" +
-                            Num(e.layers_recorded) + " of " + Num(geometry_.layers()) +
-                            " layers recorded)");
+  return FailedPrecondition("digests: pack slot " + Num(slot) + " generation " + Num(generation) +
+                            " lacks layer " + Num(missing) + " (" + Num(e.layers_recorded) +
+                            " of " + Num(geometry_.layers()) + " layers recorded)");
 }
 
 void DigestTable::Drop(uint32_t slot, uint64_t generation) {
@@ -237,8 +237,8 @@ Result<const DigestTable::Entry*> DigestTable::CompleteEntry(uint32_t slot,
   return &e;
 }
 
-Result<VerifyPlan> DigestTable::PlanVerify(uint32_t slot, uint64_t generation,
-                                           uint64_t token_begin, uint64_t token_end) const {
+Result<VerifyPlan> DigestTable::PlanVerify(uint32_t slot, uint64_t generation, uint64_t token_begin,
+                                           uint64_t token_end) const {
   MutexLock lock(mu_);
   RANGEKV_ASSIGN_OR_RETURN(const Entry* e, CompleteEntry(slot, generation));
   if (token_begin >= token_end || token_end > e->stored_tokens) {
@@ -271,9 +271,9 @@ Status DigestTable::Compare(uint32_t slot, uint64_t generation, uint32_t layer,
   for (uint64_t i = 0; i < computed.size(); ++i) {
     const uint64_t b = first_block + i;
     if (row[b] != computed[i]) {
-      return Corruption("payload digest mismatch: " +
-                        DescribeBlock(slot, generation, layer,
-                                      geometry_.BlockTokens(b, e->stored_tokens)));
+      return Corruption(
+          "payload digest mismatch: " +
+          DescribeBlock(slot, generation, layer, geometry_.BlockTokens(b, e->stored_tokens)));
     }
   }
   return OkStatus();

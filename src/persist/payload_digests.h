@@ -129,8 +129,8 @@ struct PackDigests {
 struct VerifyPlan {
   uint64_t first_block = 0;
   uint64_t block_count = 0;
-  TokenRange extent;            // whole blocks: read these pack tokens of each layer
-  uint64_t stored_tokens = 0;   // the pack's digested extent
+  TokenRange extent;           // whole blocks: read these pack tokens of each layer
+  uint64_t stored_tokens = 0;  // the pack's digested extent
 };
 
 class DigestTable {
@@ -181,8 +181,8 @@ class DigestTable {
   // Host verification: `data` holds the bytes of pack tokens plan.extent of `layer` (exactly
   // plan.extent.size() * s bytes); digests every block and compares. Errors as Compare, plus
   // kInvalidArgument when `bytes` is not the extent's size.
-  Status VerifyHostBytes(uint32_t slot, uint64_t generation, uint32_t layer,
-                         const VerifyPlan& plan, const uint8_t* data, uint64_t bytes) const;
+  Status VerifyHostBytes(uint32_t slot, uint64_t generation, uint32_t layer, const VerifyPlan& plan,
+                         const uint8_t* data, uint64_t bytes) const;
 
   // ---- snapshot -----------------------------------------------------------------------------
   // A copy of the complete entry of (slot, generation). Errors as PlanVerify.

@@ -84,8 +84,7 @@ class DigestTableTest : public ::testing::Test {
     table_ = std::move(*t);
   }
   // Records a pack of `stored` tokens at (slot, generation); returns the layers' stripes.
-  std::vector<std::vector<uint8_t>> StorePack(uint32_t slot, uint64_t generation,
-                                              uint64_t stored) {
+  std::vector<std::vector<uint8_t>> StorePack(uint32_t slot, uint64_t generation, uint64_t stored) {
     const DigestGeometry& g = table_->geometry();
     std::vector<std::vector<uint8_t>> stripes;
     EXPECT_TRUE(table_->Begin(slot, generation, stored).ok());
@@ -103,8 +102,7 @@ class DigestTableTest : public ::testing::Test {
     RANGEKV_ASSIGN_OR_RETURN(VerifyPlan plan, table_->PlanVerify(slot, generation, a, b));
     const uint64_t s = table_->geometry().token_bytes();
     return table_->VerifyHostBytes(slot, generation, layer, plan,
-                                   stripe.data() + plan.extent.begin * s,
-                                   plan.extent.size() * s);
+                                   stripe.data() + plan.extent.begin * s, plan.extent.size() * s);
   }
   std::unique_ptr<DigestTable> table_;
 };
@@ -113,8 +111,7 @@ TEST_F(DigestTableTest, CreateBoundsMemory) {
   Result<DigestGeometry> g = DigestGeometry::Make(4096, 1u << 30, 1, 1);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(DigestTable::Create(*g, 1024).status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(DigestTable::Create(SmallGeometry(), 0).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(DigestTable::Create(SmallGeometry(), 0).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(DigestTableTest, RecordedPackVerifiesWholeAndPartialRanges) {

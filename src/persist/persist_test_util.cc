@@ -14,9 +14,15 @@ std::vector<std::string> DirJournalEnv::Pending() const {
   std::vector<std::string> out;
   for (const Op& op : ops_) {
     switch (op.kind) {
-      case Op::Kind::kCreate: out.push_back("create " + op.a); break;
-      case Op::Kind::kRename: out.push_back("rename " + op.a + " -> " + op.b); break;
-      case Op::Kind::kDelete: out.push_back("delete " + op.a); break;
+      case Op::Kind::kCreate:
+        out.push_back("create " + op.a);
+        break;
+      case Op::Kind::kRename:
+        out.push_back("rename " + op.a + " -> " + op.b);
+        break;
+      case Op::Kind::kDelete:
+        out.push_back("delete " + op.a);
+        break;
     }
   }
   return out;
@@ -126,8 +132,8 @@ Result<TinyStore> TinyStore::Open(Env* env, const std::string& dir, bool create,
                                               static_cast<uint32_t>(s.pack->pack_count()));
   if (o.digest_block_tokens == 0) o.digest_block_tokens = 16;
   RANGEKV_ASSIGN_OR_RETURN(
-      s.index, OpenIndex(env, dir, *s.pack, create ? PackOrigin::kCreated : PackOrigin::kOpened,
-                         o));
+      s.index,
+      OpenIndex(env, dir, *s.pack, create ? PackOrigin::kCreated : PackOrigin::kOpened, o));
   return s;
 }
 
@@ -152,7 +158,8 @@ Status TinyStore::Store(const NamespaceId& ns, std::span<const int32_t> tokens) 
         }
       }
       const uint64_t offset = pack->Address(rec.pack_slot, l, rec.pack_token_offset);
-      RANGEKV_ASSIGN_OR_RETURN(uint64_t n, pack->file()->WriteAt(offset, stripe.data(), stripe.size()));
+      RANGEKV_ASSIGN_OR_RETURN(uint64_t n,
+                               pack->file()->WriteAt(offset, stripe.data(), stripe.size()));
       if (n != stripe.size()) return Status(StatusCode::kShortTransfer, "test write");
       d.assign(dg.BlocksFor(rec.tokens), 0);
       RANGEKV_RETURN_IF_ERROR(ComputeLayerDigests(dg, stripe.data(), rec.tokens, d));
@@ -187,8 +194,8 @@ Result<uint64_t> TinyStore::Restore(const NamespaceId& ns, std::span<const int32
         result = n.ok() ? Status(StatusCode::kShortTransfer, "test read") : n.status();
         break;
       }
-      result = index.digests->VerifyHostBytes(rec.pack_slot, rec.generation, l, *plan,
-                                              buf.data(), buf.size());
+      result = index.digests->VerifyHostBytes(rec.pack_slot, rec.generation, l, *plan, buf.data(),
+                                              buf.size());
       for (uint64_t i = 0; i < rec.tokens && result.ok(); ++i) {
         const uint64_t p = rec.path_token_begin + i;
         const uint64_t at = (rec.pack_token_offset + i - plan->extent.begin) * g.token_bytes;

@@ -36,9 +36,9 @@ uint64_t NowUnixNs(const PersistenceOptions& o) {
 Status WriteNewFile(Env* env, const std::string& path, const void* data, uint64_t size,
                     const std::function<Status()>& after_write) {
   if (env->FileExists(path)) RANGEKV_RETURN_IF_ERROR(env->DeleteFile(path));
-  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
-                           env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite,
-                                                             .direct = DirectIo::kOff}));
+  RANGEKV_ASSIGN_OR_RETURN(
+      std::unique_ptr<File> file,
+      env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite, .direct = DirectIo::kOff}));
   const uint8_t* p = static_cast<const uint8_t*>(data);
   uint64_t done = 0;
   while (done < size) {
@@ -63,25 +63,35 @@ Status ReplaceFileDurably(Env* env, const std::string& dir, const std::string& t
 
 DiscardReason ReasonForDefect(SnapshotDefect d) {
   switch (d) {
-    case SnapshotDefect::kTruncated: return DiscardReason::kTruncated;
-    case SnapshotDefect::kWrongVersion: return DiscardReason::kWrongVersion;
-    case SnapshotDefect::kChecksum: return DiscardReason::kCorruptChecksum;
+    case SnapshotDefect::kTruncated:
+      return DiscardReason::kTruncated;
+    case SnapshotDefect::kWrongVersion:
+      return DiscardReason::kWrongVersion;
+    case SnapshotDefect::kChecksum:
+      return DiscardReason::kCorruptChecksum;
     case SnapshotDefect::kNone:
     case SnapshotDefect::kBadMagic:
     case SnapshotDefect::kTooLarge:
-    case SnapshotDefect::kMalformed: return DiscardReason::kMalformed;
+    case SnapshotDefect::kMalformed:
+      return DiscardReason::kMalformed;
   }
   return DiscardReason::kMalformed;
 }
 
 DiscardReason ReasonForMismatch(BindingMismatch m) {
   switch (m) {
-    case BindingMismatch::kStoreUuid: return DiscardReason::kWrongStoreUuid;
-    case BindingMismatch::kGeometry: return DiscardReason::kWrongGeometry;
-    case BindingMismatch::kNamespace: return DiscardReason::kWrongNamespace;
-    case BindingMismatch::kPackLayout: return DiscardReason::kPackLayoutMismatch;
-    case BindingMismatch::kPackFileBytes: return DiscardReason::kPackSizeMismatch;
-    case BindingMismatch::kNone: break;
+    case BindingMismatch::kStoreUuid:
+      return DiscardReason::kWrongStoreUuid;
+    case BindingMismatch::kGeometry:
+      return DiscardReason::kWrongGeometry;
+    case BindingMismatch::kNamespace:
+      return DiscardReason::kWrongNamespace;
+    case BindingMismatch::kPackLayout:
+      return DiscardReason::kPackLayoutMismatch;
+    case BindingMismatch::kPackFileBytes:
+      return DiscardReason::kPackSizeMismatch;
+    case BindingMismatch::kNone:
+      break;
   }
   return DiscardReason::kMalformed;
 }
@@ -91,7 +101,7 @@ struct FileState {
   bool marker_present = false;
   std::string marker_contents;
   std::optional<uint64_t> epoch_file_epoch;
-  std::string epoch_file_problem;  // "" when decoded; "missing" or the decode error
+  std::string epoch_file_problem;               // "" when decoded; "missing" or the decode error
   DiscardReason reason = DiscardReason::kNone;  // kNone: the snapshot is bound and intact
   std::string detail;
   std::optional<Snapshot> snapshot;  // decoded (binding may have failed)
@@ -189,8 +199,8 @@ Built BuildFromSnapshot(const Snapshot& snap, const DirectoryOptions& dir_option
     return b;
   }
   const Geometry& g = snap.identity.geometry;
-  Result<DigestGeometry> dg = DigestGeometry::Make(g.layers, g.tokens_per_stripe, g.token_bytes,
-                                                   snap.digest_block_tokens);
+  Result<DigestGeometry> dg =
+      DigestGeometry::Make(g.layers, g.tokens_per_stripe, g.token_bytes, snap.digest_block_tokens);
   Result<std::unique_ptr<DigestTable>> table =
       dg.ok() ? DigestTable::Create(*dg, dir_options.pack_slots)
               : Result<std::unique_ptr<DigestTable>>(dg.status());
@@ -238,8 +248,8 @@ Built BuildFromSnapshot(const Snapshot& snap, const DirectoryOptions& dir_option
 
 Result<std::unique_ptr<DigestTable>> EmptyDigests(const PackFile& pack,
                                                   const PersistenceOptions& options) {
-  RANGEKV_ASSIGN_OR_RETURN(DigestGeometry dg, DigestGeometry::ForGeometry(
-                                                  pack.geometry(), options.digest_block_tokens));
+  RANGEKV_ASSIGN_OR_RETURN(
+      DigestGeometry dg, DigestGeometry::ForGeometry(pack.geometry(), options.digest_block_tokens));
   return DigestTable::Create(dg, options.directory.pack_slots);
 }
 
@@ -266,35 +276,58 @@ uint32_t CountVisible(const Directory& d) {
 
 std::string_view DiscardReasonName(DiscardReason reason) {
   switch (reason) {
-    case DiscardReason::kNone: return "none";
-    case DiscardReason::kNewStore: return "new_store";
-    case DiscardReason::kDirty: return "dirty";
-    case DiscardReason::kMissingSnapshot: return "missing_snapshot";
-    case DiscardReason::kUnreadableSnapshot: return "unreadable_snapshot";
-    case DiscardReason::kTruncated: return "truncated";
-    case DiscardReason::kCorruptChecksum: return "corrupt_checksum";
-    case DiscardReason::kMalformed: return "malformed";
-    case DiscardReason::kWrongVersion: return "wrong_version";
-    case DiscardReason::kWrongStoreUuid: return "wrong_store_uuid";
-    case DiscardReason::kWrongGeometry: return "wrong_geometry";
-    case DiscardReason::kWrongNamespace: return "wrong_namespace";
-    case DiscardReason::kPackLayoutMismatch: return "pack_layout_mismatch";
-    case DiscardReason::kPackSizeMismatch: return "pack_size_mismatch";
-    case DiscardReason::kDirectoryRejected: return "directory_rejected";
-    case DiscardReason::kInconsistent: return "inconsistent";
+    case DiscardReason::kNone:
+      return "none";
+    case DiscardReason::kNewStore:
+      return "new_store";
+    case DiscardReason::kDirty:
+      return "dirty";
+    case DiscardReason::kMissingSnapshot:
+      return "missing_snapshot";
+    case DiscardReason::kUnreadableSnapshot:
+      return "unreadable_snapshot";
+    case DiscardReason::kTruncated:
+      return "truncated";
+    case DiscardReason::kCorruptChecksum:
+      return "corrupt_checksum";
+    case DiscardReason::kMalformed:
+      return "malformed";
+    case DiscardReason::kWrongVersion:
+      return "wrong_version";
+    case DiscardReason::kWrongStoreUuid:
+      return "wrong_store_uuid";
+    case DiscardReason::kWrongGeometry:
+      return "wrong_geometry";
+    case DiscardReason::kWrongNamespace:
+      return "wrong_namespace";
+    case DiscardReason::kPackLayoutMismatch:
+      return "pack_layout_mismatch";
+    case DiscardReason::kPackSizeMismatch:
+      return "pack_size_mismatch";
+    case DiscardReason::kDirectoryRejected:
+      return "directory_rejected";
+    case DiscardReason::kInconsistent:
+      return "inconsistent";
   }
   return "unknown";
 }
 
 std::string_view ShutdownStepName(ShutdownStep step) {
   switch (step) {
-    case ShutdownStep::kPayloadSynced: return "payload_synced";
-    case ShutdownStep::kTempWritten: return "temp_written";
-    case ShutdownStep::kTempSynced: return "temp_synced";
-    case ShutdownStep::kRenamed: return "renamed";
-    case ShutdownStep::kRenameDirSynced: return "rename_dir_synced";
-    case ShutdownStep::kMarkerRemoved: return "marker_removed";
-    case ShutdownStep::kMarkerDirSynced: return "marker_dir_synced";
+    case ShutdownStep::kPayloadSynced:
+      return "payload_synced";
+    case ShutdownStep::kTempWritten:
+      return "temp_written";
+    case ShutdownStep::kTempSynced:
+      return "temp_synced";
+    case ShutdownStep::kRenamed:
+      return "renamed";
+    case ShutdownStep::kRenameDirSynced:
+      return "rename_dir_synced";
+    case ShutdownStep::kMarkerRemoved:
+      return "marker_removed";
+    case ShutdownStep::kMarkerDirSynced:
+      return "marker_dir_synced";
   }
   return "unknown";
 }
@@ -373,7 +406,9 @@ Status Persistence::Step(ShutdownStep step) const {
 Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
                               const DigestTable& digests) {
   MutexLock lock(mu_);
-  auto ctx = [](std::string_view what) { return std::string("clean shutdown: ") + std::string(what); };
+  auto ctx = [](std::string_view what) {
+    return std::string("clean shutdown: ") + std::string(what);
+  };
   // 0. Payload durable before anything claims it is described.
   RANGEKV_RETURN_IF_ERROR(pack.file()->Sync().WithContext(ctx("fsync pack file")));
   RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kPayloadSynced));
@@ -401,9 +436,10 @@ Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
   const std::vector<uint8_t> bytes = EncodeSnapshot(snap);
 
   // 2. Temporary file, written and made durable.
-  RANGEKV_RETURN_IF_ERROR(WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(),
-                                       [this] { return Step(ShutdownStep::kTempWritten); })
-                              .WithContext(ctx("write snapshot")));
+  RANGEKV_RETURN_IF_ERROR(
+      WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(), [this] {
+        return Step(ShutdownStep::kTempWritten);
+      }).WithContext(ctx("write snapshot")));
   RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kTempSynced));
   // 3. Rename into place, durably.
   RANGEKV_RETURN_IF_ERROR(env_->RenameFile(paths_.snapshot_temp(), paths_.snapshot())
@@ -467,8 +503,8 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
 
   DirectoryOptions dir_options = options.directory;
   if (epoch > sf::kMaxStoreEpoch) {
-    return ResourceExhausted("store " + store_dir + ": store epoch space exhausted (" +
-                             Num(epoch) + "); delete the store to start over");
+    return ResourceExhausted("store " + store_dir + ": store epoch space exhausted (" + Num(epoch) +
+                             "); delete the store to start over");
   }
   dir_options.owner_epoch = epoch;
   if (st.reason == DiscardReason::kNone) {
@@ -505,16 +541,16 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
   } else {
     report.outcome = RecoveryOutcome::kStartedEmpty;
     if (report.reason == DiscardReason::kNewStore) {
-      Log(LogLevel::kInfo, "store " + store_dir + ": new store, starting empty at store epoch " +
-                               Num(epoch));
+      Log(LogLevel::kInfo,
+          "store " + store_dir + ": new store, starting empty at store epoch " + Num(epoch));
     } else {
       Log(LogLevel::kWarning, "store " + store_dir + ": index discarded (" +
                                   std::string(DiscardReasonName(report.reason)) + "): " +
                                   report.detail + "; starting empty at store epoch " + Num(epoch));
     }
   }
-  out.persistence = std::unique_ptr<Persistence>(
-      new Persistence(env, paths, epoch, pack.uuid(), options));
+  out.persistence =
+      std::unique_ptr<Persistence>(new Persistence(env, paths, epoch, pack.uuid(), options));
   return out;
 }
 

@@ -120,13 +120,13 @@ struct RecoveryReport {
 
 // The steps of SaveClean, in order; the shutdown hook sees each after it completed.
 enum class ShutdownStep : uint8_t {
-  kPayloadSynced = 0,     // pack file fsynced
-  kTempWritten,           // snapshot.rkv.tmp written (not yet synced)
-  kTempSynced,            // snapshot.rkv.tmp fsynced
-  kRenamed,               // renamed to snapshot.rkv
-  kRenameDirSynced,       // directory fsynced (the rename is durable)
-  kMarkerRemoved,         // dirty.rkv deleted
-  kMarkerDirSynced,       // directory fsynced (the deletion is durable): clean
+  kPayloadSynced = 0,  // pack file fsynced
+  kTempWritten,        // snapshot.rkv.tmp written (not yet synced)
+  kTempSynced,         // snapshot.rkv.tmp fsynced
+  kRenamed,            // renamed to snapshot.rkv
+  kRenameDirSynced,    // directory fsynced (the rename is durable)
+  kMarkerRemoved,      // dirty.rkv deleted
+  kMarkerDirSynced,    // directory fsynced (the deletion is durable): clean
 };
 inline constexpr int kShutdownStepCount = 7;
 std::string_view ShutdownStepName(ShutdownStep step);
@@ -191,8 +191,8 @@ class Persistence {
 
 // What OpenIndex hands the engine.
 struct OpenedIndex {
-  std::unique_ptr<Directory> directory;    // loaded or empty; owner epoch = store epoch
-  std::unique_ptr<DigestTable> digests;    // the loaded packs' digests, or empty
+  std::unique_ptr<Directory> directory;  // loaded or empty; owner epoch = store epoch
+  std::unique_ptr<DigestTable> digests;  // the loaded packs' digests, or empty
   std::unique_ptr<Persistence> persistence;
   RecoveryReport report;
 };

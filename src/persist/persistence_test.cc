@@ -285,7 +285,8 @@ TEST_F(PersistenceTest, EpochsAndTicketsNeverCrossADiscard) {
   ASSERT_FALSE(old_ticket->empty());
   const uint64_t epoch1 = s1->index.report.store_epoch;
   uint64_t max_gen1 = 0;
-  for (const SlotInfo& si : s1->index.directory->Slots()) max_gen1 = std::max(max_gen1, si.generation);
+  for (const SlotInfo& si : s1->index.directory->Slots())
+    max_gen1 = std::max(max_gen1, si.generation);
   s1 = Status(StatusCode::kAborted, "crash");  // the session dies dirty
 
   uint64_t last_epoch = epoch1;

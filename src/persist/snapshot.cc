@@ -73,8 +73,8 @@ Status ReadSection(ByteReader& r, uint32_t tag, const char* name, const Failer& 
   if (flags != 0) return fail(SnapshotDefect::kMalformed, std::string(name) + " section flags");
   // The trailing checksum is not part of any section.
   if (body_bytes > r.remaining() || r.remaining() - body_bytes < sf::kChecksumBytes) {
-    return fail(SnapshotDefect::kMalformed, std::string(name) + " section length " +
-                                                Num(body_bytes) + " exceeds the file");
+    return fail(SnapshotDefect::kMalformed,
+                std::string(name) + " section length " + Num(body_bytes) + " exceeds the file");
   }
   if (!r.View(static_cast<size_t>(body_bytes), body)) {
     return fail(SnapshotDefect::kMalformed, std::string(name) + " section");
@@ -93,11 +93,10 @@ Status DecodeIdentity(std::span<const uint8_t> body, const Failer& fail, Snapsho
                   r.U64(&id.namespace_id.lo) && r.U64(&id.namespace_id.hi) && r.U32(&g.layers) &&
                   r.U32(&g.dtype_bytes) && r.U32(&g.kv_heads_per_rank) && r.U32(&g.head_size) &&
                   r.U32(&g.mla_latent_size) && r.U32(&g.block_size) && r.U64(&g.token_bytes) &&
-                  r.U64(&g.stripe_bytes) && r.U64(&g.tokens_per_stripe) &&
-                  r.U64(&g.pack_bytes) && r.U64(&id.pack_count) && r.U64(&id.data_offset) &&
-                  r.U64(&id.pack_file_bytes) && r.U64(&id.pack_creation_time_unix_ns) &&
-                  r.U64(&s->store_epoch) && r.U64(&s->max_generation) &&
-                  r.U64(&s->saved_time_unix_ns);
+                  r.U64(&g.stripe_bytes) && r.U64(&g.tokens_per_stripe) && r.U64(&g.pack_bytes) &&
+                  r.U64(&id.pack_count) && r.U64(&id.data_offset) && r.U64(&id.pack_file_bytes) &&
+                  r.U64(&id.pack_creation_time_unix_ns) && r.U64(&s->store_epoch) &&
+                  r.U64(&s->max_generation) && r.U64(&s->saved_time_unix_ns);
   if (!ok) return fail(SnapshotDefect::kMalformed, "identity section cut short");
   if (id.store_uuid.is_nil()) return fail(SnapshotDefect::kMalformed, "nil store uuid");
   // The same checks the pack header gets: a snapshot can only describe a valid pack file.
@@ -109,8 +108,8 @@ Status DecodeIdentity(std::span<const uint8_t> body, const Failer& fail, Snapsho
   if (!layout.ok()) return fail(SnapshotDefect::kMalformed, layout.status().message());
   if (id.pack_file_bytes < layout->file_bytes() ||
       id.pack_file_bytes > pack_format::kMaxFileBytes) {
-    return fail(SnapshotDefect::kMalformed, "pack file size " + Num(id.pack_file_bytes) +
-                                                " outside its layout");
+    return fail(SnapshotDefect::kMalformed,
+                "pack file size " + Num(id.pack_file_bytes) + " outside its layout");
   }
   if (s->store_epoch == 0 || s->store_epoch > sf::kMaxStoreEpoch) {
     return fail(SnapshotDefect::kMalformed, "store epoch " + Num(s->store_epoch));
@@ -140,8 +139,8 @@ Status DecodeDigests(std::span<const uint8_t> body, const Failer& fail, Snapshot
   uint64_t next_slot = 0;
   for (PackDigests& t : s->digests) {
     uint32_t reserved = 0;
-    if (!(r.U32(&t.slot) && r.U32(&t.layers) && r.U64(&t.generation) &&
-          r.U64(&t.stored_tokens) && r.U32(&t.blocks_per_layer) && r.U32(&reserved))) {
+    if (!(r.U32(&t.slot) && r.U32(&t.layers) && r.U64(&t.generation) && r.U64(&t.stored_tokens) &&
+          r.U32(&t.blocks_per_layer) && r.U32(&reserved))) {
       return fail(SnapshotDefect::kMalformed, "digest table header cut short");
     }
     if (t.slot < next_slot || t.slot >= s->identity.pack_count) {
@@ -184,25 +183,38 @@ SnapshotIdentity SnapshotIdentity::ForPack(const PackHeader& header, uint64_t fi
 
 std::string_view SnapshotDefectName(SnapshotDefect defect) {
   switch (defect) {
-    case SnapshotDefect::kNone: return "none";
-    case SnapshotDefect::kTruncated: return "truncated";
-    case SnapshotDefect::kBadMagic: return "bad_magic";
-    case SnapshotDefect::kWrongVersion: return "wrong_version";
-    case SnapshotDefect::kTooLarge: return "too_large";
-    case SnapshotDefect::kChecksum: return "checksum";
-    case SnapshotDefect::kMalformed: return "malformed";
+    case SnapshotDefect::kNone:
+      return "none";
+    case SnapshotDefect::kTruncated:
+      return "truncated";
+    case SnapshotDefect::kBadMagic:
+      return "bad_magic";
+    case SnapshotDefect::kWrongVersion:
+      return "wrong_version";
+    case SnapshotDefect::kTooLarge:
+      return "too_large";
+    case SnapshotDefect::kChecksum:
+      return "checksum";
+    case SnapshotDefect::kMalformed:
+      return "malformed";
   }
   return "unknown";
 }
 
 std::string_view BindingMismatchName(BindingMismatch mismatch) {
   switch (mismatch) {
-    case BindingMismatch::kNone: return "none";
-    case BindingMismatch::kStoreUuid: return "store_uuid";
-    case BindingMismatch::kGeometry: return "geometry";
-    case BindingMismatch::kNamespace: return "namespace";
-    case BindingMismatch::kPackLayout: return "pack_layout";
-    case BindingMismatch::kPackFileBytes: return "pack_file_bytes";
+    case BindingMismatch::kNone:
+      return "none";
+    case BindingMismatch::kStoreUuid:
+      return "store_uuid";
+    case BindingMismatch::kGeometry:
+      return "geometry";
+    case BindingMismatch::kNamespace:
+      return "namespace";
+    case BindingMismatch::kPackLayout:
+      return "pack_layout";
+    case BindingMismatch::kPackFileBytes:
+      return "pack_file_bytes";
   }
   return "unknown";
 }
@@ -266,8 +278,9 @@ Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> bytes, SnapshotDefect* 
   }
   const uint32_t version = codec::LoadU32(bytes.data() + sf::kVersionField.offset);
   if (version != sf::kSnapshotVersion) {
-    return fail(SnapshotDefect::kWrongVersion, "format version " + Num(version) + ", this build reads " +
-                                                   Num(sf::kSnapshotVersion));
+    return fail(
+        SnapshotDefect::kWrongVersion,
+        "format version " + Num(version) + ", this build reads " + Num(sf::kSnapshotVersion));
   }
   if (bytes.size() < sf::kMinSnapshotBytes) {
     return fail(SnapshotDefect::kTruncated, Num(bytes.size()) + " bytes, less than the " +
@@ -275,15 +288,15 @@ Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> bytes, SnapshotDefect* 
   }
   const uint64_t total = codec::LoadU64(bytes.data() + sf::kTotalBytesField.offset);
   if (total > sf::kMaxSnapshotBytes) {
-    return fail(SnapshotDefect::kTooLarge, "length field " + Num(total) + " above the bound " +
-                                               Num(sf::kMaxSnapshotBytes));
+    return fail(SnapshotDefect::kTooLarge,
+                "length field " + Num(total) + " above the bound " + Num(sf::kMaxSnapshotBytes));
   }
   if (total > bytes.size()) {
     return fail(SnapshotDefect::kTruncated, Num(bytes.size()) + " of " + Num(total) + " bytes");
   }
   if (total < bytes.size() || total < sf::kMinSnapshotBytes) {
-    return fail(SnapshotDefect::kChecksum, "length field " + Num(total) + " != file size " +
-                                               Num(bytes.size()));
+    return fail(SnapshotDefect::kChecksum,
+                "length field " + Num(total) + " != file size " + Num(bytes.size()));
   }
   const uint64_t stored_sum = codec::LoadU64(bytes.data() + total - sf::kChecksumBytes);
   if (Hash64(bytes.data(), total - sf::kChecksumBytes, sf::kChecksumSeed) != stored_sum) {
@@ -320,17 +333,17 @@ Status CheckSnapshotBinding(const SnapshotIdentity& snap, const SnapshotIdentity
   };
   if (mismatch != nullptr) *mismatch = BindingMismatch::kNone;
   if (!(snap.store_uuid == actual.store_uuid)) {
-    return fail(BindingMismatch::kStoreUuid, StatusCode::kWrongStore,
-                "store uuid " + snap.store_uuid.ToHex() + ", pack file has " +
-                    actual.store_uuid.ToHex());
+    return fail(
+        BindingMismatch::kStoreUuid, StatusCode::kWrongStore,
+        "store uuid " + snap.store_uuid.ToHex() + ", pack file has " + actual.store_uuid.ToHex());
   }
   if (!(snap.geometry == actual.geometry)) {
     const Geometry& a = snap.geometry;
     const Geometry& b = actual.geometry;
     return fail(BindingMismatch::kGeometry, StatusCode::kGeometryMismatch,
-                "geometry L=" + Num(a.layers) + " s=" + Num(a.token_bytes) + " W=" +
-                    Num(a.stripe_bytes) + ", pack file has L=" + Num(b.layers) + " s=" +
-                    Num(b.token_bytes) + " W=" + Num(b.stripe_bytes));
+                "geometry L=" + Num(a.layers) + " s=" + Num(a.token_bytes) +
+                    " W=" + Num(a.stripe_bytes) + ", pack file has L=" + Num(b.layers) +
+                    " s=" + Num(b.token_bytes) + " W=" + Num(b.stripe_bytes));
   }
   if (!(snap.namespace_id == actual.namespace_id)) {
     return fail(BindingMismatch::kNamespace, StatusCode::kNamespaceMismatch,
@@ -340,16 +353,15 @@ Status CheckSnapshotBinding(const SnapshotIdentity& snap, const SnapshotIdentity
   if (snap.pack_count != actual.pack_count || snap.data_offset != actual.data_offset ||
       snap.pack_creation_time_unix_ns != actual.pack_creation_time_unix_ns) {
     return fail(BindingMismatch::kPackLayout, StatusCode::kWrongStore,
-                "pack count " + Num(snap.pack_count) + " / data offset " +
-                    Num(snap.data_offset) + " / created " +
-                    Num(snap.pack_creation_time_unix_ns) + ", pack file has " +
+                "pack count " + Num(snap.pack_count) + " / data offset " + Num(snap.data_offset) +
+                    " / created " + Num(snap.pack_creation_time_unix_ns) + ", pack file has " +
                     Num(actual.pack_count) + " / " + Num(actual.data_offset) + " / " +
                     Num(actual.pack_creation_time_unix_ns));
   }
   if (snap.pack_file_bytes != actual.pack_file_bytes) {
-    return fail(BindingMismatch::kPackFileBytes, StatusCode::kTruncated,
-                "pack file of " + Num(snap.pack_file_bytes) + " bytes, now " +
-                    Num(actual.pack_file_bytes));
+    return fail(
+        BindingMismatch::kPackFileBytes, StatusCode::kTruncated,
+        "pack file of " + Num(snap.pack_file_bytes) + " bytes, now " + Num(actual.pack_file_bytes));
   }
   return OkStatus();
 }

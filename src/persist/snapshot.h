@@ -84,11 +84,11 @@ Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> bytes, SnapshotDefect* 
 // Why a decoded snapshot does not describe the pack file `actual`.
 enum class BindingMismatch : uint8_t {
   kNone = 0,
-  kStoreUuid,       // another store's snapshot                      kWrongStore
-  kGeometry,        // another model shape / dtype / W               kGeometryMismatch
-  kNamespace,       // another namespace                             kNamespaceMismatch
-  kPackLayout,      // same UUID, other pack count / data offset / creation time  kWrongStore
-  kPackFileBytes,   // the pack file's size changed (truncated or extended)      kTruncated
+  kStoreUuid,      // another store's snapshot                      kWrongStore
+  kGeometry,       // another model shape / dtype / W               kGeometryMismatch
+  kNamespace,      // another namespace                             kNamespaceMismatch
+  kPackLayout,     // same UUID, other pack count / data offset / creation time  kWrongStore
+  kPackFileBytes,  // the pack file's size changed (truncated or extended)      kTruncated
 };
 std::string_view BindingMismatchName(BindingMismatch mismatch);
 

@@ -48,25 +48,25 @@ inline constexpr uint32_t kTagDigests = 0x54534744;    // "DGST"
 inline constexpr uint32_t kSectionCount = 3;
 
 // IDENTITY body: what binds the snapshot to one pack file, plus epochs.
-inline constexpr Field kIdStoreUuid{0, 16};         // u64 lo, u64 hi
-inline constexpr Field kIdNamespace{16, 16};        // u64 lo, u64 hi
-inline constexpr Field kIdLayers{32, 4};            // u32 L
-inline constexpr Field kIdDtypeBytes{36, 4};        // u32
-inline constexpr Field kIdKvHeadsPerRank{40, 4};    // u32
-inline constexpr Field kIdHeadSize{44, 4};          // u32
-inline constexpr Field kIdMlaLatent{48, 4};         // u32
-inline constexpr Field kIdBlockSize{52, 4};         // u32
-inline constexpr Field kIdTokenBytes{56, 8};        // u64 s
-inline constexpr Field kIdStripeBytes{64, 8};       // u64 W
-inline constexpr Field kIdTokensPerStripe{72, 8};   // u64 T
-inline constexpr Field kIdPackBytes{80, 8};         // u64 L*W
-inline constexpr Field kIdPackCount{88, 8};         // u64 N
-inline constexpr Field kIdDataOffset{96, 8};        // u64
-inline constexpr Field kIdPackFileBytes{104, 8};    // u64 size of the pack file at save
-inline constexpr Field kIdPackCreationTime{112, 8}; // u64 the pack header's creation time, ns
-inline constexpr Field kIdStoreEpoch{120, 8};       // u64 epoch of the session that saved
-inline constexpr Field kIdMaxGeneration{128, 8};    // u64 largest slot generation ever issued
-inline constexpr Field kIdSavedTime{136, 8};        // u64 unix time of the save, ns
+inline constexpr Field kIdStoreUuid{0, 16};          // u64 lo, u64 hi
+inline constexpr Field kIdNamespace{16, 16};         // u64 lo, u64 hi
+inline constexpr Field kIdLayers{32, 4};             // u32 L
+inline constexpr Field kIdDtypeBytes{36, 4};         // u32
+inline constexpr Field kIdKvHeadsPerRank{40, 4};     // u32
+inline constexpr Field kIdHeadSize{44, 4};           // u32
+inline constexpr Field kIdMlaLatent{48, 4};          // u32
+inline constexpr Field kIdBlockSize{52, 4};          // u32
+inline constexpr Field kIdTokenBytes{56, 8};         // u64 s
+inline constexpr Field kIdStripeBytes{64, 8};        // u64 W
+inline constexpr Field kIdTokensPerStripe{72, 8};    // u64 T
+inline constexpr Field kIdPackBytes{80, 8};          // u64 L*W
+inline constexpr Field kIdPackCount{88, 8};          // u64 N
+inline constexpr Field kIdDataOffset{96, 8};         // u64
+inline constexpr Field kIdPackFileBytes{104, 8};     // u64 size of the pack file at save
+inline constexpr Field kIdPackCreationTime{112, 8};  // u64 the pack header's creation time, ns
+inline constexpr Field kIdStoreEpoch{120, 8};        // u64 epoch of the session that saved
+inline constexpr Field kIdMaxGeneration{128, 8};     // u64 largest slot generation ever issued
+inline constexpr Field kIdSavedTime{136, 8};         // u64 unix time of the save, ns
 inline constexpr uint32_t kIdentityBodyBytes = 144;
 
 // DIGESTS body: u32 digest_block_tokens, u32 table_count, u64 digest_seed, then table_count
@@ -85,9 +85,9 @@ inline constexpr uint64_t kChecksumSeed = 0x52616E67654B5653ull;  // "RangeKVS"
 // 8 KiB of digests per 1 GiB pack at the default block). The bound keeps a corrupted length
 // from driving an allocation; sections are further bounded by the remaining bytes.
 inline constexpr uint64_t kMaxSnapshotBytes = 1 * kGiB;
-inline constexpr uint64_t kMinSnapshotBytes =
-    kPreambleBytes + 3 * kSectionHeaderBytes + kIdentityBodyBytes + kDigestsFixedBytes +
-    kChecksumBytes;
+inline constexpr uint64_t kMinSnapshotBytes = kPreambleBytes + 3 * kSectionHeaderBytes +
+                                              kIdentityBodyBytes + kDigestsFixedBytes +
+                                              kChecksumBytes;
 // Epochs are < 2^32 so that generation floors (epoch << 32) fit in a u64.
 inline constexpr uint64_t kMaxStoreEpoch = (uint64_t{1} << 32) - 2;
 

@@ -56,7 +56,8 @@ Snapshot SampleSnapshot() {
 // Re-encodes `bytes` with a correct checksum after an edit (crafting valid-checksum input).
 void Reseal(std::vector<uint8_t>* bytes) {
   const uint64_t sum = Hash64(bytes->data(), bytes->size() - 8, sf::kChecksumSeed);
-  for (int i = 0; i < 8; ++i) (*bytes)[bytes->size() - 8 + i] = static_cast<uint8_t>(sum >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    (*bytes)[bytes->size() - 8 + i] = static_cast<uint8_t>(sum >> (8 * i));
 }
 
 Result<Snapshot> Decode(const std::vector<uint8_t>& b, SnapshotDefect* d) {
@@ -203,9 +204,8 @@ TEST(SnapshotTest, ImpossibleFieldsBehindValidChecksumAreMalformed) {
 TEST(SnapshotTest, HugeTableCountDoesNotAllocate) {
   std::vector<uint8_t> bytes = EncodeSnapshot(SampleSnapshot());
   // table_count sits 4 bytes into the digest body.
-  const size_t digest_body = sf::kPreambleBytes + sf::kSectionHeaderBytes +
-                             sf::kIdentityBodyBytes + sf::kSectionHeaderBytes + 9 +
-                             sf::kSectionHeaderBytes;
+  const size_t digest_body = sf::kPreambleBytes + sf::kSectionHeaderBytes + sf::kIdentityBodyBytes +
+                             sf::kSectionHeaderBytes + 9 + sf::kSectionHeaderBytes;
   for (int i = 0; i < 4; ++i) bytes[digest_body + 4 + i] = 0xff;
   Reseal(&bytes);
   SnapshotDefect defect;

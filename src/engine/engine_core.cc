@@ -129,8 +129,8 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   context_.counters = &counters_;
   context_.integrity = config.integrity;
   context_.hooks = &hooks_;
-  context_.staging = !caps.device_memory_host_accessible;
-  context_.stream_memory_ops = caps.stream_memory_ops;
+  context_.staging = !caps.device_memory_host_accessible || config.force_staging;
+  context_.stream_memory_ops = caps.stream_memory_ops && !config.disable_stream_memory_ops;
   RANGEKV_ASSIGN_OR_RETURN(restore_, RestorePipeline::Create(context_));
   RANGEKV_ASSIGN_OR_RETURN(stores_, StorePipeline::Create(context_));
   MutexLock l(mu_);

@@ -39,6 +39,11 @@ struct EngineInternalConfig {
   Device* device = nullptr;  // borrowed, outlives the engine; overrides options.device
   EngineTestHooks hooks;
   PayloadIntegrity* integrity = nullptr;  // borrowed; null: no digests
+  // Take the paths a CUDA device without GDS takes (pinned staging, H2D / D2H copies) even on a
+  // device whose memory the host can address, so CI exercises them on HostDevice.
+  bool force_staging = false;
+  // Take the event path of StreamWaitLayer (a device without stream memory operations).
+  bool disable_stream_memory_ops = false;
 };
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {

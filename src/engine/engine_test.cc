@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "engine/engine_test_util.h"
@@ -298,6 +300,96 @@ TEST_F(EngineTest, CancelledHandleDropIsSafeAndEngineCloseLeavesHandlesInert) {
   EXPECT_EQ(handle->Finish().status.code(), StatusCode::kFailedPrecondition);
   engine_.reset();  // the handle outlives the engine: still safe
   EXPECT_FALSE(handle->valid());
+}
+
+TEST_F(EngineTest, StagingCopiesAndTheEventWaitPathDeliverTheSameBytes) {
+  engine_internal::EngineInternalConfig config;
+  config.force_staging = true;              // what a GPU without GDS does
+  config.disable_stream_memory_ops = true;  // StreamWaitLayer through events
+  auto e = engine_internal::OpenEngineForTesting(
+      SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW), config);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  engine_ = std::move(e).value();
+  auto src = Fixture(KvCacheLayout::kFlashAttnHnd);
+  auto dst = Fixture(KvCacheLayout::kFlashAttnHnd);
+  const auto tokens = RandomTokens(3 * kT + 1, 15);
+  auto stored = StoreAll(*engine_, *src, tokens, 101, 1);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("staged"), tokens, 1, 101, 2,
+                            WaitMode::kStreamEveryLayer);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ(r->outcome.work.h2d_copies, 12u);  // one per stripe
+  EXPECT_EQ(r->outcome.work.scatter_launches, 12u);
+}
+
+// A host callback that holds its stream until the test opens the gate.
+struct StreamGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false;
+  bool open = false;
+  static void Hold(void* arg) {
+    auto* g = static_cast<StreamGate*>(arg);
+    std::unique_lock<std::mutex> l(g->mu);
+    g->entered = true;
+    g->cv.notify_all();
+    g->cv.wait(l, [g] { return g->open; });
+  }
+};
+
+TEST_F(EngineTest, GatherWaitsForTheProducerStreamWithoutBlockingTheHost) {
+  OpenDefault();
+  auto src = Fixture();
+  auto truth = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(2 * kT, 16);
+  const auto slots = RandomSlots(tokens.size(), src->num_slots(), 3);
+  ASSERT_TRUE(truth->Fill(tokens, 0, slots, 111).ok());
+  ASSERT_TRUE(src->Poison(0).ok());
+  auto producer = engine_->CreateStream();
+  ASSERT_TRUE(producer.ok());
+  // The "model" is still computing on its stream: a callback holds it, and the KV it produces
+  // (copied from `truth`) lands only after it. A gather that did not wait would read zeros.
+  StreamGate gate;
+  Stream* stream = static_cast<Stream*>(producer->native);
+  ASSERT_TRUE(stream->AddHostCallback(&StreamGate::Hold, &gate).ok());
+  for (uint32_t l = 0; l < 4; ++l) {
+    ASSERT_TRUE(stream
+                    ->CopyDeviceToDevice(src->kv().layer_base[l], truth->kv().layer_base[l],
+                                         src->layer_bytes())
+                    .ok());
+  }
+  {
+    std::unique_lock<std::mutex> l(gate.mu);
+    gate.cv.wait(l, [&] { return gate.entered; });
+  }
+  StoreRequest req;
+  req.envelope = Envelope("produced");
+  req.tokens = tokens;
+  req.kv = &src->kv();
+  req.slot_mapping = slots;
+  auto handle = engine_->BeginStore(req);
+  ASSERT_TRUE(handle.ok());
+  for (uint32_t l = 0; l < 4; ++l) ASSERT_TRUE(handle->LayerProduced(l, *producer).ok());
+  // A group worker took the batch and a bank, and its gather waits on the producer's event.
+  ASSERT_TRUE(
+      Eventually([&] { return engine_internal::StorePoolState(*engine_).owned_banks == 1; }));
+  EXPECT_FALSE(handle->extracted());
+  EXPECT_EQ(engine_->GetStats().native_writes, 0u);
+  {
+    std::lock_guard<std::mutex> l(gate.mu);
+    gate.open = true;
+  }
+  gate.cv.notify_all();
+  ASSERT_TRUE(handle->WaitExtracted().ok());
+  StoreOutcome out = handle->Finish();
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_TRUE(out.visible);
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, 1, 111, 4);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->mismatches, 0u);
 }
 
 // ---- input validation ----------------------------------------------------------------------

@@ -58,6 +58,7 @@ class KvFixture {
 
   const PagedKv& kv() const { return kv_; }
   uint64_t num_slots() const { return kv_.num_blocks * engine_->geometry().block_size; }
+  uint64_t layer_bytes() const { return layer_bytes_; }
 
   // Every byte of every layer := `value` (on the device).
   Status Poison(uint8_t value);

@@ -196,6 +196,71 @@ Status DigestTable::Record(uint32_t slot, uint64_t generation, uint64_t stored_t
   return OkStatus();
 }
 
+Status DigestTable::RecordStripeBytes(uint32_t slot, uint64_t generation, uint32_t layer,
+                                      uint64_t stored_tokens, const uint8_t* stripe) {
+  if (stored_tokens == 0 || stored_tokens > geometry_.tokens_per_pack()) {
+    return InvalidArgument("digests: stored_tokens " + Num(stored_tokens) + " outside [1, " +
+                           Num(geometry_.tokens_per_pack()) + "]");
+  }
+  // Bounded stack scratch in chunks: the data path allocates nothing.
+  constexpr uint64_t kChunk = 64;
+  uint64_t d[kChunk];
+  if (stripe == nullptr) return InvalidArgument("digests: null stripe");
+  if (layer >= geometry_.layers()) {
+    return InvalidArgument("digests: layer " + Num(layer) + " outside [0, " +
+                           Num(geometry_.layers()) + ")");
+  }
+  MutexLock lock(mu_);
+  RANGEKV_RETURN_IF_ERROR(BeginLocked(slot, generation, stored_tokens));
+  Entry& e = entries_[slot];
+  const uint64_t blocks = geometry_.BlocksFor(stored_tokens);
+  uint64_t* row = Row(slot, layer);
+  for (uint64_t b0 = 0; b0 < blocks; b0 += kChunk) {
+    const uint64_t n = std::min(kChunk, blocks - b0);
+    for (uint64_t k = 0; k < n; ++k) {
+      d[k] = BlockDigest(stripe + geometry_.BlockOffsetBytes(b0 + k),
+                         geometry_.BlockBytes(b0 + k, stored_tokens));
+    }
+    std::copy(d, d + n, row + b0);
+  }
+  if (!e.layer_done[layer]) {
+    e.layer_done[layer] = 1;
+    ++e.layers_recorded;
+  }
+  return OkStatus();
+}
+
+Status DigestTable::VerifyStripeBytes(uint32_t slot, uint64_t generation, uint32_t layer,
+                                      uint64_t token_begin, uint64_t token_end,
+                                      uint64_t buffer_stripe_offset, const uint8_t* data,
+                                      uint64_t bytes) const {
+  RANGEKV_ASSIGN_OR_RETURN(const VerifyPlan plan,
+                           PlanVerify(slot, generation, token_begin, token_end));
+  if (data == nullptr) return InvalidArgument("digests: null buffer");
+  const uint64_t s = geometry_.token_bytes();
+  const uint64_t buffer_end = buffer_stripe_offset + bytes;  // both < W + alignment
+  constexpr uint64_t kChunk = 64;
+  uint64_t computed[kChunk];
+  for (uint64_t i = 0; i < plan.block_count; i += kChunk) {
+    const uint64_t n = std::min(kChunk, plan.block_count - i);
+    for (uint64_t k = 0; k < n; ++k) {
+      const uint64_t b = plan.first_block + i + k;
+      const TokenRange t = geometry_.BlockTokens(b, plan.stored_tokens);
+      const uint64_t lo = t.begin * s, hi = t.end * s;
+      if (lo < buffer_stripe_offset || hi > buffer_end) {
+        return OutOfRange("digests: read of stripe bytes [" + Num(buffer_stripe_offset) + ", " +
+                          Num(buffer_end) + ") does not cover digest block " +
+                          DescribeBlock(slot, generation, layer, t) +
+                          "; extend the read to the verify extent");
+      }
+      computed[k] = BlockDigest(data + (lo - buffer_stripe_offset), hi - lo);
+    }
+    RANGEKV_RETURN_IF_ERROR(
+        Compare(slot, generation, layer, plan.first_block + i, std::span(computed, n)));
+  }
+  return OkStatus();
+}
+
 Status DigestTable::CheckComplete(uint32_t slot, uint64_t generation) const {
   MutexLock lock(mu_);
   if (slot >= entries_.size()) return InvalidArgument("digests: pack slot out of range");

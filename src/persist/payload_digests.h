@@ -160,6 +160,11 @@ class DigestTable {
   // Begin + RecordLayer for every layer from a layer-major array (L x blocks).
   Status Record(uint32_t slot, uint64_t generation, uint64_t stored_tokens,
                 std::span<const uint64_t> digests);
+  // Begin + ComputeLayerDigests + RecordLayer for one layer whose stripe bytes of pack tokens
+  // [0, stored_tokens) start at `stripe` (a host-readable store bank): what a store's write
+  // completion calls per (pack, layer) span on HostDevice. Errors as Begin and RecordLayer.
+  Status RecordStripeBytes(uint32_t slot, uint64_t generation, uint32_t layer,
+                           uint64_t stored_tokens, const uint8_t* stripe);
   // OK when every layer of (slot, generation) is recorded (call before Directory::Publish).
   // kNotFound (no entry for that generation) or kFailedPrecondition naming the first missing
   // layer.
@@ -183,6 +188,16 @@ class DigestTable {
   // kInvalidArgument when `bytes` is not the extent's size.
   Status VerifyHostBytes(uint32_t slot, uint64_t generation, uint32_t layer, const VerifyPlan& plan,
                          const uint8_t* data, uint64_t bytes) const;
+
+  // Verification of a read buffer as the engine has it: `data` holds `bytes` bytes of layer
+  // `layer`'s stripe starting at stripe byte `buffer_stripe_offset` (file_offset minus the
+  // stripe's first byte; any I/O alignment). Verifies every digest block that overlaps pack
+  // tokens [token_begin, token_end). Each such block must lie wholly inside the buffer:
+  // kOutOfRange naming the block otherwise (the read must be extended to PlanVerify's extent).
+  // kCorruption naming the first bad block; kNotFound / kStaleGeneration as PlanVerify.
+  Status VerifyStripeBytes(uint32_t slot, uint64_t generation, uint32_t layer, uint64_t token_begin,
+                           uint64_t token_end, uint64_t buffer_stripe_offset, const uint8_t* data,
+                           uint64_t bytes) const;
 
   // ---- snapshot -----------------------------------------------------------------------------
   // A copy of the complete entry of (slot, generation). Errors as PlanVerify.

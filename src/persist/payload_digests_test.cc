@@ -160,6 +160,34 @@ TEST_F(DigestTableTest, CompareTakesDeviceComputedDigests) {
   EXPECT_EQ(table_->Compare(0, 1, 2, 3, d).code(), StatusCode::kOutOfRange);
 }
 
+TEST_F(DigestTableTest, StripeBufferHelpersMatchTheBlockApi) {
+  const DigestGeometry& g = table_->geometry();
+  const std::vector<uint8_t> stripe = Stripe(70, g.token_bytes(), 9);
+  for (uint32_t l = 0; l < g.layers(); ++l) {
+    ASSERT_TRUE(table_->RecordStripeBytes(1, 3, l, 70, stripe.data()).ok());
+  }
+  ASSERT_TRUE(table_->CheckComplete(1, 3).ok());
+  std::vector<uint64_t> expect(5);
+  ASSERT_TRUE(ComputeLayerDigests(g, stripe.data(), 70, expect).ok());
+  EXPECT_EQ(table_->Get(1, 3)->digests[5], expect[0]);  // layer 1, block 0
+  // A read of the whole stored extent covers blocks 1..3 of tokens [20, 50) whole.
+  const uint64_t s = g.token_bytes();
+  EXPECT_TRUE(table_->VerifyStripeBytes(1, 3, 2, 20, 50, 0, stripe.data(), 70 * s).ok());
+  // A buffer starting inside block 1 cannot verify it.
+  const Status partial =
+      table_->VerifyStripeBytes(1, 3, 2, 20, 50, 17 * s, stripe.data() + 17 * s, 53 * s);
+  EXPECT_EQ(partial.code(), StatusCode::kOutOfRange) << partial.ToString();
+  // Exactly the verify extent works; a flipped byte inside it is corruption.
+  std::vector<uint8_t> copy(stripe.begin() + 16 * s, stripe.begin() + 64 * s);
+  EXPECT_TRUE(table_->VerifyStripeBytes(1, 3, 0, 20, 50, 16 * s, copy.data(), copy.size()).ok());
+  copy[40 * s - 16 * s] ^= 1;  // token 40: block 2
+  const Status bad = table_->VerifyStripeBytes(1, 3, 0, 20, 50, 16 * s, copy.data(), copy.size());
+  EXPECT_EQ(bad.code(), StatusCode::kCorruption);
+  EXPECT_NE(bad.message().find("layer 0 pack tokens [32, 48)"), std::string::npos);
+  EXPECT_EQ(table_->RecordStripeBytes(1, 2, 0, 70, stripe.data()).code(),
+            StatusCode::kStaleGeneration);
+}
+
 TEST_F(DigestTableTest, GenerationsGuardEveryLookup) {
   StorePack(3, 4, 30);
   EXPECT_EQ(table_->PlanVerify(3, 3, 0, 10).status().code(), StatusCode::kStaleGeneration);

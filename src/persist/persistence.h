@@ -14,10 +14,13 @@
 //   write    Persistence::MarkDirty() before the first pack write (or invalidation) after
 //            open or after a SaveClean: it creates the marker durably (write + fsync file +
 //            fsync directory). Idempotent and cheap once done (an atomic flag).
-//   store    per pack: DigestTable::Begin, RecordLayer as each layer's writes complete,
-//            CheckComplete before Directory::Publish (payload_digests.h).
-//   restore  per record: DigestTable::PlanVerify, read the verify extent, VerifyHostBytes or
-//            Compare; on kCorruption drop the record and fail its tokens closed.
+//   store    per pack: DigestTable::Begin + RecordLayer (device-computed digests) or
+//            RecordStripeBytes (host-readable bank) for each layer, CheckComplete before
+//            Directory::Publish (payload_digests.h).
+//   restore  per record: DigestTable::PlanVerify gives the whole-block read extent; after the
+//            read, VerifyStripeBytes / VerifyHostBytes (host buffer) or Compare (device
+//            digests); on kCorruption drop the record (Directory::InvalidatePack,
+//            DigestTable::Drop) and fail its tokens closed.
 //   Close    drain every owner (tickets, banks, writes), then Persistence::SaveClean(): fsync
 //            the pack file, write the snapshot to snapshot.rkv.tmp, fsync it, rename it to
 //            snapshot.rkv, fsync the directory, remove the marker, fsync the directory.

@@ -127,7 +127,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   context_.read_io = read_io_.get();
   context_.write_io = write_io_.get();
   context_.counters = &counters_;
-  context_.integrity = config.integrity;
+  context_.integrity = config.integrity != nullptr ? config.integrity : store_->integrity();
   context_.hooks = &hooks_;
   context_.staging = !caps.device_memory_host_accessible || config.force_staging;
   context_.stream_memory_ops = caps.stream_memory_ops && !config.disable_stream_memory_ops;

@@ -13,6 +13,7 @@
 
 #include "engine/engine_test_util.h"
 #include "engine/engine_testing.h"
+#include "kernels/span_digest.h"
 #include "rangekv/engine.h"
 #include "testing/fault_env.h"
 #include "testing/temp_dir.h"
@@ -349,6 +350,72 @@ TEST_F(EngineFaultTest, UnprovenScatterFenceQuarantinesTheBank) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->outcome.status.ok());
   EXPECT_EQ(again->mismatches, 0u);
+}
+
+// A stand-in for the persistence layer's digests: remembers a digest per stored stripe and
+// checks every read of a whole stripe against it.
+class StripeDigests final : public engine_internal::PayloadIntegrity {
+ public:
+  Status OnStoreBatch(uint64_t, std::span<const Span> spans, const uint8_t* bank) override {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const Span& sp : spans) {
+      digests_[{sp.pack_slot, sp.layer}] =
+          kernels::SpanDigest(bank + sp.bank_offset_bytes, sp.payload_bytes, 0);
+    }
+    ++batches_;
+    return OkStatus();
+  }
+  Status VerifyRead(const Span& span, const uint8_t* buf) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = digests_.find({span.pack_slot, span.layer});
+    if (it == digests_.end() || span.pack_token_begin != 0) return OkStatus();
+    if (kernels::SpanDigest(buf + span.payload_offset_bytes, span.payload_bytes, 0) != it->second) {
+      return Corruption("stripe digest mismatch");
+    }
+    return OkStatus();
+  }
+  int batches() {
+    std::lock_guard<std::mutex> l(mu_);
+    return batches_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> digests_;
+  int batches_ = 0;
+};
+
+TEST_F(EngineFaultTest, ChecksumHookFailsExactlyTheCorruptedSpan) {
+  StripeDigests digests;
+  engine_internal::EngineInternalConfig config;
+  config.integrity = &digests;
+  Open(DefaultEnv(), config);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(3 * kT + 1, 8);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 15, 1)->outcome.status.ok());
+  EXPECT_GT(digests.batches(), 0);
+  // Flip one byte of layer 6 of the pack holding tokens [128, 192) on disk.
+  {
+    auto f = DefaultEnv()->OpenFile(pack_path_, {});
+    ASSERT_TRUE(f.ok());
+    const uint64_t at = StripeOffset(2 * kT, 6) + 1000;
+    uint8_t b = 0;
+    ASSERT_EQ(*(*f)->ReadAt(at, &b, 1), 1u);
+    b ^= 0x10;
+    ASSERT_EQ(*(*f)->WriteAt(at, &b, 1), 1u);
+    ASSERT_TRUE((*f)->Sync().ok());
+  }
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("digest"), tokens, 1, 15, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome.status.code(), StatusCode::kCorruption);
+  ASSERT_EQ(r->outcome.failed.size(), 1u);
+  EXPECT_EQ(r->outcome.failed[0], (TokenInterval{2 * kT, 3 * kT}));
+  EXPECT_EQ(r->outcome.work.checksum_failures, 1u);
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ(r->poisoned_rows, 0u);
+  for (uint64_t i = 2 * kT; i < 3 * kT; ++i) EXPECT_TRUE(dst->RowIs(6, r->slots[i], kPoison));
+  ExpectEverythingReturned();
 }
 
 TEST_F(EngineFaultTest, DetachedWriteDebtDrainsAtCloseAndDroppedStoreHandlesAbort) {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "directory/directory.h"
+#include "engine/integrity.h"
 #include "env/env.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
@@ -56,6 +57,9 @@ class StoreState {
   // Current slot generations as the directory knows them, for the span planner.
   const GenerationView& generations() const { return generations_; }
   bool created() const { return created_; }
+  // The persistence layer's hooks into the pipelines (digests, dirty marker); null until issue 5
+  // installs them in Open(). EngineCore uses them unless a test injects its own.
+  PayloadIntegrity* integrity() const { return integrity_.get(); }
 
   // The persistence seam (issue 5): today only releases the file. REQUIRES all owners drained.
   Status Close();
@@ -79,6 +83,7 @@ class StoreState {
   std::unique_ptr<Directory> directory_;
   DirectoryGenerations generations_{this};
   bool created_;
+  std::unique_ptr<PayloadIntegrity> integrity_;
 };
 
 }  // namespace rangekv::engine_internal

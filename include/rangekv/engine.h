@@ -302,7 +302,8 @@ class RestoreHandle {
   RestoreHandle& operator=(RestoreHandle&&) noexcept;
   RestoreHandle(const RestoreHandle&) = delete;
   RestoreHandle& operator=(const RestoreHandle&) = delete;
-  // Cancels (without waiting) a restore that was neither finished nor cancelled.
+  // Cancels (without waiting) a restore that was not finished; the engine drains it, then
+  // releases its leases and job slot.
   ~RestoreHandle();
 
   bool valid() const { return job_ != nullptr; }
@@ -310,8 +311,9 @@ class RestoreHandle {
 
   // Binds the destination: slot_mapping[i] is the slot of path token begin_token + i, for every
   // requested token. Immutable once bound. Scatters of stripes already read wait for this.
-  // Errors: kGeometryMismatch (layer count), kInvalidArgument (null layer base, zero blocks, a
-  // mapping of the wrong length, a slot out of range or used twice), kFailedPrecondition
+  // Errors: kGeometryMismatch (layer count, token size, MLA vs non-MLA layout),
+  // kInvalidArgument (null layer base, zero blocks, a mapping of the wrong length, a negative
+  // or repeated slot), kOutOfRange (a slot >= num_blocks x block_size), kFailedPrecondition
   // (already bound, finished or cancelled). On error nothing is bound and nothing scattered.
   Status BindSlots(const PagedKv& kv, std::span<const int64_t> slot_mapping);
 
@@ -361,7 +363,9 @@ struct StoreRequest {
 };
 
 enum class StoreDisposition : uint8_t {
-  kStoring,        // new records reserved; this handle drives their writes
+  kStoring,        // new records reserved; this handle drives their writes. Also when an
+                   // in-flight store covers only a prefix of the rest: this store then waits for
+                   // it (the caller does not block) and reserves and writes the remainder
   kJoined,         // an in-flight store of the same tokens owns them; this one does no I/O
   kAlreadyCached,  // every token is already visible; nothing to do
 };
@@ -377,7 +381,7 @@ struct StoreOutcome {
   // Under kDetach: OK means "extracted, writes continue"; GetStats() reports the end.
   Status status;
   StoreDisposition disposition = StoreDisposition::kAlreadyCached;
-  TokenInterval stored;  // the suffix this store wrote (empty unless kStoring)
+  TokenInterval stored;  // the suffix this store reserved and wrote (empty unless kStoring)
   bool visible = false;
   EngineStats work;
 };
@@ -404,14 +408,16 @@ class StoreHandle {
   // Errors: kInvalidArgument (layer >= L), kFailedPrecondition (finished).
   Status LayerProduced(uint32_t layer, DeviceStreamRef producer = {});
 
-  // True once every gather of this store completed: the source slots may be reused.
+  // True once no gather of this store is running or can still start: the source slots may be
+  // reused. Always true for kJoined / kAlreadyCached stores.
   bool extracted() const;
-  // Blocks until extracted() or the store failed before extraction finished (its status).
+  // Blocks until extracted(); returns the store's first error, if any. A store still waiting for
+  // layers that are never produced waits forever: produce them, or call Finish().
   Status WaitExtracted();
 
-  // Marks all still-unproduced layers as never coming when needed (abort), or waits per `wait`.
-  // A store with unproduced layers fails with kFailedPrecondition and is aborted. Ends the
-  // handle.
+  // Waits per `wait` and reports. A store whose layers were not all produced fails with
+  // kFailedPrecondition and is aborted (its reservation reclaimed after its accepted writes
+  // drained). Ends the handle.
   StoreOutcome Finish(StoreWait wait = StoreWait::kUntilVisible);
 
  private:

@@ -239,6 +239,44 @@ TEST_F(EngineTest, ReleasingAnUnclaimedPrefetchDrainsAndCancelsTheTicket) {
   EXPECT_EQ(engine_->StartRestore(req).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(EngineTest, ClaimOfOtherTokensThanPrefetchedStartsAFreshJobAndDrainsThePrefetch) {
+  OpenDefault();
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(4 * kT + 1, 17);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 121, 1)->outcome.status.ok());
+  const RequestEnvelope env = Envelope("skip-local");
+  auto lookup = engine_->Lookup(env, tokens, 1);
+  ASSERT_TRUE(lookup.ok() && lookup->prefetch_started);
+  // The serving engine already holds the first pack's tokens (its own prefix cache).
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = env;
+  req.tokens = tokens;
+  req.begin_token = kT;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  EXPECT_EQ(handle->tokens(), (TokenInterval{kT, 4 * kT}));
+  ASSERT_TRUE(dst->Poison(0xA5).ok());
+  const auto slots = RandomSlots(3 * kT, dst->num_slots(), 2);
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), slots).ok());
+  RestoreOutcome out = handle->Finish();
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.work.native_reads, 3u * 4);  // only the packs of [64, 256)
+  auto bad = dst->Mismatches(tokens, kT, slots, 121);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 0u);
+  // The abandoned prefetch drains; then the shared ticket is released exactly once.
+  ASSERT_TRUE(
+      Eventually([&] { return engine_internal::ReadPoolState(*engine_).active_jobs == 0; }));
+  EXPECT_EQ(engine_->GetStats().cancelled_restores, 1u);
+  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+    EXPECT_EQ(s.leases, 0u);
+  }
+  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Stats().outstanding_tickets, 0u);
+}
+
 TEST_F(EngineTest, DispatchModeReadsNothingBeforeTheClaim) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
   o.ablations.prefetch = Ablations::Prefetch::kDispatch;

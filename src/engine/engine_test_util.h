@@ -36,7 +36,7 @@ namespace rangekv::engine_testing {
 ModelSpec SmallModel(uint32_t layers, uint32_t kv_heads, uint32_t head_size,
                      uint32_t dtype_bytes = 2, uint32_t block_size = 16, uint32_t mla_latent = 0);
 
-// Host device, posix I/O, small pools: 4 read banks (3 prefetch), 2 read workers, 4 store
+// Host device (or CUDA when RANGEKV_TEST_DEVICE=cuda), posix I/O, small pools: 4 read banks (3 prefetch), 2 read workers, 4 store
 // banks, 2 group and 2 write workers, 4 restore and 4 store slots, `packs` packs of capacity.
 EngineOptions SmallOptions(const std::string& dir, const ModelSpec& model, uint64_t stripe_bytes,
                            uint64_t packs = 16);

@@ -1,13 +1,12 @@
 #include "engine/engine_test_util.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include "base/check.h"
 #include "device/host_device.h"
@@ -18,14 +17,14 @@ namespace rangekv::engine_testing {
 
 namespace {
 
-uint64_t SplitMix(uint64_t &x) {
+uint64_t SplitMix(uint64_t& x) {
   uint64_t z = (x += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-kernels::PagedShape ShapeOf(const Geometry &g, uint64_t num_blocks) {
+kernels::PagedShape ShapeOf(const Geometry& g, uint64_t num_blocks) {
   kernels::PagedShape shape;
   shape.num_blocks = static_cast<uint32_t>(num_blocks);
   shape.block_size = g.block_size;
@@ -36,18 +35,15 @@ kernels::PagedShape ShapeOf(const Geometry &g, uint64_t num_blocks) {
 }
 
 // Writes (or, with `compare`, compares) one row at `slot` of a host view.
-bool RowAt(const kernels::PagedKvView &v, int64_t slot, uint8_t *row,
-           bool compare) {
+bool RowAt(const kernels::PagedKvView& v, int64_t slot, uint8_t* row, bool compare) {
   const uint32_t block = static_cast<uint32_t>(slot / v.block_size);
   const uint32_t off = static_cast<uint32_t>(slot % v.block_size);
   for (uint32_t p = 0; p < v.num_planes; ++p) {
     for (uint32_t h = 0; h < v.num_heads; ++h) {
-      uint8_t *dst = v.HeadAddress(p, block, off, h);
-      uint8_t *src =
-          row + p * v.plane_token_bytes() + uint64_t{h} * v.head_bytes;
+      uint8_t* dst = v.HeadAddress(p, block, off, h);
+      uint8_t* src = row + p * v.plane_token_bytes() + uint64_t{h} * v.head_bytes;
       if (compare) {
-        if (std::memcmp(dst, src, v.head_bytes) != 0)
-          return false;
+        if (std::memcmp(dst, src, v.head_bytes) != 0) return false;
       } else {
         std::memcpy(dst, src, v.head_bytes);
       }
@@ -56,11 +52,10 @@ bool RowAt(const kernels::PagedKvView &v, int64_t slot, uint8_t *row,
   return true;
 }
 
-} // namespace
+}  // namespace
 
-ModelSpec SmallModel(uint32_t layers, uint32_t kv_heads, uint32_t head_size,
-                     uint32_t dtype_bytes, uint32_t block_size,
-                     uint32_t mla_latent) {
+ModelSpec SmallModel(uint32_t layers, uint32_t kv_heads, uint32_t head_size, uint32_t dtype_bytes,
+                     uint32_t block_size, uint32_t mla_latent) {
   ModelSpec m;
   m.model_id = "test/small";
   m.revision = "r1";
@@ -74,20 +69,18 @@ ModelSpec SmallModel(uint32_t layers, uint32_t kv_heads, uint32_t head_size,
   return m;
 }
 
-EngineOptions SmallOptions(const std::string &dir, const ModelSpec &model,
-                           uint64_t stripe_bytes, uint64_t packs) {
+EngineOptions SmallOptions(const std::string& dir, const ModelSpec& model, uint64_t stripe_bytes,
+                           uint64_t packs) {
   EngineOptions o;
   o.store_dir = dir;
   o.model = model;
   o.stripe_bytes = stripe_bytes;
   o.capacity_bytes = packs * stripe_bytes * model.layers;
-  // RANGEKV_TEST_DEVICE=cuda runs the same end-to-end tests on a real GPU
-  // (scripts/gpu/run.sh); read once here, at the test edge, never inside the
-  // engine.
-  const char *device = std::getenv("RANGEKV_TEST_DEVICE");
-  o.device = device != nullptr && std::string_view(device) == "cuda"
-                 ? DeviceSelection::kCuda
-                 : DeviceSelection::kHost;
+  // RANGEKV_TEST_DEVICE=cuda runs the same end-to-end tests on a real GPU (scripts/gpu/run.sh);
+  // read once here, at the test edge, never inside the engine.
+  const char* device = std::getenv("RANGEKV_TEST_DEVICE");
+  o.device = device != nullptr && std::string_view(device) == "cuda" ? DeviceSelection::kCuda
+                                                                     : DeviceSelection::kHost;
   o.io_engine = IoEngineSelection::kPosix;
   o.read_banks = 4;
   o.prefetch_banks = 3;
@@ -106,8 +99,7 @@ EngineOptions SmallOptions(const std::string &dir, const ModelSpec &model,
 std::vector<int32_t> RandomTokens(size_t n, uint64_t seed) {
   std::vector<int32_t> t(n);
   uint64_t x = seed;
-  for (auto &v : t)
-    v = static_cast<int32_t>(SplitMix(x) % 128000);
+  for (auto& v : t) v = static_cast<int32_t>(SplitMix(x) % 128000);
   return t;
 }
 
@@ -116,8 +108,7 @@ std::vector<int64_t> RandomSlots(size_t n, uint64_t num_slots, uint64_t seed) {
   std::vector<int64_t> all(num_slots);
   std::iota(all.begin(), all.end(), 0);
   std::mt19937_64 rng(seed);
-  // Partial Fisher-Yates: the first n entries are a random distinct sample in
-  // random order.
+  // Partial Fisher-Yates: the first n entries are a random distinct sample in random order.
   for (size_t i = 0; i < n; ++i) {
     std::uniform_int_distribution<size_t> d(i, num_slots - 1);
     std::swap(all[i], all[d(rng)]);
@@ -126,8 +117,8 @@ std::vector<int64_t> RandomSlots(size_t n, uint64_t num_slots, uint64_t seed) {
   return all;
 }
 
-void CanonicalRow(uint64_t seed, uint32_t layer, uint64_t position,
-                  int32_t token, uint8_t *row, uint64_t row_bytes) {
+void CanonicalRow(uint64_t seed, uint32_t layer, uint64_t position, int32_t token, uint8_t* row,
+                  uint64_t row_bytes) {
   uint64_t x = seed ^ (uint64_t{layer} << 48) ^ (position * 0x100000001B3ull) ^
                (static_cast<uint64_t>(static_cast<uint32_t>(token)) << 20);
   for (uint64_t i = 0; i < row_bytes; i += 8) {
@@ -136,24 +127,21 @@ void CanonicalRow(uint64_t seed, uint32_t layer, uint64_t position,
   }
 }
 
-// ---- KvFixture
-// ----------------------------------------------------------------------------
+// ---- KvFixture ----------------------------------------------------------------------------
 
-Result<std::unique_ptr<KvFixture>>
-KvFixture::Make(Engine &engine, KvCacheLayout layout, uint64_t num_blocks) {
+Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout layout,
+                                                   uint64_t num_blocks) {
   std::unique_ptr<KvFixture> f(new KvFixture());
   f->engine_ = &engine;
   f->layout_ = layout;
-  const Geometry &g = engine.geometry();
+  const Geometry& g = engine.geometry();
   RANGEKV_ASSIGN_OR_RETURN(
       f->layer_bytes_,
-      kernels::PagedLayerBytes(engine_internal::ToKernelLayout(layout),
-                               ShapeOf(g, num_blocks)));
+      kernels::PagedLayerBytes(engine_internal::ToKernelLayout(layout), ShapeOf(g, num_blocks)));
   f->kv_.layout = layout;
   f->kv_.num_blocks = num_blocks;
   for (uint32_t l = 0; l < g.layers; ++l) {
-    RANGEKV_ASSIGN_OR_RETURN(void *p,
-                             engine.AllocateDeviceMemory(f->layer_bytes_));
+    RANGEKV_ASSIGN_OR_RETURN(void* p, engine.AllocateDeviceMemory(f->layer_bytes_));
     f->kv_.layer_base.push_back(p);
     f->mirror_.emplace_back(f->layer_bytes_, 0);
   }
@@ -162,8 +150,8 @@ KvFixture::Make(Engine &engine, KvCacheLayout layout, uint64_t num_blocks) {
 
 Status KvFixture::Sync() {
   for (size_t l = 0; l < mirror_.size(); ++l) {
-    RANGEKV_RETURN_IF_ERROR(engine_->CopyToHost(
-        mirror_[l].data(), kv_.layer_base[l], layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        engine_->CopyToHost(mirror_[l].data(), kv_.layer_base[l], layer_bytes_));
   }
   return OkStatus();
 }
@@ -171,8 +159,8 @@ Status KvFixture::Sync() {
 Status KvFixture::Poison(uint8_t value) {
   for (size_t l = 0; l < mirror_.size(); ++l) {
     std::fill(mirror_[l].begin(), mirror_[l].end(), value);
-    RANGEKV_RETURN_IF_ERROR(engine_->CopyToDevice(
-        kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        engine_->CopyToDevice(kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
   }
   return OkStatus();
 }
@@ -180,31 +168,27 @@ Status KvFixture::Poison(uint8_t value) {
 Status KvFixture::Fill(std::span<const int32_t> tokens, uint64_t first,
                        std::span<const int64_t> slots, uint64_t seed) {
   RANGEKV_RETURN_IF_ERROR(Sync());
-  const Geometry &g = engine_->geometry();
+  const Geometry& g = engine_->geometry();
   std::vector<uint8_t> row(g.token_bytes);
   for (uint32_t l = 0; l < g.layers; ++l) {
     RANGEKV_ASSIGN_OR_RETURN(
-        auto view, kernels::MakePagedKvView(
-                       engine_internal::ToKernelLayout(layout_),
-                       ShapeOf(g, kv_.num_blocks), mirror_[l].data()));
+        auto view, kernels::MakePagedKvView(engine_internal::ToKernelLayout(layout_),
+                                            ShapeOf(g, kv_.num_blocks), mirror_[l].data()));
     for (size_t i = 0; i < slots.size(); ++i) {
-      CanonicalRow(seed, l, first + i, tokens[first + i], row.data(),
-                   row.size());
+      CanonicalRow(seed, l, first + i, tokens[first + i], row.data(), row.size());
       RowAt(view, slots[i], row.data(), /*compare=*/false);
     }
-    RANGEKV_RETURN_IF_ERROR(engine_->CopyToDevice(
-        kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        engine_->CopyToDevice(kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
   }
   return OkStatus();
 }
 
-Result<uint64_t>
-KvFixture::Mismatches(std::span<const int32_t> tokens, uint64_t first,
-                      std::span<const int64_t> slots, uint64_t seed,
-                      std::span<const uint32_t> layers, bool sync) {
-  if (sync)
-    RANGEKV_RETURN_IF_ERROR(Sync());
-  const Geometry &g = engine_->geometry();
+Result<uint64_t> KvFixture::Mismatches(std::span<const int32_t> tokens, uint64_t first,
+                                       std::span<const int64_t> slots, uint64_t seed,
+                                       std::span<const uint32_t> layers, bool sync) {
+  if (sync) RANGEKV_RETURN_IF_ERROR(Sync());
+  const Geometry& g = engine_->geometry();
   std::vector<uint32_t> all;
   if (layers.empty()) {
     all.resize(g.layers);
@@ -215,34 +199,29 @@ KvFixture::Mismatches(std::span<const int32_t> tokens, uint64_t first,
   uint64_t bad = 0;
   for (uint32_t l : layers) {
     RANGEKV_ASSIGN_OR_RETURN(
-        auto view, kernels::MakePagedKvView(
-                       engine_internal::ToKernelLayout(layout_),
-                       ShapeOf(g, kv_.num_blocks), mirror_[l].data()));
+        auto view, kernels::MakePagedKvView(engine_internal::ToKernelLayout(layout_),
+                                            ShapeOf(g, kv_.num_blocks), mirror_[l].data()));
     for (size_t i = 0; i < slots.size(); ++i) {
-      CanonicalRow(seed, l, first + i, tokens[first + i], row.data(),
-                   row.size());
-      if (!RowAt(view, slots[i], row.data(), /*compare=*/true))
-        ++bad;
+      CanonicalRow(seed, l, first + i, tokens[first + i], row.data(), row.size());
+      if (!RowAt(view, slots[i], row.data(), /*compare=*/true)) ++bad;
     }
   }
   return bad;
 }
 
 bool KvFixture::RowIs(uint32_t layer, int64_t slot, uint8_t value) const {
-  const Geometry &g = engine_->geometry();
-  auto view = kernels::MakePagedKvView(
-      engine_internal::ToKernelLayout(layout_), ShapeOf(g, kv_.num_blocks),
-      const_cast<uint8_t *>(mirror_[layer].data()));
-  if (!view.ok())
-    return false;
+  const Geometry& g = engine_->geometry();
+  auto view =
+      kernels::MakePagedKvView(engine_internal::ToKernelLayout(layout_), ShapeOf(g, kv_.num_blocks),
+                               const_cast<uint8_t*>(mirror_[layer].data()));
+  if (!view.ok()) return false;
   std::vector<uint8_t> row(g.token_bytes, value);
   return RowAt(*view, slot, row.data(), /*compare=*/true);
 }
 
-// ---- store and restore drivers
-// ------------------------------------------------------------
+// ---- store and restore drivers ------------------------------------------------------------
 
-RequestEnvelope Envelope(const std::string &request_id, uint32_t attempt) {
+RequestEnvelope Envelope(const std::string& request_id, uint32_t attempt) {
   RequestEnvelope e;
   e.request_id = request_id;
   e.session_id = 7;
@@ -251,12 +230,10 @@ RequestEnvelope Envelope(const std::string &request_id, uint32_t attempt) {
   return e;
 }
 
-Result<StoreResult> StoreAll(Engine &engine, KvFixture &fixture,
-                             std::span<const int32_t> tokens, uint64_t seed,
-                             uint64_t slot_seed, StoreWait wait,
+Result<StoreResult> StoreAll(Engine& engine, KvFixture& fixture, std::span<const int32_t> tokens,
+                             uint64_t seed, uint64_t slot_seed, StoreWait wait,
                              DeviceStreamRef producer) {
-  const std::vector<int64_t> slots =
-      RandomSlots(tokens.size(), fixture.num_slots(), slot_seed);
+  const std::vector<int64_t> slots = RandomSlots(tokens.size(), fixture.num_slots(), slot_seed);
   RANGEKV_RETURN_IF_ERROR(fixture.Fill(tokens, 0, slots, seed));
   StoreRequest req;
   req.envelope = Envelope("store-" + std::to_string(slot_seed));
@@ -273,16 +250,13 @@ Result<StoreResult> StoreAll(Engine &engine, KvFixture &fixture,
   return r;
 }
 
-Result<RestoreResult> RestoreAndVerify(Engine &engine, KvFixture &fixture,
-                                       const RequestEnvelope &envelope,
-                                       std::span<const int32_t> tokens,
-                                       uint64_t granularity, uint64_t seed,
-                                       uint64_t slot_seed, WaitMode wait) {
+Result<RestoreResult> RestoreAndVerify(Engine& engine, KvFixture& fixture,
+                                       const RequestEnvelope& envelope,
+                                       std::span<const int32_t> tokens, uint64_t granularity,
+                                       uint64_t seed, uint64_t slot_seed, WaitMode wait) {
   RestoreResult r;
-  RANGEKV_ASSIGN_OR_RETURN(r.lookup,
-                           engine.Lookup(envelope, tokens, granularity));
-  if (r.lookup.hit_tokens == 0)
-    return r;
+  RANGEKV_ASSIGN_OR_RETURN(r.lookup, engine.Lookup(envelope, tokens, granularity));
+  if (r.lookup.hit_tokens == 0) return r;
   RANGEKV_RETURN_IF_ERROR(fixture.Poison(0xA5));
   RestoreRequest req;
   req.ticket = r.lookup.ticket;
@@ -294,8 +268,7 @@ Result<RestoreResult> RestoreAndVerify(Engine &engine, KvFixture &fixture,
   RANGEKV_RETURN_IF_ERROR(handle.BindSlots(fixture.kv(), r.slots));
   const uint32_t layers = engine.geometry().layers;
   if (wait == WaitMode::kEveryLayer) {
-    for (uint32_t l = 0; l < layers; ++l)
-      handle.WaitLayer(l).IgnoreError(); // see outcome
+    for (uint32_t l = 0; l < layers; ++l) handle.WaitLayer(l).IgnoreError();  // see outcome
   } else if (wait == WaitMode::kStreamEveryLayer) {
     RANGEKV_ASSIGN_OR_RETURN(DeviceStreamRef stream, engine.CreateStream());
     for (uint32_t l = 0; l < layers; ++l) {
@@ -304,41 +277,34 @@ Result<RestoreResult> RestoreAndVerify(Engine &engine, KvFixture &fixture,
     RANGEKV_RETURN_IF_ERROR(engine.SynchronizeStream(stream));
   }
   r.outcome = handle.Finish();
-  // Verify: delivered tokens bit for bit, failed tokens untouched (still
-  // poisoned).
+  // Verify: delivered tokens bit for bit, failed tokens untouched (still poisoned).
   std::vector<uint8_t> failed(r.lookup.hit_tokens, 0);
-  for (const TokenInterval &t : r.outcome.failed) {
-    for (uint64_t i = t.begin; i < t.end; ++i)
-      failed[i] = 1;
+  for (const TokenInterval& t : r.outcome.failed) {
+    for (uint64_t i = t.begin; i < t.end; ++i) failed[i] = 1;
   }
   RANGEKV_RETURN_IF_ERROR(fixture.Sync());
   // Compare through the fixture in runs of delivered tokens.
   uint64_t i = 0;
   while (i < r.lookup.hit_tokens) {
     uint64_t j = i;
-    while (j < r.lookup.hit_tokens && failed[j] == failed[i])
-      ++j;
+    while (j < r.lookup.hit_tokens && failed[j] == failed[i]) ++j;
     if (!failed[i]) {
       RANGEKV_ASSIGN_OR_RETURN(
           uint64_t bad,
-          fixture.Mismatches(
-              tokens, i, std::span<const int64_t>(r.slots).subspan(i, j - i),
-              seed, {}, /*sync=*/false));
+          fixture.Mismatches(tokens, i, std::span<const int64_t>(r.slots).subspan(i, j - i), seed,
+                             {}, /*sync=*/false));
       r.mismatches += bad;
     } else {
-      // A token that failed in any layer may still have received correct bytes
-      // in the layers that were read; none may hold anything but its poison or
-      // its own correct bytes.
+      // A token that failed in any layer may still have received correct bytes in the layers
+      // that were read; none may hold anything but its poison or its own correct bytes.
       for (uint64_t k = i; k < j; ++k) {
         for (uint32_t l = 0; l < layers; ++l) {
-          if (fixture.RowIs(l, r.slots[k], 0xA5))
-            continue;
+          if (fixture.RowIs(l, r.slots[k], 0xA5)) continue;
           const std::array<uint32_t, 1> one{l};
           RANGEKV_ASSIGN_OR_RETURN(
               uint64_t bad,
-              fixture.Mismatches(
-                  tokens, k, std::span<const int64_t>(r.slots).subspan(k, 1),
-                  seed, one, /*sync=*/false));
+              fixture.Mismatches(tokens, k, std::span<const int64_t>(r.slots).subspan(k, 1), seed,
+                                 one, /*sync=*/false));
           r.poisoned_rows += bad;
         }
       }
@@ -348,19 +314,16 @@ Result<RestoreResult> RestoreAndVerify(Engine &engine, KvFixture &fixture,
   return r;
 }
 
-// ---- GateEnv
-// ------------------------------------------------------------------------------
+// ---- GateEnv ------------------------------------------------------------------------------
 
 class GatedFile final : public File {
-public:
-  GatedFile(GateEnv *env, std::unique_ptr<File> base)
-      : env_(env), base_(std::move(base)) {}
-  Result<uint64_t> ReadAt(uint64_t offset, void *buf, uint64_t size) override {
+ public:
+  GatedFile(GateEnv* env, std::unique_ptr<File> base) : env_(env), base_(std::move(base)) {}
+  Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
     env_->Pass(base_->path(), GateEnv::Op::kRead, offset, size);
     return base_->ReadAt(offset, buf, size);
   }
-  Result<uint64_t> WriteAt(uint64_t offset, const void *buf,
-                           uint64_t size) override {
+  Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
     env_->Pass(base_->path(), GateEnv::Op::kWrite, offset, size);
     return base_->WriteAt(offset, buf, size);
   }
@@ -369,14 +332,12 @@ public:
   Status Truncate(uint64_t size) override { return base_->Truncate(size); }
   Result<uint64_t> Size() override { return base_->Size(); }
   bool direct() const override { return base_->direct(); }
-  uint64_t direct_alignment() const override {
-    return base_->direct_alignment();
-  }
-  int fd() const override { return -1; } // every read must pass the gate
-  const std::string &path() const override { return base_->path(); }
+  uint64_t direct_alignment() const override { return base_->direct_alignment(); }
+  int fd() const override { return -1; }  // every read must pass the gate
+  const std::string& path() const override { return base_->path(); }
 
-private:
-  GateEnv *env_;
+ private:
+  GateEnv* env_;
   std::unique_ptr<File> base_;
 };
 
@@ -401,76 +362,65 @@ uint32_t GateEnv::held() const {
   return held_;
 }
 
-void GateEnv::Pass(const std::string &path, Op op, uint64_t offset,
-                   uint64_t size) {
+void GateEnv::Pass(const std::string& path, Op op, uint64_t offset, uint64_t size) {
   if (op != op_ || path.size() < suffix_.size() ||
-      path.compare(path.size() - suffix_.size(), suffix_.size(), suffix_) !=
-          0) {
+      path.compare(path.size() - suffix_.size(), suffix_.size(), suffix_) != 0) {
     return;
   }
-  const uint64_t end =
-      length_ > UINT64_MAX - offset_ ? UINT64_MAX : offset_ + length_;
-  if (offset + size <= offset_ || offset >= end)
-    return;
+  const uint64_t end = length_ > UINT64_MAX - offset_ ? UINT64_MAX : offset_ + length_;
+  if (offset + size <= offset_ || offset >= end) return;
   MutexLock l(mu_);
-  if (!closed_)
-    return;
+  if (!closed_) return;
   ++held_;
   cv_.NotifyAll();
   cv_.Wait(l, [&]() REQUIRES(mu_) { return !closed_; });
   --held_;
 }
 
-Result<std::unique_ptr<File>> GateEnv::Wrap(const std::string &path,
+Result<std::unique_ptr<File>> GateEnv::Wrap(const std::string& path,
                                             Result<std::unique_ptr<File>> f) {
   (void)path;
-  if (!f.ok())
-    return f.status();
+  if (!f.ok()) return f.status();
   return std::unique_ptr<File>(new GatedFile(this, std::move(f).value()));
 }
 
-Result<std::unique_ptr<File>> GateEnv::OpenFile(const std::string &path,
-                                                const FileOptions &options) {
+Result<std::unique_ptr<File>> GateEnv::OpenFile(const std::string& path,
+                                                const FileOptions& options) {
   return Wrap(path, base_->OpenFile(path, options));
 }
 
-Result<std::unique_ptr<File>> GateEnv::CreateFile(const std::string &path,
-                                                  const FileOptions &options) {
+Result<std::unique_ptr<File>> GateEnv::CreateFile(const std::string& path,
+                                                  const FileOptions& options) {
   return Wrap(path, base_->CreateFile(path, options));
 }
 
-// ---- PayloadFreeEnv
-// -----------------------------------------------------------------------
+// ---- PayloadFreeEnv -----------------------------------------------------------------------
 
 namespace {
 
 class PayloadFreeFile final : public File {
-public:
-  PayloadFreeFile(std::string path,
-                  std::shared_ptr<PayloadFreeEnv::FileState> state)
+ public:
+  PayloadFreeFile(std::string path, std::shared_ptr<PayloadFreeEnv::FileState> state)
       : path_(std::move(path)), state_(std::move(state)) {}
 
-  Result<uint64_t> ReadAt(uint64_t offset, void *buf, uint64_t size) override {
+  Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
     MutexLock l(state_->mu);
-    if (offset >= state_->size)
-      return uint64_t{0};
+    if (offset >= state_->size) return uint64_t{0};
     const uint64_t n = std::min(size, state_->size - offset);
     if (offset < PayloadFreeEnv::kKeptBytes) {
       const uint64_t kept = std::min(n, PayloadFreeEnv::kKeptBytes - offset);
       for (uint64_t i = 0; i < kept; ++i) {
-        static_cast<uint8_t *>(buf)[i] =
+        static_cast<uint8_t*>(buf)[i] =
             offset + i < state_->head.size() ? state_->head[offset + i] : 0;
       }
     }
-    return n; // payload beyond the kept head: the buffer is left untouched
+    return n;  // payload beyond the kept head: the buffer is left untouched
   }
-  Result<uint64_t> WriteAt(uint64_t offset, const void *buf,
-                           uint64_t size) override {
+  Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
     MutexLock l(state_->mu);
     if (offset < PayloadFreeEnv::kKeptBytes) {
       const uint64_t kept = std::min(size, PayloadFreeEnv::kKeptBytes - offset);
-      if (state_->head.size() < offset + kept)
-        state_->head.resize(offset + kept, 0);
+      if (state_->head.size() < offset + kept) state_->head.resize(offset + kept, 0);
       std::memcpy(state_->head.data() + offset, buf, kept);
     }
     state_->size = std::max(state_->size, offset + size);
@@ -485,8 +435,7 @@ public:
   Status Truncate(uint64_t size) override {
     MutexLock l(state_->mu);
     state_->size = size;
-    if (state_->head.size() > size)
-      state_->head.resize(size);
+    if (state_->head.size() > size) state_->head.resize(size);
     return OkStatus();
   }
   Result<uint64_t> Size() override {
@@ -496,161 +445,137 @@ public:
   bool direct() const override { return false; }
   uint64_t direct_alignment() const override { return 4096; }
   int fd() const override { return -1; }
-  const std::string &path() const override { return path_; }
+  const std::string& path() const override { return path_; }
 
-private:
+ private:
   std::string path_;
   std::shared_ptr<PayloadFreeEnv::FileState> state_;
 };
 
-} // namespace
+}  // namespace
 
-Result<std::unique_ptr<File>> PayloadFreeEnv::OpenFile(const std::string &path,
-                                                       const FileOptions &) {
+Result<std::unique_ptr<File>> PayloadFreeEnv::OpenFile(const std::string& path,
+                                                       const FileOptions&) {
   MutexLock l(mu_);
   auto it = files_.find(path);
-  if (it == files_.end())
-    return NotFound(path);
+  if (it == files_.end()) return NotFound(path);
   return std::unique_ptr<File>(new PayloadFreeFile(path, it->second));
 }
 
-Result<std::unique_ptr<File>>
-PayloadFreeEnv::CreateFile(const std::string &path, const FileOptions &) {
+Result<std::unique_ptr<File>> PayloadFreeEnv::CreateFile(const std::string& path,
+                                                         const FileOptions&) {
   MutexLock l(mu_);
-  if (files_.count(path) != 0)
-    return Status(StatusCode::kAlreadyExists, path);
+  if (files_.count(path) != 0) return Status(StatusCode::kAlreadyExists, path);
   auto state = std::make_shared<FileState>();
   files_[path] = state;
   return std::unique_ptr<File>(new PayloadFreeFile(path, state));
 }
 
-Status PayloadFreeEnv::RenameFile(const std::string &from,
-                                  const std::string &to) {
+Status PayloadFreeEnv::RenameFile(const std::string& from, const std::string& to) {
   MutexLock l(mu_);
   auto it = files_.find(from);
-  if (it == files_.end())
-    return NotFound(from);
+  if (it == files_.end()) return NotFound(from);
   files_[to] = it->second;
   files_.erase(from);
   return OkStatus();
 }
 
-Status PayloadFreeEnv::DeleteFile(const std::string &path) {
+Status PayloadFreeEnv::DeleteFile(const std::string& path) {
   MutexLock l(mu_);
   return files_.erase(path) != 0 ? OkStatus() : NotFound(path);
 }
 
-bool PayloadFreeEnv::FileExists(const std::string &path) {
+bool PayloadFreeEnv::FileExists(const std::string& path) {
   MutexLock l(mu_);
   return files_.count(path) != 0;
 }
 
-// ---- CountOnlyDevice
-// ----------------------------------------------------------------------
+// ---- CountOnlyDevice ----------------------------------------------------------------------
 
 namespace {
 
 class CountOnlyStream final : public Stream {
-public:
-  CountOnlyStream(const Device *outer, std::unique_ptr<Stream> inner)
+ public:
+  CountOnlyStream(const Device* outer, std::unique_ptr<Stream> inner)
       : Stream(outer), inner_(std::move(inner)) {}
-  Status CopyHostToDevice(void *d, const void *s, uint64_t n) override {
+  Status CopyHostToDevice(void* d, const void* s, uint64_t n) override {
     return inner_->CopyHostToDevice(d, s, n);
   }
-  Status CopyDeviceToHost(void *d, const void *s, uint64_t n) override {
+  Status CopyDeviceToHost(void* d, const void* s, uint64_t n) override {
     return inner_->CopyDeviceToHost(d, s, n);
   }
-  Status CopyDeviceToDevice(void *d, const void *s, uint64_t n) override {
+  Status CopyDeviceToDevice(void* d, const void* s, uint64_t n) override {
     return inner_->CopyDeviceToDevice(d, s, n);
   }
-  Status Fill(void *d, uint8_t v, uint64_t n) override {
-    return inner_->Fill(d, v, n);
-  }
-  Status Record(Event &e) override { return inner_->Record(e); }
-  Status WaitEvent(const Event &e) override { return inner_->WaitEvent(e); }
-  Status AddHostCallback(HostFn fn, void *arg) override {
-    return inner_->AddHostCallback(fn, arg);
-  }
-  Status WaitFlag(const DeviceFlag &f, uint32_t v) override {
-    return inner_->WaitFlag(f, v);
-  }
-  Status WriteFlag(DeviceFlag &f, uint32_t v) override {
-    return inner_->WriteFlag(f, v);
-  }
+  Status Fill(void* d, uint8_t v, uint64_t n) override { return inner_->Fill(d, v, n); }
+  Status Record(Event& e) override { return inner_->Record(e); }
+  Status WaitEvent(const Event& e) override { return inner_->WaitEvent(e); }
+  Status AddHostCallback(HostFn fn, void* arg) override { return inner_->AddHostCallback(fn, arg); }
+  Status WaitFlag(const DeviceFlag& f, uint32_t v) override { return inner_->WaitFlag(f, v); }
+  Status WriteFlag(DeviceFlag& f, uint32_t v) override { return inner_->WriteFlag(f, v); }
   // The kernels: validated exactly as the real ones, then nothing moves.
-  Status Scatter(const kernels::ScatterArgs &args) override {
+  Status Scatter(const kernels::ScatterArgs& args) override {
     return kernels::ValidateScatterArgs(args);
   }
-  Status Gather(const kernels::GatherArgs &args) override {
+  Status Gather(const kernels::GatherArgs& args) override {
     return kernels::ValidateGatherArgs(args);
   }
-  Status Digest(const kernels::DigestArgs &args) override {
-    return inner_->Digest(args);
-  }
+  Status Digest(const kernels::DigestArgs& args) override { return inner_->Digest(args); }
   Status Synchronize() override { return inner_->Synchronize(); }
-  void *native_handle() const override { return inner_->native_handle(); }
+  void* native_handle() const override { return inner_->native_handle(); }
 
-private:
+ private:
   std::unique_ptr<Stream> inner_;
 };
 
 class CountOnlyDevice final : public Device {
-public:
+ public:
   explicit CountOnlyDevice(std::unique_ptr<Device> inner)
       : inner_(std::move(inner)), caps_(inner_->capabilities()) {
     caps_.name = "host (count only: kernels move nothing)";
   }
-  const DeviceCapabilities &capabilities() const override { return caps_; }
+  const DeviceCapabilities& capabilities() const override { return caps_; }
   Result<DeviceBuffer> AllocateDevice(uint64_t bytes) override {
     return inner_->AllocateDevice(bytes);
   }
   Result<PinnedHostBuffer> AllocatePinnedHost(uint64_t bytes) override {
     return inner_->AllocatePinnedHost(bytes);
   }
-  Result<HostRegistration> RegisterHostMemory(void *data,
-                                              uint64_t bytes) override {
+  Result<HostRegistration> RegisterHostMemory(void* data, uint64_t bytes) override {
     return inner_->RegisterHostMemory(data, bytes);
   }
-  Result<std::unique_ptr<Stream>>
-  CreateStream(const StreamOptions &options) override {
+  Result<std::unique_ptr<Stream>> CreateStream(const StreamOptions& options) override {
     RANGEKV_ASSIGN_OR_RETURN(auto inner, inner_->CreateStream(options));
     return std::unique_ptr<Stream>(new CountOnlyStream(this, std::move(inner)));
   }
-  Result<std::unique_ptr<Stream>>
-  WrapNativeStream(void *native_stream) override {
-    RANGEKV_ASSIGN_OR_RETURN(auto inner,
-                             inner_->WrapNativeStream(native_stream));
+  Result<std::unique_ptr<Stream>> WrapNativeStream(void* native_stream) override {
+    RANGEKV_ASSIGN_OR_RETURN(auto inner, inner_->WrapNativeStream(native_stream));
     return std::unique_ptr<Stream>(new CountOnlyStream(this, std::move(inner)));
   }
-  Result<std::unique_ptr<Event>>
-  CreateEvent(const EventOptions &options) override {
+  Result<std::unique_ptr<Event>> CreateEvent(const EventOptions& options) override {
     return inner_->CreateEvent(options);
   }
-  Result<std::unique_ptr<DeviceFlag>> CreateFlag() override {
-    return inner_->CreateFlag();
-  }
-  Result<double> ElapsedMs(const Event &a, const Event &b) override {
+  Result<std::unique_ptr<DeviceFlag>> CreateFlag() override { return inner_->CreateFlag(); }
+  Result<double> ElapsedMs(const Event& a, const Event& b) override {
     return inner_->ElapsedMs(a, b);
   }
-  bool IsHostAccessible(const void *p) const override {
-    return inner_->IsHostAccessible(p);
-  }
+  bool IsHostAccessible(const void* p) const override { return inner_->IsHostAccessible(p); }
 
-private:
+ private:
   // Every buffer belongs to the inner device, which frees it.
-  void FreeDevice(void *, uint64_t) override { RANGEKV_CHECK(false); }
-  void FreePinnedHost(uint8_t *, uint64_t) override { RANGEKV_CHECK(false); }
-  void UnregisterHostMemory(void *, uint64_t) override { RANGEKV_CHECK(false); }
+  void FreeDevice(void*, uint64_t) override { RANGEKV_CHECK(false); }
+  void FreePinnedHost(uint8_t*, uint64_t) override { RANGEKV_CHECK(false); }
+  void UnregisterHostMemory(void*, uint64_t) override { RANGEKV_CHECK(false); }
 
   std::unique_ptr<Device> inner_;
   DeviceCapabilities caps_;
 };
 
-} // namespace
+}  // namespace
 
 Result<std::unique_ptr<Device>> MakeCountOnlyDevice() {
   RANGEKV_ASSIGN_OR_RETURN(auto inner, CreateHostDevice());
   return std::unique_ptr<Device>(new CountOnlyDevice(std::move(inner)));
 }
 
-} // namespace rangekv::engine_testing
+}  // namespace rangekv::engine_testing

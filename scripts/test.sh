@@ -14,13 +14,16 @@ stage "unit, property and crash tests"
 ctest --preset default -j "$jobs"
 
 stage "ThreadSanitizer build and concurrent tests"
+# Only the binaries of tests labelled `tsan` are built here (the rest needs no second build).
+mapfile -t tsan_targets < <(ctest --test-dir build/default -L tsan -N | awk '/Test +#/ {print $3}')
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs"
+cmake --build --preset tsan -j "$jobs" --target "${tsan_targets[@]}"
 ctest --preset tsan -j "$jobs" -L tsan
 
 stage "fuzz targets (short runs)"
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$jobs"
+mapfile -t fuzz_targets < <(ninja -C build/fuzz -t targets all | sed -n 's/^\([a-z_]*_fuzzer\): .*/\1/p')
+cmake --build --preset fuzz -j "$jobs" --target "${fuzz_targets[@]}"
 for f in build/fuzz/fuzz/*_fuzzer; do
   [ -x "$f" ] || continue
   name=$(basename "$f")

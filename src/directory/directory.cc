@@ -51,6 +51,7 @@ Status DirectoryOptions::Validate() const {
   if (pack_bytes == 0) return bad("pack_bytes is 0");
   if (UsableSlots(*this) == 0) return bad("capacity_bytes holds no whole pack");
   if (owner_epoch == 0) return bad("owner_epoch is 0");
+  if (generation_floor >= (uint64_t{1} << 63)) return bad("generation_floor must be below 2^63");
   if (scalar_chunk_tokens == 0) return bad("scalar_chunk_tokens is 0");
   if (layers == 0) return bad("layers is 0");
   if (max_nodes < 2 || max_records == 0 || max_arena_bytes < sizeof(int32_t) ||
@@ -77,6 +78,7 @@ Directory::Directory(const DirectoryOptions& options, uint64_t owner_epoch)
                               options.max_arena_bytes / sizeof(int32_t), options.max_namespaces},
             options.pack_slots, options.tokens_per_pack),
       slot_reservation_(options.pack_slots, 0) {
+  slots_.SetGenerationFloor(options.generation_floor);
   if (options.index == IndexMode::kScalar) {
     const uint32_t keys = options.scalar_objects == ScalarObjects::kChunkLayer ? options.layers : 1;
     scalar_ = std::make_unique<ScalarIndex>(options.scalar_chunk_tokens, keys, options.pack_slots);

@@ -114,6 +114,12 @@ struct DirectoryOptions {
   uint64_t pack_bytes = 0;       // L x W, for the byte capacity bound
   uint64_t capacity_bytes = 0;  // 0: pack_slots x pack_bytes; else usable slots = this / pack_bytes
   uint64_t owner_epoch = 1;     // this instance's epoch; bump it on every reopen (nonzero)
+  // Every generation this instance issues (Reserve of a slot) is at least this, whatever the
+  // slot's earlier generation: a store that discarded its index passes a floor above every
+  // generation an earlier session could have issued, so no old (slot, generation) pair ever
+  // names a new pack. 0: generations continue from the slot's own (1 for a new directory).
+  // Generations loaded by Deserialize keep their values (they may lie below the floor).
+  uint64_t generation_floor = 0;
 
   IndexMode index = IndexMode::kTree;
   uint64_t scalar_chunk_tokens = 256;  // LMCache's default chunk size

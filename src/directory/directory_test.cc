@@ -665,5 +665,45 @@ TEST(DirectoryTest, SnapshotRoundTripsUnderANewEpoch) {
   }
 }
 
+TEST(DirectoryTest, GenerationFloorAppliesToEveryNewGeneration) {
+  DirectoryOptions o = SmallOptions(4, 8);
+  o.generation_floor = uint64_t{1} << 63;
+  EXPECT_EQ(Directory::Create(o).status().code(), StatusCode::kInvalidArgument);
+
+  // A directory that starts empty issues nothing below the floor, and above it counts on.
+  const uint64_t floor = uint64_t{7} << 32;
+  o.generation_floor = floor;
+  auto d = Make(o);
+  Reservation a = Store(*d, Seq(20));  // 3 packs: slots 0, 1, 2
+  ASSERT_EQ(a.records.size(), 3u);
+  for (const PackRecord& r : a.records) EXPECT_EQ(r.generation, floor);
+  ASSERT_TRUE(d->InvalidatePrefix(kNs, Seq(1)).ok());  // retires all three
+  Reservation b = Store(*d, Seq(5, 5000));
+  ASSERT_EQ(b.records.size(), 1u);
+  EXPECT_EQ(b.records[0].pack_slot, 0u);
+  EXPECT_EQ(b.records[0].generation, floor + 1);
+  ExpectInvariants(*d);
+
+  // A loaded directory keeps the captured generations (below a new floor) for its visible
+  // packs, and every reuse starts at the new floor.
+  const std::vector<uint8_t> snap = d->Serialize();
+  DirectoryOptions next = o;
+  next.generation_floor = uint64_t{9} << 32;
+  auto r = Directory::Deserialize(next, snap);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Directory& e = **r;
+  EXPECT_EQ(e.Slot(0).generation, floor + 1);
+  EXPECT_EQ(e.Slot(0).state, SlotState::kVisible);
+  Result<Ticket> hit = e.Lookup(kNs, Seq(6, 5000), Env("t"), 1);
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->hit_tokens, 5u);
+  e.Cancel("t");
+  Reservation c = Store(e, Seq(5, 6000));
+  ASSERT_EQ(c.records.size(), 1u);
+  EXPECT_EQ(c.records[0].pack_slot, 1u);
+  EXPECT_EQ(c.records[0].generation, next.generation_floor);
+  ExpectInvariants(e);
+}
+
 }  // namespace
 }  // namespace rangekv

@@ -1,5 +1,7 @@
 #include "directory/slot_table.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace rangekv {
@@ -42,13 +44,18 @@ void SlotTable::SetState(uint32_t slot, SlotState state) {
   if (state == SlotState::kFree) free_bits_[slot / 64] |= uint64_t{1} << (slot % 64);
 }
 
+void SlotTable::SetGenerationFloor(uint64_t floor) {
+  RANGEKV_CHECK(floor < (uint64_t{1} << 63));
+  generation_floor_ = floor;
+}
+
 std::optional<uint32_t> SlotTable::ReserveLowestFree() {
   for (size_t w = 0; w < free_bits_.size(); ++w) {
     if (free_bits_[w] == 0) continue;
     uint32_t slot = static_cast<uint32_t>(w * 64 + __builtin_ctzll(free_bits_[w]));
     free_bits_[w] &= free_bits_[w] - 1;
     SetState(slot, SlotState::kReserved);
-    slots_[slot].generation++;
+    slots_[slot].generation = std::max(slots_[slot].generation + 1, generation_floor_);
     return slot;
   }
   return std::nullopt;

@@ -56,7 +56,12 @@ class SlotTable {
   // Number of slots in `state` (free counts only usable slots).
   uint32_t Count(SlotState state) const { return counts_[static_cast<int>(state)]; }
 
-  // Lowest-numbered free usable slot -> reserved, generation + 1. nullopt when none is free.
+  // Every later Reserve issues a generation of at least `floor` (see
+  // DirectoryOptions::generation_floor). REQUIRES floor < 2^63.
+  void SetGenerationFloor(uint64_t floor);
+
+  // Lowest-numbered free usable slot -> reserved, generation max(generation + 1, floor).
+  // nullopt when none is free.
   std::optional<uint32_t> ReserveLowestFree();
   // reserved -> visible, appended to the LRU order as the most recent.
   void MakeVisible(uint32_t slot);
@@ -96,6 +101,7 @@ class SlotTable {
 
   std::vector<SlotInfo> slots_;
   uint32_t usable_;
+  uint64_t generation_floor_ = 0;
   uint32_t counts_[4] = {0, 0, 0, 0};
   std::vector<uint64_t> free_bits_;  // bit s set: usable slot s is free
   std::vector<uint32_t> prev_, next_;

@@ -507,6 +507,9 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
                              "); delete the store to start over");
   }
   dir_options.owner_epoch = epoch;
+  // Every generation this session issues lies above everything an earlier session could have
+  // issued (fewer than 2^32 reuses of a slot per session), whether the index loads or not.
+  dir_options.generation_floor = epoch << 32;
   if (st.reason == DiscardReason::kNone) {
     Built b = BuildFromSnapshot(*st.snapshot, dir_options);
     if (b.directory) {

@@ -50,10 +50,9 @@
 // + 1, (snapshot's max generation >> 32) + 1, 1), and when the epoch file is missing or corrupt
 // on a pack file that existed before, at least the wall clock in seconds (the only witness
 // left; logged). The directory's owner epoch is the store epoch (so tickets of any earlier
-// session fail with kForeignOwner), and the generation floor is store_epoch << 32: every
-// generation issued by a directory started empty in this session should start above it, which
-// is above every generation an earlier session could have issued (fewer than 2^32 reuses of a
-// slot per session; see report.generation_floor and the note in OpenIndex).
+// session fail with kForeignOwner), and its generation floor is store_epoch << 32: every
+// generation this session issues starts above it, which is above every generation an earlier
+// session could have issued (fewer than 2^32 reuses of a slot per session).
 //
 // Thread-safety: Persistence::MarkDirty may be called from any thread, concurrently. SaveClean
 // REQUIRES that no other thread uses the store (owners drained) and is not concurrent with
@@ -207,10 +206,9 @@ struct OpenedIndex {
 // store cannot guarantee fresh epochs, so it must not open); kResourceExhausted when the epoch
 // space is spent. Reading or writing the dirty marker is not part of Open: MarkDirty is.
 //
-// Note on generations: DirectoryOptions has no generation floor yet, so a directory that starts
-// empty issues generations from 1 again. The epoch still protects every artifact of an older
-// session (tickets carry the owner epoch; digests and records live only in this session). When
-// the directory grows a floor option, OpenIndex passes report.generation_floor.
+// Generations: the Directory is built with DirectoryOptions::generation_floor =
+// report.generation_floor (store_epoch << 32), so every generation this session issues, loaded
+// or started empty, lies above every generation an earlier session could have issued.
 Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const PackFile& pack,
                               PackOrigin origin, const PersistenceOptions& options);
 

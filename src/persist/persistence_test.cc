@@ -305,6 +305,14 @@ TEST_F(PersistenceTest, EpochsAndTicketsNeverCrossADiscard) {
     last_epoch = r.store_epoch;
     last_floor = r.generation_floor;
     ASSERT_TRUE(s->Store(ns_, a_).ok());  // dirty again
+    // Every generation the new session issued lies above the floor, so above anything old.
+    uint32_t visible = 0;
+    for (const SlotInfo& si : s->index.directory->Slots()) {
+      if (si.state != SlotState::kVisible) continue;
+      ++visible;
+      EXPECT_GE(si.generation, r.generation_floor);
+    }
+    EXPECT_GT(visible, 0u);
   }
 }
 

@@ -23,6 +23,11 @@ Status CheckPlanArgs(const PackLayout& layout, LayerRange layers, const SpanPlan
                            Str(kIoAlignment) + "]");
   }
   if (o.bank_bytes == 0) return InvalidArgument("span plan: bank bytes is 0");
+  if (o.read_block_tokens > layout.geometry().tokens_per_stripe) {
+    return InvalidArgument("span plan: read block of " + Str(o.read_block_tokens) +
+                           " tokens exceeds the T=" + Str(layout.geometry().tokens_per_stripe) +
+                           " tokens of a stripe");
+  }
   return OkStatus();
 }
 
@@ -111,10 +116,22 @@ Status FillSpan(const PackLayout& layout, PlanKind kind, const SpanPlanOptions& 
   const uint64_t stripe_end = stripe_begin + g.stripe_bytes;
   const uint64_t payload_begin = layout.Address(s->pack_slot, layer, s->pack_token_begin);
   const uint64_t payload_bytes = s->tokens() * g.token_bytes;
-  const uint64_t start = AlignDown(payload_begin, a);
+  // The byte range to transfer before alignment: the valid tokens, or for a read with digest
+  // blocks the whole blocks they touch (pack tokens < T, D <= T: no overflow).
+  uint64_t extent_begin = payload_begin;
+  uint64_t extent_end = payload_begin + payload_bytes;
+  if (kind == PlanKind::kRead && o.read_block_tokens > 0) {
+    const uint64_t d = o.read_block_tokens;
+    const uint64_t first = s->pack_token_begin / d * d;
+    const uint64_t last =
+        std::min((s->pack_token_begin + s->tokens() + d - 1) / d * d, g.tokens_per_stripe);
+    extent_begin = stripe_begin + first * g.token_bytes;
+    extent_end = stripe_begin + last * g.token_bytes;
+  }
+  const uint64_t start = AlignDown(extent_begin, a);
   // Stripes start aligned and W is a multiple of kIoAlignment, so this min never bites; it
   // keeps the "never leaves the stripe" promise local.
-  const uint64_t end = std::min(AlignUp(payload_begin + payload_bytes, a), stripe_end);
+  const uint64_t end = std::min(AlignUp(extent_end, a), stripe_end);
   s->layer = layer;
   s->file_offset = start;
   s->length_bytes = end - start;

@@ -122,6 +122,14 @@ struct SpanPlanOptions {
   // A power of two in [1, kIoAlignment]; 1 plans exact (unrounded) ranges for buffered I/O.
   uint64_t io_alignment_bytes = kIoAlignment;
   uint64_t max_spans = kDefaultMaxPlanSpans;
+  // Read plans only; 0 = off. Each span's read range is first widened, in pack tokens, to
+  // whole blocks of read_block_tokens tokens ([floor(a/D)*D, min(ceil(b/D)*D, T)) for valid
+  // pack tokens [a, b)), then rounded to the I/O alignment. A payload digest covers a whole
+  // block (persist/payload_digests.h), so a restore that starts or ends mid-block (a clipped
+  // hit, a skipped local prefix) must read the block whole to check it. The widening stays in
+  // the stripe; bytes beyond what the pack stored are read and ignored. payload_offset_bytes
+  // and payload_bytes still name exactly the valid tokens. Must be <= T.
+  uint64_t read_block_tokens = 0;
 };
 
 // Plans the reads that restore path tokens `tokens` of layers `layers`.
@@ -132,6 +140,9 @@ struct SpanPlanOptions {
 // token of `tokens` (no gap). Output: `out` is cleared, then filled layer-major (all spans of
 // layers.begin in path order, then the next layer, ...); every layer has the same number of
 // spans. Each span satisfies length_bytes <= min(W, options.bank_bytes), bank_offset_bytes 0.
+//
+// With options.read_block_tokens = D > 0 each span is widened to whole D-token blocks first
+// (see SpanPlanOptions); it still never leaves its stripe.
 //
 // Errors (out left empty):
 //   kInvalidArgument   empty or reversed token/layer range, layer beyond L, bad options,

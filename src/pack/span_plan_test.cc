@@ -393,6 +393,66 @@ TEST(SpanPlan, ClipsRecordsToTheRequestedRangeAndSkipsOthers) {
   CheckReadPlanInvariants(p.layout, plan, {8000, 16500}, {5, 6}, 3);
 }
 
+TEST(SpanPlan, ReadBlocksWidenPartialReadsToWholeBlocksInsideTheStripe) {
+  PaperPayload p;  // s = 4096, T = 8192
+  GenerationTable gens(p.generations);
+  SpanPlanOptions o;
+  o.read_block_tokens = 256;  // 1 MiB blocks, as the payload digests use
+  std::vector<Span> plan;
+  // Path tokens [8000, 16500): pack 0 from token 8000 (mid block 31), all of pack 1, pack 2 up
+  // to token 116 (mid block 0).
+  ASSERT_TRUE(PlanReadSpans(p.layout, p.physical, {8000, 16500}, {5, 7}, gens, o, &plan).ok());
+  ASSERT_EQ(plan.size(), 6u);
+  for (const Span& s : plan) {
+    const uint64_t stripe = p.layout.Address(s.pack_slot, s.layer, 0);
+    // The valid tokens are described exactly as without widening.
+    EXPECT_EQ(s.file_offset + s.payload_offset_bytes,
+              p.layout.Address(s.pack_slot, s.layer, s.pack_token_begin));
+    EXPECT_EQ(s.payload_bytes, s.tokens() * 4096);
+    EXPECT_LE(s.payload_offset_bytes + s.payload_bytes, s.length_bytes);
+    EXPECT_GE(s.file_offset, stripe);
+    EXPECT_LE(s.file_offset + s.length_bytes, stripe + p.g.stripe_bytes);
+  }
+  // Pack 0: block 31 = pack tokens [7936, 8192) whole.
+  EXPECT_EQ(plan[0].file_offset, p.layout.Address(p.slots[0], 5, 7936));
+  EXPECT_EQ(plan[0].payload_offset_bytes, 64u * 4096);
+  EXPECT_EQ(plan[0].length_bytes, 256u * 4096);
+  EXPECT_EQ(plan[1].length_bytes, 32 * kMiB);
+  // Pack 2: block 0 = pack tokens [0, 256) whole, though only 116 are valid.
+  EXPECT_EQ(plan[2].file_offset, p.layout.Address(p.slots[2], 5, 0));
+  EXPECT_EQ(plan[2].payload_offset_bytes, 0u);
+  EXPECT_EQ(plan[2].length_bytes, 256u * 4096);
+  EXPECT_EQ(plan[3].layer, 6u);
+
+  // A block size that does not divide T ends at the stripe's last token, never beyond.
+  const Geometry g = G(DeepSeekMlaSpec());  // s = 1152, T = 29127
+  const PackLayout layout = Layout(g, 2);
+  std::vector<uint64_t> generations = {1, 1};
+  GenerationTable mla_gens(generations);
+  o.read_block_tokens = 910;  // floor(1 MiB / 1152): block 31 = [28210, 29120), 32 = [29120, ..)
+  const std::vector<PackRecord> tail = {{0, 1, 0, 28300, 827}};  // to the stripe's last token
+  ASSERT_TRUE(PlanReadSpans(layout, tail, {0, 50}, {3, 4}, mla_gens, o, &plan).ok());
+  ASSERT_EQ(plan.size(), 1u);
+  const uint64_t stripe = layout.Address(0, 3, 0);
+  EXPECT_EQ(plan[0].file_offset, stripe + AlignDown(28210 * 1152, 4096));
+  EXPECT_EQ(plan[0].file_offset + plan[0].payload_offset_bytes, stripe + 28300 * 1152);
+  EXPECT_EQ(plan[0].payload_bytes, 50u * 1152);
+  ASSERT_TRUE(PlanReadSpans(layout, tail, {0, 800}, {3, 4}, mla_gens, o, &plan).ok());
+  EXPECT_EQ(plan[0].file_offset + plan[0].length_bytes, stripe + AlignUp(29120 * 1152, 4096));
+  // Block 32 would end at 30030 > T: the read ends with the stripe.
+  ASSERT_TRUE(PlanReadSpans(layout, tail, {0, 827}, {3, 4}, mla_gens, o, &plan).ok());
+  EXPECT_EQ(plan[0].file_offset + plan[0].length_bytes, stripe + g.stripe_bytes);
+
+  // Write plans ignore it; a block larger than a stripe is refused before planning.
+  std::vector<PackRecord> fresh = {{1, 1, 0, 0, 100}};
+  ASSERT_TRUE(PlanWriteSpans(layout, fresh, {0, 1}, mla_gens, o, &plan).ok());
+  EXPECT_EQ(plan[0].length_bytes, AlignUp(100 * 1152, 4096));
+  o.read_block_tokens = g.tokens_per_stripe + 1;
+  EXPECT_EQ(PlanReadSpans(layout, tail, {0, 50}, {3, 4}, mla_gens, o, &plan).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(plan.empty());
+}
+
 // ---- validation: each failure is reported before any I/O, and no partial plan is left ----
 
 class SpanPlanValidation : public ::testing::Test {

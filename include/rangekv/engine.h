@@ -124,13 +124,20 @@ struct Ablations {
   friend bool operator==(const Ablations&, const Ablations&) = default;
 };
 
-// Span digest policy. The digests themselves (computed at store, verified at restore) are the
-// persistence layer's; the engine calls its hook under kAlways (see src/engine/integrity.h).
+// Payload digest policy (DESIGN.md 4.6). Every store computes a digest per ~1 MiB block of
+// every stored stripe on the engine's device and keeps it with the record (and in the clean
+// snapshot), under either policy. kAlways: every restore reads whole digest blocks, digests
+// them on the device and compares before scattering; a mismatch drops the record, fails
+// exactly its tokens (kCorruption, reported for recompute) and counts a checksum failure.
+// kOff: restores skip the check (the digests stay for fsck and for later sessions).
 enum class ChecksumPolicy : uint8_t { kAlways, kOff };
 
 struct EngineOptions {
-  // Directory holding the store (created if absent). The pack file is `<store_dir>/packs.rkv`;
-  // an existing one is opened and validated against `model` (geometry and namespace).
+  // Directory holding the store (created if absent): the pack file `<store_dir>/packs.rkv`, the
+  // metadata snapshot, dirty marker and epoch file (docs/pack-format.md). An existing pack file
+  // is opened and validated against `model` (geometry and namespace); its index is loaded from
+  // the last clean shutdown's snapshot when that is intact and bound to it (see recovery()).
+  // One engine per store directory at a time.
   std::string store_dir;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
@@ -249,6 +256,8 @@ struct DeviceStreamRef {
   X(store_bank_acquisitions, "store bank acquisitions")                                         \
   X(native_writes, "native write submissions to the I/O engine")                                \
   X(bytes_written, "bytes moved by native writes")                                              \
+  X(digest_launches, "digest kernel launches (store and restore; up to 32 blocks each)")        \
+  X(verified_spans, "restore spans whose payload digests were checked before scatter")          \
   X(payload_allocations, "payload buffers allocated after Open (the data path allocates none)") \
   X(rejected_requests, "restores or stores refused because their job slots were all in use")
 
@@ -430,6 +439,23 @@ class StoreHandle {
 
 // ---- engine -----------------------------------------------------------------------------------
 
+// What Open found in the store directory (DESIGN.md 4.6; docs/pack-format.md "Metadata
+// snapshot"). The index is loaded only from the snapshot of a clean shutdown, with no dirty
+// marker, intact and bound to this pack file; otherwise it starts empty (never rebuilt from
+// payload) and the reason is logged at warning level.
+struct StoreRecovery {
+  bool loaded = false;   // the index was loaded from the snapshot
+  bool created = false;  // Open created the pack file
+  // "" when loaded; else why the index started empty: "new_store", "dirty",
+  // "missing_snapshot", "unreadable_snapshot", "truncated", "corrupt_checksum", "malformed",
+  // "wrong_version", "wrong_store_uuid", "wrong_geometry", "wrong_namespace",
+  // "pack_layout_mismatch", "pack_size_mismatch", "directory_rejected", "inconsistent".
+  std::string reason;
+  std::string detail;         // the logged explanation
+  uint64_t packs_loaded = 0;  // visible packs restored from the snapshot
+  uint64_t store_epoch = 0;   // this session's store epoch (raised at every open)
+};
+
 class Engine {
  public:
   // Validates options (kInvalidArgument naming the field), derives the geometry, creates or
@@ -447,6 +473,8 @@ class Engine {
   const EngineOptions& options() const;  // as resolved (bank sizes filled in)
   // "host" or "cuda", and "posix" / "uring" plus the reason for a fallback, for logs and bench.
   std::string DescribeBackends() const;
+  // What Open found: index loaded, or started empty and why.
+  const StoreRecovery& recovery() const;
 
   // Scheduler side. Finds the longest cached prefix of `tokens`, rounded down to
   // `reuse_granularity_tokens`, never covering the last token; on a hit returns a ticket bound to
@@ -498,7 +526,11 @@ class Engine {
   // Cancels prefetches and restores, aborts stores whose layers will never be produced, waits
   // for every read, scatter, gather and accepted write to drain (detached write debt included:
   // those stores still publish), releases all leases, stops the workers and synchronises the
-  // caller streams. Idempotent. Persistence (snapshot, clean marker) hooks in here.
+  // caller streams. Then the clean shutdown: the pack file is made durable, the metadata
+  // snapshot (directory + payload digests) is written to a temporary file, made durable and
+  // renamed into place, and only then the dirty marker is removed. Returns that sequence's
+  // error, if any (the marker then stays: the next Open discards the index and starts empty).
+  // Idempotent (later calls return the first call's status).
   Status Close();
 
  private:

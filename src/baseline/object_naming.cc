@@ -88,8 +88,7 @@ Result<ObjectNaming> MakeObjectNaming(const Geometry& geometry, ObjectShape shap
   }
   if (heads % slices != 0) {
     return InvalidArgument("object naming: " + std::to_string(slices) +
-                           " slices do not divide the rank's " + std::to_string(heads) +
-                           " heads");
+                           " slices do not divide the rank's " + std::to_string(heads) + " heads");
   }
   if (geometry.token_bytes % heads != 0) {
     return InvalidArgument("object naming: token bytes not divisible by heads");
@@ -149,9 +148,8 @@ Result<SweepPoint> MakeSweepPoint(const Geometry& geometry, ObjectShape shape,
     chunks = std::clamp<uint64_t>(chunks, 1, payload_tokens);
     p.scaled = chunks * per_chunk != nominal_objects;
   }
-  RANGEKV_ASSIGN_OR_RETURN(p.naming,
-                           MakeObjectNaming(geometry, shape, 0, payload_tokens,
-                                            static_cast<uint32_t>(chunks), slices));
+  RANGEKV_ASSIGN_OR_RETURN(p.naming, MakeObjectNaming(geometry, shape, 0, payload_tokens,
+                                                      static_cast<uint32_t>(chunks), slices));
   p.label = std::to_string(nominal_objects);
   if (shape == ObjectShape::kChunkLayer) p.label += "-LW";
   if (shape == ObjectShape::kChunkLayerSlice) p.label += "-TP";
@@ -166,8 +164,8 @@ Result<ObjectNaming> RenameRange(const Geometry& geometry, const SweepPoint& poi
   uint64_t chunks =
       static_cast<uint64_t>(std::llround(static_cast<double>(tokens) / mean_chunk_tokens));
   chunks = std::clamp<uint64_t>(chunks, 1, tokens);
-  return MakeObjectNaming(geometry, point.shape, first_token, tokens,
-                          static_cast<uint32_t>(chunks), point.naming.slices);
+  return MakeObjectNaming(geometry, point.shape, first_token, tokens, static_cast<uint32_t>(chunks),
+                          point.naming.slices);
 }
 
 }  // namespace rangekv::baseline

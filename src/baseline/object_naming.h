@@ -64,9 +64,9 @@ struct ObjectNaming {
   uint64_t first_token = 0;  // path position of the first named token
   uint64_t tokens = 0;       // tokens named
   uint32_t chunks = 0;
-  uint32_t layers = 0;         // L of the geometry
-  uint32_t heads = 0;          // KV heads per rank (1 for MLA: the latent is one "head")
-  uint32_t slices = 1;         // head groups; 1 unless kChunkLayerSlice
+  uint32_t layers = 0;          // L of the geometry
+  uint32_t heads = 0;           // KV heads per rank (1 for MLA: the latent is one "head")
+  uint32_t slices = 1;          // head groups; 1 unless kChunkLayerSlice
   uint64_t head_row_bytes = 0;  // bytes of one head of one token (K and V of it): s / heads
 
   // chunks x (L for layered shapes) x slices.
@@ -105,12 +105,12 @@ inline constexpr uint32_t kPaperTpRanks = 8;
 // One point of the sweep: the paper's nominal object count for its 6 GiB payload and the
 // naming actually used for this run's payload.
 struct SweepPoint {
-  std::string label;          // "192", "6144-LW", "327680-TP"
+  std::string label;  // "192", "6144-LW", "327680-TP"
   uint64_t nominal_objects = 0;
   ObjectShape shape = ObjectShape::kChunk;
-  bool layerwise = false;     // delivered per layer in the stock path (layered shapes)
-  bool scaled = false;        // the effective count differs from the nominal one
-  ObjectNaming naming;        // effective naming of the run's payload
+  bool layerwise = false;  // delivered per layer in the stock path (layered shapes)
+  bool scaled = false;     // the effective count differs from the nominal one
+  ObjectNaming naming;     // effective naming of the run's payload
 };
 
 // Builds the point for `nominal_objects` of `shape` over path tokens [0, payload_tokens).

@@ -21,8 +21,8 @@ TEST(ObjectNamingTest, PaperPointsAtFullPayloadKeepTheirCounts) {
     uint32_t chunks;
     uint64_t chunk_tokens;
   } cases[] = {
-      {ObjectShape::kChunk, 192, 192, 256},     {ObjectShape::kChunk, 768, 768, 64},
-      {ObjectShape::kChunk, 3072, 3072, 16},    {ObjectShape::kChunk, 6144, 6144, 8},
+      {ObjectShape::kChunk, 192, 192, 256},       {ObjectShape::kChunk, 768, 768, 64},
+      {ObjectShape::kChunk, 3072, 3072, 16},      {ObjectShape::kChunk, 6144, 6144, 8},
       {ObjectShape::kChunkLayer, 6144, 192, 256},
   };
   for (const Case& c : cases) {
@@ -50,7 +50,8 @@ TEST(ObjectNamingTest, TensorParallelNamingCutsTheRankIntoHeadSlices) {
   EXPECT_EQ(p->label, "327680-TP");
   // Every byte of the payload belongs to exactly one object.
   uint64_t total = 0;
-  for (uint64_t i = 0; i < p->naming.count(); ++i) total += p->naming.ObjectBytes(p->naming.Object(i));
+  for (uint64_t i = 0; i < p->naming.count(); ++i)
+    total += p->naming.ObjectBytes(p->naming.Object(i));
   EXPECT_EQ(total, kPaperPrefixTokens * g.layers * g.token_bytes);
 }
 

@@ -27,9 +27,9 @@ PerObjectStats operator-(const PerObjectStats& a, const PerObjectStats& b) {
 std::string PerObjectStats::ToJson() const {
   std::string out = "{";
   bool first = true;
-#define RANGEKV_PER_OBJECT_JSON_(name, doc)       \
-  if (!first) out += ",";                         \
-  first = false;                                  \
+#define RANGEKV_PER_OBJECT_JSON_(name, doc) \
+  if (!first) out += ",";                   \
+  first = false;                            \
   out += "\"" #name "\":" + std::to_string(name);
   RANGEKV_PER_OBJECT_STATS_FIELDS(RANGEKV_PER_OBJECT_JSON_)
 #undef RANGEKV_PER_OBJECT_JSON_
@@ -204,7 +204,8 @@ class PerObjectStore::Impl {
         buffers.push_back({base + off, std::min<uint64_t>(kGiB, pool_bytes - off)});
       }
       Status s = io_->RegisterBuffers(buffers);
-      if (!s.ok()) Log(LogLevel::kInfo, "per-object store: buffers not registered: " + s.ToString());
+      if (!s.ok())
+        Log(LogLevel::kInfo, "per-object store: buffers not registered: " + s.ToString());
       File* files[] = {file_.get()};
       s = io_->RegisterFiles(files);
       if (!s.ok()) Log(LogLevel::kInfo, "per-object store: file not registered: " + s.ToString());
@@ -341,8 +342,8 @@ class PerObjectStore::Impl {
           file_next_ += length;
         }
         p.batch = std::make_unique<IoBatch>(1);
-        status = p.batch->Add({file_.get(), p.file_offset, host_io_base() + p.pool_offset, length,
-                               IoOp::kWrite});
+        status = p.batch->Add(
+            {file_.get(), p.file_offset, host_io_base() + p.pool_offset, length, IoOp::kWrite});
         if (status.ok()) status = io_->Submit(*p.batch);
         if (!status.ok()) {
           p.batch.reset();
@@ -597,8 +598,7 @@ uint64_t PerObjectStore::FootprintBytes(const ObjectNaming& naming, uint64_t ali
 }
 
 PerObjectStoreReport PerObjectStore::Put(std::span<const int32_t> path_tokens,
-                                         const ObjectNaming& naming,
-                                         const PagedKvLayers& source) {
+                                         const ObjectNaming& naming, const PagedKvLayers& source) {
   return impl_->Put(path_tokens, naming, source);
 }
 

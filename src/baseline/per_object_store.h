@@ -59,20 +59,20 @@ namespace rangekv::baseline {
 
 // X(name, description). Names match EngineStats where the work is the same kind, so a
 // benchmark prints both side by side (Table 2 of the paper).
-#define RANGEKV_PER_OBJECT_STATS_FIELDS(X)                                                     \
-  X(keys_built, "object keys constructed")                                                    \
-  X(index_probes, "hash-map index probes")                                                    \
-  X(records_selected, "index records selected by restores (one per object hit)")              \
-  X(payload_allocations, "object-sized payload buffer allocations")                           \
-  X(native_reads, "native read submissions (one per object)")                                 \
-  X(bytes_read, "bytes moved by native reads")                                                \
-  X(h2d_copies, "staging-to-device copies (devices without host-accessible memory)")          \
-  X(scatter_launches, "KV transfer calls on restore (one per object, spanning its layers)")   \
-  X(ready_events, "readiness events (1 per restore, or 1 per layer when layerwise)")          \
-  X(gather_launches, "KV transfer calls on store (one per object, spanning its layers)")      \
-  X(kernel_launches, "device scatter/gather launches inside the transfer calls")              \
-  X(native_writes, "native write submissions (one per object)")                               \
-  X(bytes_written, "bytes moved by native writes")                                            \
+#define RANGEKV_PER_OBJECT_STATS_FIELDS(X)                                                  \
+  X(keys_built, "object keys constructed")                                                  \
+  X(index_probes, "hash-map index probes")                                                  \
+  X(records_selected, "index records selected by restores (one per object hit)")            \
+  X(payload_allocations, "object-sized payload buffer allocations")                         \
+  X(native_reads, "native read submissions (one per object)")                               \
+  X(bytes_read, "bytes moved by native reads")                                              \
+  X(h2d_copies, "staging-to-device copies (devices without host-accessible memory)")        \
+  X(scatter_launches, "KV transfer calls on restore (one per object, spanning its layers)") \
+  X(ready_events, "readiness events (1 per restore, or 1 per layer when layerwise)")        \
+  X(gather_launches, "KV transfer calls on store (one per object, spanning its layers)")    \
+  X(kernel_launches, "device scatter/gather launches inside the transfer calls")            \
+  X(native_writes, "native write submissions (one per object)")                             \
+  X(bytes_written, "bytes moved by native writes")                                          \
   X(index_records, "index records inserted by stores")
 
 struct PerObjectStats {

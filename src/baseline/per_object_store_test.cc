@@ -132,10 +132,10 @@ class PerObjectStoreTest : public ::testing::Test {
     EXPECT_EQ(get.work.payload_allocations, n);
     EXPECT_EQ(get.work.native_reads, n);
     EXPECT_EQ(get.work.scatter_launches, n);
-    EXPECT_EQ(get.work.kernel_launches,
-              naming.shape == ObjectShape::kChunk ? n * kLayers : n);
+    EXPECT_EQ(get.work.kernel_launches, naming.shape == ObjectShape::kChunk ? n * kLayers : n);
     EXPECT_EQ(get.work.ready_events, naming.shape == ObjectShape::kChunk ? 1u : kLayers);
-    EXPECT_EQ(get.work.bytes_read, PerObjectStore::FootprintBytes(naming, store_->alignment_bytes()));
+    EXPECT_EQ(get.work.bytes_read,
+              PerObjectStore::FootprintBytes(naming, store_->alignment_bytes()));
     EXPECT_LE(get.first_layer_ready_ns, get.last_layer_ready_ns);
     ExpectSameKv(*source_, *target_, naming.first_token, naming.first_token + naming.tokens);
   }

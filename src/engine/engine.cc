@@ -26,6 +26,7 @@ const Geometry& Engine::geometry() const { return core_->geometry(); }
 const NamespaceId& Engine::namespace_id() const { return core_->ns(); }
 const EngineOptions& Engine::options() const { return core_->options(); }
 std::string Engine::DescribeBackends() const { return core_->DescribeBackends(); }
+const StoreRecovery& Engine::recovery() const { return core_->recovery(); }
 
 Result<LookupResult> Engine::Lookup(const RequestEnvelope& envelope,
                                     std::span<const int32_t> tokens,

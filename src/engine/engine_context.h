@@ -13,12 +13,21 @@
 #include "engine/stats.h"
 #include "engine/store_state.h"
 #include "io/io_engine.h"
+#include "persist/persistence.h"
 #include "rangekv/engine.h"
 
 namespace rangekv::engine_internal {
 
 // What a read bank went through; reported to EngineTestHooks::read_bank_observer.
 enum class BankEvent : uint8_t { kAcquired, kReleased, kQuarantined };
+
+// Named points of a store, reported to EngineTestHooks::store_point (crash tests kill the
+// process there).
+enum class StorePoint : uint8_t {
+  kGathered,       // a batch's gather and digests are proven; none of its writes is submitted
+  kBeforePublish,  // every write of the reservation returned OK; Directory::Publish is next
+  kPublished,      // the reservation's records are visible
+};
 
 // Hooks for tests (never set in production). Each runs without engine locks held unless noted.
 struct EngineTestHooks {
@@ -28,6 +37,13 @@ struct EngineTestHooks {
   // Observes every read bank transition, with the bank's use number. Runs under the restore
   // pipeline's mutex: it must not call into the engine.
   std::function<void(BankEvent event, uint32_t bank, uint64_t use)> read_bank_observer;
+  // Called at each StorePoint with the reservation id. kGathered runs on a group worker without
+  // locks; kBeforePublish and kPublished run under the store pipeline's mutex (it must not call
+  // into the engine).
+  std::function<void(StorePoint point, uint64_t reservation_id)> store_point;
+  // persist::PersistenceOptions::shutdown_hook: called after each step of the clean shutdown at
+  // Close; a non-OK status stops the sequence there (as if the process died).
+  std::function<Status(persist::ShutdownStep step)> shutdown_hook;
 };
 
 struct EngineContext {

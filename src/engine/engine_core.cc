@@ -104,7 +104,17 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       std::max<uint64_t>(so.directory.max_query_tokens, options_.max_request_tokens);
   so.directory.max_tickets =
       std::max<uint32_t>(so.directory.max_tickets, 2 * options_.max_inflight_restores);
+  so.shutdown_hook = config.hooks.shutdown_hook;
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
+  {
+    const persist::RecoveryReport& r = store_->recovery();
+    recovery_.loaded = r.outcome == persist::RecoveryOutcome::kLoaded;
+    recovery_.created = store_->created();
+    recovery_.reason = recovery_.loaded ? "" : std::string(persist::DiscardReasonName(r.reason));
+    recovery_.detail = r.detail;
+    recovery_.packs_loaded = r.packs_loaded;
+    recovery_.store_epoch = r.store_epoch;
+  }
 
   std::string read_desc, write_desc;
   RANGEKV_ASSIGN_OR_RETURN(read_io_,
@@ -335,10 +345,12 @@ EngineStats EngineCore::GetStats() const {
 }
 
 Status EngineCore::Close() {
+  MutexLock close(close_mu_);
+  if (close_done_) return close_status_;
+  close_done_ = true;
   std::map<std::string, Prefetch> prefetches;
   {
     MutexLock l(mu_);
-    if (closed_) return OkStatus();
     closed_ = true;
     prefetches.swap(prefetches_);
   }
@@ -359,7 +371,9 @@ Status EngineCore::Close() {
       if (!st.ok()) Log(LogLevel::kWarning, "caller stream: " + st.ToString());
     }
   }
-  return store_ != nullptr ? store_->Close() : OkStatus();
+  // Every owner drained: the clean shutdown may describe the store now.
+  close_status_ = store_ != nullptr ? store_->Close() : OkStatus();
+  return close_status_;
 }
 
 std::unique_ptr<Engine> EngineAccess::Wrap(std::shared_ptr<EngineCore> core) {

@@ -34,11 +34,12 @@
 
 namespace rangekv::engine_internal {
 
-// What tests (and later the persistence layer) can add to an engine at Open.
+// What tests can add to an engine at Open.
 struct EngineInternalConfig {
   Device* device = nullptr;  // borrowed, outlives the engine; overrides options.device
   EngineTestHooks hooks;
-  PayloadIntegrity* integrity = nullptr;  // borrowed; null: no digests
+  // Borrowed; replaces the store's own (StoreIntegrity over the persistence layer).
+  PayloadIntegrity* integrity = nullptr;
   // Take the paths a CUDA device without GDS takes (pinned staging, H2D / D2H copies) even on a
   // device whose memory the host can address, so CI exercises them on HostDevice.
   bool force_staging = false;
@@ -58,6 +59,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   const Geometry& geometry() const { return geometry_; }
   const NamespaceId& ns() const { return store_->ns(); }
   std::string DescribeBackends() const { return backends_; }
+  const StoreRecovery& recovery() const { return recovery_; }
   Device& device() const { return *device_; }
   StoreState& store() const { return *store_; }
   RestorePipeline& restore() const { return *restore_; }
@@ -96,6 +98,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   EngineOptions options_;
   Geometry geometry_;
   std::string backends_;
+  StoreRecovery recovery_;
   EngineTestHooks hooks_;
   Counters counters_;
   std::unique_ptr<Device> owned_device_;
@@ -109,6 +112,10 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   mutable Mutex mu_;
   bool closed_ GUARDED_BY(mu_) = false;
+  // Serialises Close() calls: the second waits for the first and returns its status.
+  Mutex close_mu_;  // taken before mu_
+  bool close_done_ GUARDED_BY(close_mu_) = false;
+  Status close_status_ GUARDED_BY(close_mu_);
   std::map<std::string, Prefetch> prefetches_ GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Stream>> caller_streams_ GUARDED_BY(mu_);
   std::vector<DeviceBuffer> caller_buffers_ GUARDED_BY(mu_);

@@ -36,8 +36,9 @@ namespace rangekv::engine_testing {
 ModelSpec SmallModel(uint32_t layers, uint32_t kv_heads, uint32_t head_size,
                      uint32_t dtype_bytes = 2, uint32_t block_size = 16, uint32_t mla_latent = 0);
 
-// Host device (or CUDA when RANGEKV_TEST_DEVICE=cuda), posix I/O, small pools: 4 read banks (3 prefetch), 2 read workers, 4 store
-// banks, 2 group and 2 write workers, 4 restore and 4 store slots, `packs` packs of capacity.
+// Host device (or CUDA when RANGEKV_TEST_DEVICE=cuda), posix I/O, small pools: 4 read banks (3
+// prefetch), 2 read workers, 4 store banks, 2 group and 2 write workers, 4 restore and 4 store
+// slots, `packs` packs of capacity.
 EngineOptions SmallOptions(const std::string& dir, const ModelSpec& model, uint64_t stripe_bytes,
                            uint64_t packs = 16);
 
@@ -190,7 +191,8 @@ class PayloadFreeEnv final : public Env {
 };
 
 // A device that is `inner` (a HostDevice) except that Scatter and Gather validate their
-// arguments and move nothing. Banks and paged KV are never touched by a kernel.
+// arguments and move nothing, and Digest validates its arguments and writes 0 for every span.
+// Banks and paged KV are never touched by a kernel.
 Result<std::unique_ptr<Device>> MakeCountOnlyDevice();
 
 }  // namespace rangekv::engine_testing

@@ -1,6 +1,6 @@
 // Test and tooling entry points into the engine's internals: open an engine with an injected
-// device, test hooks or an integrity hook, and inspect its pools and directory. Production code
-// opens engines with Engine::Open only.
+// device, test hooks or an integrity hook, inspect its pools and directory, and simulate a
+// crash. Production code opens engines with Engine::Open only.
 //
 // Thread-safety: as the functions they forward to.
 #pragma once
@@ -27,6 +27,11 @@ inline Directory& EngineDirectory(const Engine& engine) {
 }
 inline const StoreState& EngineStore(const Engine& engine) {
   return EngineAccess::Core(engine).store();
+}
+// In-process crash: Close() still drains every owner, but persists nothing (no snapshot, the
+// dirty marker stays if there is one), leaving the store's files as a process death here would.
+inline void AbandonStoreForTesting(const Engine& engine) {
+  EngineAccess::Core(engine).store().AbandonForTesting();
 }
 
 }  // namespace rangekv::engine_internal

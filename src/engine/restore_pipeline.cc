@@ -37,6 +37,7 @@ RestorePipeline::RestorePipeline(const EngineContext& context)
                                           context.options->ablations.object_tokens)) +
                                       2
                                 : 1),
+      verify_(context.integrity != nullptr && context.options->checksum == ChecksumPolicy::kAlways),
       pool_(context.options->read_banks, context.options->prefetch_banks) {}
 
 RestorePipeline::~RestorePipeline() { Stop(); }
@@ -89,6 +90,21 @@ Status RestorePipeline::Init() {
   for (uint32_t w = 0; w < o.read_workers; ++w) {
     batches_.push_back(std::make_unique<IoBatch>(max_reads_per_stripe_));
   }
+  if (verify_) {
+    // A span of one stripe overlaps at most ceil(T / D) digest blocks.
+    const uint64_t d = context_.integrity->block_tokens();
+    if (d == 0 || d > context_.geometry.tokens_per_stripe) {
+      return Internal("digest block of " + std::to_string(d) + " tokens outside [1, T]");
+    }
+    const uint64_t blocks = (context_.geometry.tokens_per_stripe + d - 1) / d;
+    verifiers_.resize(o.read_workers);
+    for (Verifier& v : verifiers_) {
+      RANGEKV_ASSIGN_OR_RETURN(v.stream, dev.CreateStream());
+      RANGEKV_ASSIGN_OR_RETURN(v.digests, dev.AllocateDevice(blocks * sizeof(uint64_t)));
+      RANGEKV_ASSIGN_OR_RETURN(v.host, dev.AllocatePinnedHost(blocks * sizeof(uint64_t)));
+      v.capacity_blocks = blocks;
+    }
+  }
   {
     MutexLock l(mu_);
     for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) free_slots_.push_back(it->get());
@@ -127,6 +143,8 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
   plan_options.bank_bytes = context_.options->read_bank_bytes;
   plan_options.io_alignment_bytes = kIoAlignment;
   plan_options.max_spans = std::max<uint64_t>(slot->plan.capacity(), kDefaultMaxPlanSpans);
+  // Verification checks whole digest blocks: read every block the valid tokens touch.
+  if (verify_) plan_options.read_block_tokens = context_.integrity->block_tokens();
   Status planned =
       PlanReadSpans(context_.store->layout(), records, {tokens.begin, tokens.end}, {0, layers_},
                     context_.store->generations(), plan_options, &slot->plan);
@@ -452,10 +470,69 @@ Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& ba
   return batch.Add({file, cur, buf + (cur - span.file_offset), end - cur, IoOp::kRead});
 }
 
+Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& span, Bank& bank,
+                                     bool* unproven) {
+  *unproven = false;
+  bank.device_loaded = false;
+  PayloadIntegrity& integrity = *context_.integrity;
+  RANGEKV_ASSIGN_OR_RETURN(const DigestBlocks blocks, integrity.PlanVerify(span));
+  if (blocks.count == 0 || blocks.count > v.capacity_blocks) {
+    return Internal("verify plan of " + std::to_string(blocks.count) + " digest blocks");
+  }
+  const uint64_t d = integrity.block_tokens();
+  const uint64_t s = context_.geometry.token_bytes;
+  // Stripe byte offset of the buffer's first byte (the read's file offset in its stripe).
+  const uint64_t buffer_at = span.pack_token_begin * s - span.payload_offset_bytes;
+  // Every block must lie wholly inside the read (the planner widened it); checked before any
+  // work is enqueued, so a failure here leaves the bank proven.
+  for (uint64_t i = 0; i < blocks.count; ++i) {
+    const uint64_t b = blocks.first_block + i;
+    const uint64_t lo = b * d * s;
+    const uint64_t hi = std::min((b + 1) * d, blocks.stored_tokens) * s;
+    if (lo < buffer_at || hi > buffer_at + span.length_bytes) {
+      return OutOfRange("digest block " + std::to_string(b) + " of pack slot " +
+                        std::to_string(span.pack_slot) + " is not wholly inside the read");
+    }
+  }
+  // From here on device work is enqueued: an error leaves its end unproven.
+  *unproven = true;
+  Stream& stream = *v.stream;
+  if (!bank.staging.empty()) {
+    // The digest runs where the data will be scattered from: copy it up first (the scatter
+    // then skips its own copy).
+    RANGEKV_RETURN_IF_ERROR(
+        stream.CopyHostToDevice(bank.device.data(), bank.staging.data(), span.length_bytes));
+    Count(&job, &Counters::h2d_copies);
+  }
+  uint64_t* out = static_cast<uint64_t*>(v.digests.data());
+  for (uint64_t i = 0; i < blocks.count; i += kernels::kMaxDigestSpans) {
+    kernels::DigestArgs args;
+    args.seed = integrity.digest_seed();
+    args.digests = out + i;
+    args.num_spans =
+        static_cast<uint32_t>(std::min<uint64_t>(kernels::kMaxDigestSpans, blocks.count - i));
+    for (uint32_t k = 0; k < args.num_spans; ++k) {
+      const uint64_t b = blocks.first_block + i + k;
+      const uint64_t lo = b * d * s;
+      const uint64_t hi = std::min((b + 1) * d, blocks.stored_tokens) * s;
+      args.spans[k] = {bank.device.bytes() + (lo - buffer_at), hi - lo};
+    }
+    RANGEKV_RETURN_IF_ERROR(stream.Digest(args));
+    Count(&job, &Counters::digest_launches);
+  }
+  RANGEKV_RETURN_IF_ERROR(
+      stream.CopyDeviceToHost(v.host.data(), out, blocks.count * sizeof(uint64_t)));
+  RANGEKV_RETURN_IF_ERROR(stream.Synchronize());
+  *unproven = false;
+  bank.device_loaded = !bank.staging.empty();
+  Count(&job, &Counters::verified_spans);
+  return integrity.Verify(
+      span, blocks.first_block,
+      std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(v.host.data()), blocks.count));
+}
+
 void RestorePipeline::ReadWorker(uint32_t worker) {
   IoBatch& batch = *batches_[worker];
-  const bool verify =
-      context_.integrity != nullptr && context_.options->checksum == ChecksumPolicy::kAlways;
   while (true) {
     ReadPick pick;
     {
@@ -477,22 +554,33 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
       status = batch.status();
       bytes = batch.bytes_moved();
     }
-    if (status.ok() && verify) {
-      status = context_.integrity->VerifyRead(span, buf);
-      if (!status.ok()) Count(pick.job.get(), &Counters::checksum_failures);
+    bool unproven = false;
+    banks_[pick.bank].device_loaded = false;
+    if (status.ok() && verify_) {
+      status = VerifyStripe(verifiers_[worker], *pick.job, span, banks_[pick.bank], &unproven);
+      if (status.code() == StatusCode::kCorruption) {
+        Count(pick.job.get(), &Counters::checksum_failures);
+        context_.integrity->OnCorruption(span);
+      }
     }
     MutexLock l(mu_);
-    CompleteRead(pick, status, bytes);
+    CompleteRead(pick, status, bytes, unproven);
   }
 }
 
-void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) {
+void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes,
+                                   bool unproven) {
   RestoreJob& job = *pick.job;
   Count(&job, &Counters::bytes_read, bytes);
   if (!status.ok()) {
-    // The I/O engine returned the completion: nothing writes the bank any more.
     FailStripe(job, pick.stripe, status);
-    ReleaseBank(pick.bank);
+    if (unproven) {
+      // Verification's device work may still touch the bank: never hand it out again.
+      QuarantineBank(job, pick.bank);
+    } else {
+      // The I/O engine returned the completion: nothing writes the bank any more.
+      ReleaseBank(pick.bank);
+    }
   } else if (job.cancelled) {
     job.progress.Drop(pick.stripe);
     Status& ls = job.layer_status[job.progress.LayerOf(pick.stripe)];
@@ -518,7 +606,7 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
   pool_.Promote(bank);
 
   Status e = OkStatus();
-  if (!b.staging.empty()) {
+  if (!b.staging.empty() && !b.device_loaded) {
     e = stream.CopyHostToDevice(b.device.data(), b.staging.data(), span.length_bytes);
     if (e.ok()) Count(&job, &Counters::h2d_copies);
   }

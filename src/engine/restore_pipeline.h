@@ -8,16 +8,25 @@
 //     one readiness event (and, where the device has stream memory operations, one DeviceFlag)
 //     per layer, a device slot-mapping buffer of max_request_tokens entries with its pinned
 //     upload staging, and plan / view vectors reserved to their bounds;
-//   - `read_workers` threads, each with one preallocated IoBatch, and one fence reaper thread.
+//   - `read_workers` threads, each with one preallocated IoBatch (and, when restores verify
+//     payload digests, a stream and device + pinned digest buffers of one stripe's blocks),
+//     and one fence reaper thread.
 //
 // Flow of one stripe (stripe = one read span = one layer of one pack run):
 //   read worker: picks the oldest job with a stripe inside its lookahead window and a bank it
 //     may take (unbound jobs only within the prefetch budget), marks it reading, submits the
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
+//   verify (checksum=always, still outside the lock, before anything is scattered): the read
+//     was widened to whole digest blocks by the planner; the worker digests the blocks on its
+//     own stream ([H2D copy from staging first], Digest launches, D2H of the digests),
+//     synchronises it and compares (PayloadIntegrity::Verify). A mismatch fails the stripe
+//     (checksum failure; the pack is dropped by OnCorruption); a device error that leaves the
+//     bank's use unproven quarantines the bank;
 //   completion (under the lock): failed -> the stripe fails, its bank returns (the I/O
 //     completion proves the buffer is no longer written); cancelled job -> dropped, bank
 //     returns; slots not bound yet -> the stripe lands and keeps its bank; else -> launch;
-//   launch: [H2D copy from staging], one Scatter on the job's stream, Record(bank event),
+//   launch: [H2D copy from staging unless verify did it], one Scatter on the job's stream,
+//     Record(bank event),
 //     hand (job, stripe, bank) to the reaper;
 //   reaper: Synchronize(bank event) outside the lock; success -> bank released, stripe
 //     delivered; failure (or the test hook) -> bank quarantined, stripe failed;
@@ -171,7 +180,18 @@ class RestorePipeline {
     DeviceBuffer device;
     PinnedHostBuffer staging;  // empty unless context.staging
     std::unique_ptr<Event> fence;
+    // The last read's bytes are in `device` already (verification copied them up), so the
+    // scatter needs no H2D copy. Written by the read worker that owns the bank before
+    // CompleteRead (under mu_), read by LaunchScatter under mu_.
+    bool device_loaded = false;
     uint8_t* io_buffer() const { return staging.empty() ? device.bytes() : staging.data(); }
+  };
+  // A read worker's digest resources (only when restores verify).
+  struct Verifier {
+    std::unique_ptr<Stream> stream;
+    DeviceBuffer digests;   // one u64 per block of a stripe
+    PinnedHostBuffer host;  // the same, copied back for the comparison
+    uint64_t capacity_blocks = 0;
   };
   struct ReadPick {
     std::shared_ptr<RestoreJob> job;
@@ -192,7 +212,12 @@ class RestorePipeline {
   bool PickRead(ReadPick* pick) REQUIRES(mu_);
   // Fills `batch` with the native reads of one stripe into `buf`.
   Status PrepareReads(const Span& span, uint8_t* buf, IoBatch& batch) const;
-  void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) REQUIRES(mu_);
+  // Digests the blocks of `span` read into `bank` on the verifier's stream and compares them.
+  // Sets *unproven when a device error leaves the bank's use unproven (it must be quarantined).
+  Status VerifyStripe(Verifier& verifier, RestoreJob& job, const Span& span, Bank& bank,
+                      bool* unproven);
+  void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes, bool unproven)
+      REQUIRES(mu_);
   void LaunchScatter(const std::shared_ptr<RestoreJob>& job, uint32_t stripe, uint32_t bank)
       REQUIRES(mu_);
   void FailStripe(RestoreJob& job, uint32_t stripe, const Status& status) REQUIRES(mu_);
@@ -214,6 +239,8 @@ class RestorePipeline {
   std::vector<Bank> banks_;  // fixed after Init
   std::vector<std::unique_ptr<RestoreSlot>> slots_;
   std::vector<std::unique_ptr<IoBatch>> batches_;  // one per read worker
+  std::vector<Verifier> verifiers_;                // one per read worker, when verifying
+  const bool verify_;                              // checksum=always with an integrity hook
 
   mutable Mutex mu_;
   CondVar work_cv_;    // read workers: a stripe or a bank may have become available

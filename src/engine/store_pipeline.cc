@@ -35,6 +35,19 @@ Status StorePipeline::Init() {
     if (context_.staging) {
       RANGEKV_ASSIGN_OR_RETURN(b.staging, dev.AllocatePinnedHost(o.store_bank_bytes));
     }
+    if (context_.integrity != nullptr) {
+      // A batch's spans hold at most bank_bytes of tokens, and each span adds at most one
+      // partial block.
+      const uint64_t d = context_.integrity->block_tokens();
+      if (d == 0 || d > context_.geometry.tokens_per_stripe) {
+        return Internal("digest block of " + std::to_string(d) + " tokens outside [1, T]");
+      }
+      b.digest_capacity = o.store_bank_bytes / (d * context_.geometry.token_bytes) +
+                          uint64_t{o.layer_group} * kMaxBatchRecords;
+      RANGEKV_ASSIGN_OR_RETURN(b.digests, dev.AllocateDevice(b.digest_capacity * sizeof(uint64_t)));
+      RANGEKV_ASSIGN_OR_RETURN(b.digests_host,
+                               dev.AllocatePinnedHost(b.digest_capacity * sizeof(uint64_t)));
+    }
     b.batch = std::make_unique<IoBatch>(o.layer_group * kMaxBatchRecords);
     const uint32_t index = static_cast<uint32_t>(&b - banks_.data());
     b.batch->SetCallback([this, index](IoBatch&) { OnWritesDone(index); });
@@ -412,17 +425,25 @@ void StorePipeline::AfterProgress(StoreJob& job) {
       Fail(job, context_.integrity->BeforePublish(job.reservation_id, job.records));
     }
     if (job.progress.succeeded() && job.first_error.ok()) {
+      if (context_.hooks && context_.hooks->store_point) {
+        context_.hooks->store_point(StorePoint::kBeforePublish, job.reservation_id);
+      }
       Status published = directory.Publish(job.reservation_id);
       if (published.ok()) {
         job.visible = true;
         Count(&job, &Counters::stores_published);
+        if (context_.hooks && context_.hooks->store_point) {
+          context_.hooks->store_point(StorePoint::kPublished, job.reservation_id);
+        }
       } else {
         Fail(job, published);
         Count(&job, &Counters::stores_aborted);
       }
     } else {
       // Every accepted write has returned: reclaiming the packs is safe now.
-      if (context_.integrity != nullptr) context_.integrity->OnStoreAborted(job.reservation_id);
+      if (context_.integrity != nullptr) {
+        context_.integrity->OnStoreAborted(job.reservation_id, job.records);
+      }
       Status aborted = directory.Abort(job.reservation_id);
       if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
       if (job.first_error.ok()) job.first_error = Internal("store failed without a status");
@@ -478,6 +499,8 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, Bank& bank,
     r = end;
   }
   Count(&job, &Counters::gather_launches, launches);
+  if (context_.integrity != nullptr)
+    RANGEKV_RETURN_IF_ERROR(EnqueueDigests(job, batch, bank, stream));
   if (!bank.staging.empty()) {
     RANGEKV_RETURN_IF_ERROR(
         stream.CopyDeviceToHost(bank.staging.data(), bank.device.data(), batch.bank_bytes));
@@ -486,10 +509,55 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, Bank& bank,
   return worker.done->Synchronize();
 }
 
+Status StorePipeline::EnqueueDigests(StoreJob& job, const StoreBatch& batch, Bank& bank,
+                                     Stream& stream) {
+  const uint64_t d = context_.integrity->block_tokens();
+  const uint64_t s = context_.geometry.token_bytes;
+  uint64_t* out = static_cast<uint64_t*>(bank.digests.data());
+  kernels::DigestArgs args;
+  args.seed = context_.integrity->digest_seed();
+  uint64_t next = 0;  // digest index of args.spans[0]
+  auto launch = [&]() -> Status {
+    if (args.num_spans == 0) return OkStatus();
+    args.digests = out + next;
+    RANGEKV_RETURN_IF_ERROR(stream.Digest(args));
+    Count(&job, &Counters::digest_launches);
+    next += args.num_spans;
+    args.num_spans = 0;
+    return OkStatus();
+  };
+  uint64_t total = 0;
+  for (uint32_t i = batch.span_begin; i < batch.span_end; ++i) {
+    const Span& sp = job.slot->spans[i];
+    // Digest blocks of a pack start at its token 0, as does every write span of a new pack.
+    for (uint64_t t = 0; t < sp.tokens(); t += d) {
+      if (total == bank.digest_capacity) return Internal("store batch has too many digest blocks");
+      const uint64_t n = std::min(d, sp.tokens() - t);
+      args.spans[args.num_spans++] = {bank.device.bytes() + sp.bank_offset_bytes + t * s, n * s};
+      ++total;
+      if (args.num_spans == kernels::kMaxDigestSpans) RANGEKV_RETURN_IF_ERROR(launch());
+    }
+  }
+  RANGEKV_RETURN_IF_ERROR(launch());
+  return stream.CopyDeviceToHost(bank.digests_host.data(), out, total * sizeof(uint64_t));
+}
+
+Status StorePipeline::RecordDigests(StoreJob& job, const StoreBatch& batch, const Bank& bank) {
+  const uint64_t d = context_.integrity->block_tokens();
+  const uint64_t* digests = reinterpret_cast<const uint64_t*>(bank.digests_host.data());
+  uint64_t at = 0;
+  for (uint32_t i = batch.span_begin; i < batch.span_end; ++i) {
+    const Span& sp = job.slot->spans[i];
+    const uint64_t blocks = (sp.tokens() + d - 1) / d;
+    RANGEKV_RETURN_IF_ERROR(context_.integrity->RecordSpan(
+        job.reservation_id, sp, std::span<const uint64_t>(digests + at, blocks)));
+    at += blocks;
+  }
+  return OkStatus();
+}
+
 void StorePipeline::GroupWorker(uint32_t index) {
   Worker& worker = workers_[index];
-  const bool digest =
-      context_.integrity != nullptr && context_.options->checksum == ChecksumPolicy::kAlways;
   while (true) {
     std::shared_ptr<StoreJob> job;
     uint32_t b = 0;
@@ -527,11 +595,13 @@ void StorePipeline::GroupWorker(uint32_t index) {
     const bool gather_proven = status.ok();
     const std::span<const Span> spans(job->slot->spans.data() + batch.span_begin,
                                       batch.span_end - batch.span_begin);
-    if (status.ok() && context_.integrity != nullptr) {
-      status = context_.integrity->BeforeFirstWrite(job->reservation_id);
+    if (status.ok() && context_.hooks && context_.hooks->store_point) {
+      context_.hooks->store_point(StorePoint::kGathered, job->reservation_id);
     }
-    if (status.ok() && digest) {
-      status = context_.integrity->OnStoreBatch(job->reservation_id, spans, bk.io_buffer());
+    if (status.ok() && context_.integrity != nullptr) {
+      // The marker is durable before this batch's first write can reach the pack file.
+      status = context_.integrity->BeforeFirstWrite(job->reservation_id);
+      if (status.ok()) status = RecordDigests(*job, batch, bk);
     }
     if (status.ok()) {
       Status cleared = bk.batch->Clear();
@@ -595,14 +665,6 @@ void StorePipeline::OnWritesDone(uint32_t bank) {
       Fail(job, c.status);
     }
     job.progress.WriteReturned(owner.batch, c.status.ok());
-  }
-  if (context_.integrity != nullptr) {
-    const StoreBatch& batch = job.batches[owner.batch];
-    context_.integrity->OnBatchWritten(
-        job.reservation_id,
-        std::span<const Span>(job.slot->spans.data() + batch.span_begin,
-                              batch.span_end - batch.span_begin),
-        job.progress.state(owner.batch) == BatchState::kDone);
   }
   // Every accepted write of the batch returned: the bank may be gathered into again. (Its
   // IoBatch turns done() right after this callback; the next user Wait()s for that.)

@@ -3,7 +3,8 @@
 //
 // Resources, all allocated by Create():
 //   - store banks: `store_banks` device buffers of store_bank_bytes (plus pinned staging when
-//     the device needs it), accounted by a BankPool, each with one preallocated IoBatch;
+//     the device needs it), accounted by a BankPool, each with one preallocated IoBatch and a
+//     device + pinned digest buffer for the blocks of a full bank;
 //   - store job slots: `max_inflight_stores` of them (detached write debt included), each with
 //     one production event per layer, a device slot-mapping buffer of max_request_tokens
 //     entries with pinned upload staging and an upload event, and reserved plan vectors;
@@ -16,12 +17,15 @@
 // spans back to back in the bank) and uploads the suffix's slot mapping. LayerProduced(l)
 // records an event on the producer's stream. A group worker takes an eligible batch and a
 // free bank, makes its stream wait for the group's production events and the mapping upload,
-// launches one gather for the group ([D2H copy to staging]), records its event and waits for
-// it: extraction of that batch is proven. It then hands the batch's spans to the write engine
-// as one IoBatch; the batch's completion callback counts the writes and releases the bank
-// (every accepted write returned). When no batch can still run: all succeeded -> Publish
-// (visible); any failed or never produced -> Abort (the reservation is reclaimed only now,
-// after every accepted write drained).
+// launches one gather for the group, digests every written span's blocks in the bank on the
+// device (Stream::Digest into the bank's digest buffer; under every checksum policy, see
+// integrity.h), [D2H copy to staging], D2H of the digests, records its event and waits for it:
+// extraction of that batch and its digests are proven. It makes the dirty marker durable
+// (BeforeFirstWrite), records the digests (RecordSpan), then hands the batch's spans to the
+// write engine as one IoBatch; the batch's completion callback counts the writes and releases
+// the bank (every accepted write returned). When no batch can still run: all succeeded ->
+// BeforePublish (digests complete) -> Publish (visible); any failed or never produced -> Abort
+// (the reservation is reclaimed only now, after every accepted write drained).
 //
 // Thread-safety: all methods are thread-safe; one mutex (mu_) guards jobs, the bank pool and
 // the slot pool. Lock order: mu_ -> Directory's mutex. The write callback takes mu_ on an I/O
@@ -139,6 +143,9 @@ class StorePipeline {
   struct Bank {
     DeviceBuffer device;
     PinnedHostBuffer staging;  // empty unless context.staging
+    DeviceBuffer digests;      // one u64 per digest block of the batch (with an integrity hook)
+    PinnedHostBuffer digests_host;
+    uint64_t digest_capacity = 0;
     std::unique_ptr<IoBatch> batch;
     bool submitted = false;  // batch was submitted at least once (Wait() is then legal)
     uint8_t* io_buffer() const { return staging.empty() ? device.bytes() : staging.data(); }
@@ -164,8 +171,13 @@ class StorePipeline {
   // Ends a job that holds no reservation.
   void FinishUnreserved(StoreJob& job) REQUIRES(mu_);
   void GroupWorker(uint32_t worker);
-  // Enqueues the batch's gathers on `stream` and proves them. Returns the gather status.
+  // Enqueues the batch's gathers and digests on `stream` and proves them. Returns the status.
   Status Gather(StoreJob& job, const StoreBatch& batch, Bank& bank, Worker& worker);
+  // Enqueues the digests of every span of the batch (gathered into `bank`) and their copy to
+  // bank.digests_host, in span order, ceil(tokens / D) per span.
+  Status EnqueueDigests(StoreJob& job, const StoreBatch& batch, Bank& bank, Stream& stream);
+  // Hands the proven digests of the batch's spans to the integrity hook.
+  Status RecordDigests(StoreJob& job, const StoreBatch& batch, const Bank& bank);
   void OnWritesDone(uint32_t bank);
   void AfterProgress(StoreJob& job) REQUIRES(mu_);
   void Fail(StoreJob& job, const Status& status) REQUIRES(mu_);

@@ -1,8 +1,8 @@
 #include "engine/store_state.h"
 
-#include <chrono>
-
 #include "base/log.h"
+#include "engine/store_integrity.h"
+#include "persist/store_layout.h"
 
 namespace rangekv::engine_internal {
 
@@ -14,20 +14,26 @@ uint64_t StoreState::DirectoryGenerations::CurrentGeneration(uint32_t slot) cons
   return info.state == SlotState::kFree ? kNoGeneration : info.generation;
 }
 
-StoreState::StoreState(Env* env, std::string dir, PackFile pack,
-                       std::unique_ptr<Directory> directory, bool created)
+StoreState::StoreState(Env* env, std::string dir, PackFile pack, persist::OpenedIndex index,
+                       bool created)
     : env_(env),
       dir_(std::move(dir)),
       pack_(std::move(pack)),
-      directory_(std::move(directory)),
-      created_(created) {}
+      directory_(std::move(index.directory)),
+      digests_(std::move(index.digests)),
+      persistence_(std::move(index.persistence)),
+      recovery_(std::move(index.report)),
+      created_(created),
+      integrity_(
+          std::make_unique<StoreIntegrity>(directory_.get(), digests_.get(), persistence_.get())) {}
 
 StoreState::~StoreState() = default;
 
 Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o) {
   if (o.env == nullptr) return InvalidArgument("StoreState: null env");
   RANGEKV_RETURN_IF_ERROR(o.env->CreateDir(o.dir));
-  const std::string path = o.dir + "/" + kPackFileName;
+  const persist::StorePaths paths(o.dir);
+  const std::string path = paths.pack();
   bool created = false;
   std::optional<PackFile> pack;
   if (o.env->FileExists(path)) {
@@ -48,25 +54,39 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
     created = true;
   }
 
-  DirectoryOptions d = o.directory;
+  persist::PersistenceOptions p;
+  DirectoryOptions& d = p.directory;
+  d = o.directory;
   d.pack_slots = static_cast<uint32_t>(pack->pack_count());
   d.tokens_per_pack = o.geometry.tokens_per_stripe;
   d.pack_bytes = o.geometry.pack_bytes;
   d.capacity_bytes = std::min(o.capacity_bytes, pack->capacity_bytes());
   d.layers = o.geometry.layers;
-  // Until persistence loads snapshots (issue 5), every open starts an empty directory; the
-  // epoch only has to differ from earlier instances so their tickets are refused.
-  d.owner_epoch =
-      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
-  auto directory = Directory::Create(d);
-  if (!directory.ok()) return directory.status().WithContext("directory");
-  if (!created) {
-    Log(LogLevel::kInfo, "store " + o.dir + ": opened existing pack file; index starts empty");
-  }
+  // owner_epoch and generation_floor come from the store epoch (OpenIndex).
+  p.shutdown_hook = o.shutdown_hook;
+  auto index =
+      persist::OpenIndex(o.env, o.dir, *pack,
+                         created ? persist::PackOrigin::kCreated : persist::PackOrigin::kOpened, p);
+  if (!index.ok()) return index.status().WithContext("store " + o.dir);
   return std::unique_ptr<StoreState>(
-      new StoreState(o.env, o.dir, std::move(*pack), std::move(directory).value(), created));
+      new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created));
 }
 
-Status StoreState::Close() { return OkStatus(); }
+Status StoreState::Close() {
+  if (closed_) return close_status_;
+  closed_ = true;
+  if (abandoned_) {
+    close_status_ = OkStatus();
+    return close_status_;
+  }
+  close_status_ = persistence_->SaveClean(pack_, *directory_, *digests_);
+  if (!close_status_.ok()) {
+    Log(LogLevel::kWarning, "store " + dir_ +
+                                ": clean shutdown failed (the next open discards "
+                                "the index): " +
+                                close_status_.ToString());
+  }
+  return close_status_;
+}
 
 }  // namespace rangekv::engine_internal

@@ -1,18 +1,29 @@
-// StoreState: the persistent half of an engine: the store directory, its pack file and the
-// range directory over the pack slots. The transfer pipelines borrow it; persistence (snapshot,
-// dirty marker, recovery: issue 5) hooks into Open() and Close() here and nowhere else.
+// StoreState: the persistent half of an engine: the store directory, its pack file, the range
+// directory over the pack slots, the payload digests and the persistence protocol (dirty
+// marker, clean-shutdown snapshot). The transfer pipelines borrow it. This is the only place
+// the engine opens or closes a store (DESIGN.md 4.6; docs/architecture.md "Persistence and
+// integrity").
 //
-// Open() opens `<dir>/packs.rkv` when it exists (validated against the expected geometry and
-// namespace: PackFile::Open's distinct errors) and creates it otherwise, then makes an empty
-// Directory over its pack slots under a fresh owner epoch. The persistence layer will replace
-// "empty" with "loaded from a validated snapshot" in Open(), and add "snapshot written, marker
-// removed" to Close().
+// Open(): opens `<dir>/packs.rkv` when it exists (validated against the expected geometry and
+// namespace: PackFile::Open's distinct errors, e.g. kTruncated for a cut payload region) and
+// creates it otherwise, then runs persist::OpenIndex: the directory is loaded from a clean,
+// intact snapshot bound to this pack file, or starts empty with a logged reason (dirty marker,
+// missing / corrupt / foreign snapshot, ...); either way the store epoch is raised durably, the
+// directory's owner epoch is that epoch and its generation floor epoch << 32. Nothing is
+// written to the pack file and no dirty marker is made here: the first store or invalidation
+// does that (integrity()->BeforeFirstWrite).
 //
-// Thread-safety: after Open, the accessors are thread-safe (PackFile is immutable; Directory
-// locks). Close() REQUIRES that every owner (restore, store) drained.
+// Close(): REQUIRES every owner drained (restores, stores, write debt). Runs
+// Persistence::SaveClean: fsync the pack file, write and fsync the snapshot (directory + digests)
+// under a temporary name, rename it into place, fsync the directory, remove the dirty marker,
+// fsync the directory. On any failure the marker stays and the next open discards the index.
+//
+// Thread-safety: after Open, the accessors are thread-safe (PackFile is immutable; Directory,
+// DigestTable and Persistence lock). Close() REQUIRES that every owner drained.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,6 +32,8 @@
 #include "env/env.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
+#include "persist/payload_digests.h"
+#include "persist/persistence.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
 
@@ -34,12 +47,14 @@ struct StoreStateOptions {
   uint64_t pack_count = 0;      // for a new pack file
   uint64_t capacity_bytes = 0;  // the directory's byte capacity bound
   DirectIo direct = DirectIo::kPreferred;
-  DirectoryOptions directory;  // pack_slots / tokens_per_pack / pack_bytes are filled in
+  DirectoryOptions directory;  // pack_slots / tokens_per_pack / pack_bytes / epochs filled in
+  // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
+  std::function<Status(persist::ShutdownStep)> shutdown_hook;
 };
 
 class StoreState {
  public:
-  static constexpr const char* kPackFileName = "packs.rkv";
+  static constexpr std::string_view kPackFileName = persist::kPackFileName;
 
   static Result<std::unique_ptr<StoreState>> Open(const StoreStateOptions& options);
   ~StoreState();
@@ -54,15 +69,23 @@ class StoreState {
   const Geometry& geometry() const { return pack_.geometry(); }
   const NamespaceId& ns() const { return pack_.namespace_id(); }
   Directory& directory() const { return *directory_; }
+  persist::DigestTable& digests() const { return *digests_; }
+  persist::Persistence& persistence() const { return *persistence_; }
+  // What OpenIndex decided (loaded, or started empty and why).
+  const persist::RecoveryReport& recovery() const { return recovery_; }
   // Current slot generations as the directory knows them, for the span planner.
   const GenerationView& generations() const { return generations_; }
   bool created() const { return created_; }
-  // The persistence layer's hooks into the pipelines (digests, dirty marker); null until issue 5
-  // installs them in Open(). EngineCore uses them unless a test injects its own.
+  // The persistence layer's hooks into the pipelines (digests, dirty marker).
   PayloadIntegrity* integrity() const { return integrity_.get(); }
 
-  // The persistence seam (issue 5): today only releases the file. REQUIRES all owners drained.
+  // The clean shutdown (see the file comment). REQUIRES all owners drained. Idempotent: later
+  // calls return the first call's status.
   Status Close();
+
+  // Test seam (in-process crash simulation): Close() will persist nothing, as if the process
+  // had died here; the files stay as they are now (a dirty store stays dirty).
+  void AbandonForTesting() { abandoned_ = true; }
 
  private:
   class DirectoryGenerations final : public GenerationView {
@@ -74,16 +97,21 @@ class StoreState {
     const StoreState* state_;
   };
 
-  StoreState(Env* env, std::string dir, PackFile pack, std::unique_ptr<Directory> directory,
-             bool created);
+  StoreState(Env* env, std::string dir, PackFile pack, persist::OpenedIndex index, bool created);
 
   Env* env_;
   std::string dir_;
   PackFile pack_;
   std::unique_ptr<Directory> directory_;
+  std::unique_ptr<persist::DigestTable> digests_;
+  std::unique_ptr<persist::Persistence> persistence_;
+  persist::RecoveryReport recovery_;
   DirectoryGenerations generations_{this};
   bool created_;
   std::unique_ptr<PayloadIntegrity> integrity_;
+  bool closed_ = false;
+  bool abandoned_ = false;
+  Status close_status_;
 };
 
 }  // namespace rangekv::engine_internal

@@ -1,0 +1,64 @@
+#include "engine/store_integrity.h"
+
+#include <string>
+
+#include "base/log.h"
+
+namespace rangekv::engine_internal {
+
+Status StoreIntegrity::BeforeFirstWrite(uint64_t) { return persistence_->MarkDirty(); }
+
+Status StoreIntegrity::RecordSpan(uint64_t, const Span& span,
+                                  std::span<const uint64_t> block_digests) {
+  if (span.pack_token_begin != 0) {
+    return Internal("digests: write span of pack slot " + std::to_string(span.pack_slot) +
+                    " starts at pack token " + std::to_string(span.pack_token_begin) + ", not 0");
+  }
+  RANGEKV_RETURN_IF_ERROR(digests_->Begin(span.pack_slot, span.generation, span.tokens()));
+  return digests_->RecordLayer(span.pack_slot, span.generation, span.layer, block_digests);
+}
+
+Status StoreIntegrity::BeforePublish(uint64_t, std::span<const PackRecord> records) {
+  for (const PackRecord& r : records) {
+    RANGEKV_RETURN_IF_ERROR(digests_->CheckComplete(r.pack_slot, r.generation));
+  }
+  return OkStatus();
+}
+
+void StoreIntegrity::OnStoreAborted(uint64_t, std::span<const PackRecord> records) {
+  for (const PackRecord& r : records) digests_->Drop(r.pack_slot, r.generation);
+}
+
+Result<DigestBlocks> StoreIntegrity::PlanVerify(const Span& span) {
+  RANGEKV_ASSIGN_OR_RETURN(
+      const persist::VerifyPlan plan,
+      digests_->PlanVerify(span.pack_slot, span.generation, span.pack_token_begin,
+                           span.pack_token_begin + span.tokens()));
+  return DigestBlocks{plan.first_block, plan.block_count, plan.stored_tokens};
+}
+
+Status StoreIntegrity::Verify(const Span& span, uint64_t first_block,
+                              std::span<const uint64_t> computed) {
+  return digests_->Compare(span.pack_slot, span.generation, span.layer, first_block, computed);
+}
+
+void StoreIntegrity::OnCorruption(const Span& span) {
+  // The snapshot on disk may still list the pack; mark the store dirty so a crash from here on
+  // does not reload it (a clean shutdown writes a snapshot without it). In-memory removal does
+  // not depend on the marker: it happens either way.
+  const Status marked = persistence_->MarkDirty();
+  if (!marked.ok()) {
+    Log(LogLevel::kWarning, "dropping a corrupt pack: dirty marker: " + marked.ToString());
+  }
+  Result<InvalidateResult> dropped = directory_->InvalidatePack(span.pack_slot, span.generation);
+  if (!dropped.ok() && dropped.status().code() != StatusCode::kStaleGeneration &&
+      dropped.status().code() != StatusCode::kFailedPrecondition) {
+    Log(LogLevel::kWarning, "dropping a corrupt pack: " + dropped.status().ToString());
+  }
+  digests_->Drop(span.pack_slot, span.generation);
+  Log(LogLevel::kWarning, "pack slot " + std::to_string(span.pack_slot) + " generation " +
+                              std::to_string(span.generation) +
+                              " failed payload verification and was dropped from the index");
+}
+
+}  // namespace rangekv::engine_internal

@@ -1,0 +1,212 @@
+// Shared machinery of `rangekv bench restore`, `rangekv bench store` and `rangekv demo`: the
+// paper's fixed-payload sweep (Range paper section 5.1, Table 3; DESIGN.md sections 4.9 and 6).
+//
+// One sweep run measures, on the same payload, medium and memory:
+//   ceiling     raw parallel native I/O of the same bytes (restore: N threads of plain pread of
+//               the pack file's stripe extents holding the payload into one preallocated host
+//               buffer; store: N threads of plain pwrite of the suffix's bytes into a fresh
+//               preallocated file in the same directory), plus the host-to-device copy ceiling
+//               when the device is a GPU;
+//   rangekv     the engine (include/rangekv/engine.h) with the default configuration and each
+//               requested ablation, one Engine per (configuration, point) so ablations that
+//               depend on the object size get their own directory state;
+//   per-object  the labelled model of the stock per-object path (src/baseline/).
+// Each is run once as a warm-up and then `reps` times; the median is reported. Every restore
+// (and every store, by restoring what it wrote) is verified bit for bit against the payload
+// pattern outside the timed region; the destination is poisoned before each repetition.
+//
+// Payload pattern: 64-bit word i of the row of (layer, path token) is
+//   base + i * 0x9E3779B97F4A7C15, base = Hash64({seed, layer, token}),
+// so every row, and every word of it, is distinct: a misplaced or stale head vector fails.
+//
+// Thread-safety: single-threaded driver; helpers spawn their own worker threads.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "baseline/object_naming.h"
+#include "baseline/per_object_store.h"
+#include "device/device.h"
+#include "io/io_engine.h"
+#include "kernels/paged_kv.h"
+#include "rangekv/engine.h"
+#include "rangekv/geometry.h"
+#include "rangekv/status.h"
+
+namespace rangekv::tools {
+
+// ---- small utilities ----------------------------------------------------------------------
+
+// "768MiB", "6GiB", "1.5GiB", "512M", "4096" -> bytes. kInvalidArgument otherwise.
+Result<uint64_t> ParseBytes(const std::string& text);
+std::string FormatBytes(uint64_t bytes);    // "768 MiB", "6 GiB", "1.5 GiB"
+double Median(std::vector<double> values);  // 0 for an empty vector
+
+struct MachineInfo {
+  unsigned nproc = 0;
+  double memory_gib = 0;
+  std::string kernel;
+  std::string file_system;  // of the benchmark directory
+  std::string date;         // UTC, YYYY-MM-DD
+  nlohmann::json ToJson() const;
+};
+MachineInfo DescribeMachine(const std::string& dir);
+
+// A directory created for the run under `parent` (default: $TMPDIR or /var/tmp), removed
+// recursively on destruction.
+class ScratchDir {
+ public:
+  static Result<std::unique_ptr<ScratchDir>> Make(const std::string& parent,
+                                                  const std::string& prefix);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Join(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// ---- payload pattern and paged KV -----------------------------------------------------------
+
+// Writes rows [token_begin, token_begin + tokens) of `layer` (token_bytes each, a multiple of
+// 8) to `out`.
+void PatternRows(uint64_t seed, uint32_t layer, uint64_t token_begin, uint64_t tokens,
+                 uint64_t token_bytes, uint8_t* out);
+
+// Paged KV memory for `tokens` path tokens of every layer on a device, in vLLM's FlashAttention
+// NHD layout, with a slot mapping that places the tokens in shuffled blocks (a serving engine's
+// block table is arbitrary).
+class PagedKvSpace {
+ public:
+  static Result<std::unique_ptr<PagedKvSpace>> Make(Device& device, const Geometry& geometry,
+                                                    uint64_t tokens, uint64_t seed);
+  ~PagedKvSpace();
+
+  uint64_t tokens() const { return slots_.size(); }
+  const std::vector<int64_t>& slots() const { return slots_; }
+  const std::vector<kernels::PagedKvView>& views() const { return views_; }
+  // The engine's description of the same memory.
+  const PagedKv& engine_kv() const { return engine_kv_; }
+  baseline::PagedKvLayers baseline_kv() const { return {views_, slots_}; }
+
+  // Writes the pattern of `seed` for path tokens [begin, end) of every layer.
+  Status Fill(uint64_t seed, uint64_t begin, uint64_t end);
+  // Overwrites all of the memory with a poison byte.
+  Status Poison();
+  // Counts the (layer, token) rows in [begin, end) whose bytes differ from the pattern.
+  Result<uint64_t> CountMismatches(uint64_t seed, uint64_t begin, uint64_t end);
+
+ private:
+  PagedKvSpace() = default;
+  template <typename Fn>
+  Status ForEachLayer(bool write_back, Fn&& fn);
+
+  Device* device_ = nullptr;
+  Geometry geometry_;
+  kernels::PagedShape shape_;
+  uint64_t layer_bytes_ = 0;
+  DeviceBuffer memory_;
+  PinnedHostBuffer host_image_;  // one layer, when device memory is not host-accessible
+  std::unique_ptr<Stream> stream_;
+  std::vector<kernels::PagedKvView> views_;
+  std::vector<int64_t> slots_;
+  PagedKv engine_kv_;
+};
+
+// ---- the sweep ------------------------------------------------------------------------------
+
+enum class Workload : uint8_t { kRestore, kStore };
+
+struct SweepOptions {
+  Workload workload = Workload::kRestore;
+  std::string tool = "rangekv bench";  // prefix of progress lines
+  ModelSpec model;
+  uint64_t payload_tokens = 0;  // the cached prefix
+  uint64_t suffix_tokens = 0;   // the stored suffix (store workload); 0: paper ratio
+  // Point labels: "192", "768", "3072", "6144", "6144-LW", "327680-TP" (count, -LW for
+  // per-layer objects, -TP for (chunk, layer, rank-slice) objects).
+  std::vector<std::string> points;
+  // Engine ablations to run beside the default, as "key=value" (Ablations::Set syntax).
+  std::vector<std::string> ablations;
+  bool run_rangekv = true;
+  bool run_baseline = true;
+  bool run_ceiling = true;
+  uint32_t reps = 3;
+  uint32_t warmups = 1;
+  DeviceKind device = DeviceKind::kAuto;
+  IoEngineKind io = IoEngineKind::kPosix;
+  bool buffered = false;  // page-cache I/O (dropped before each repetition) instead of O_DIRECT
+  std::string dir;        // parent of the scratch directory
+  uint32_t ceiling_threads = 0;  // 0: the engine's read (4) or write (32) worker count
+  uint64_t seed = 20261130;
+  bool progress = true;
+  // Engine tuning (0: the engine's default), for finding where time goes.
+  uint32_t read_workers = 0;
+  uint32_t read_banks = 0;
+  uint32_t lookahead_layers = 0;
+  uint32_t write_workers = 0;
+};
+
+struct SweepResult {
+  std::string engine;                   // "rangekv" | "per-object"
+  std::optional<std::string> ablation;  // null for the default configuration
+  std::string point;                    // label
+  uint64_t nominal_objects = 0;
+  uint64_t objects = 0;  // effective objects of the workload's bytes
+  bool layerwise = false;
+  bool scaled = false;
+  std::vector<double> samples_s;
+  std::vector<double> first_layer_s;  // restore only
+  double median_s = 0;
+  double first_layer_median_s = 0;
+  double gib_s = 0;
+  // Work counters of one timed repetition (identical across repetitions; checked).
+  std::vector<std::pair<std::string, uint64_t>> counters;
+  bool counters_stable = true;
+  uint64_t verify_failures = 0;
+};
+
+struct SweepReport {
+  Workload workload = Workload::kRestore;
+  std::string device;  // capabilities().name
+  std::string io;      // "posix x4, O_DIRECT"
+  bool direct = true;
+  std::string model;
+  Geometry geometry;
+  uint64_t payload_bytes = 0;  // bytes each repetition moves (prefix or suffix)
+  uint64_t payload_tokens = 0;
+  uint64_t prefix_tokens = 0;
+  double ceiling_gib_s = 0;
+  std::vector<double> ceiling_samples_gib_s;
+  double h2d_ceiling_gib_s = 0;  // 0 when the device is the host
+  std::vector<SweepResult> results;
+  uint64_t verify_failures = 0;
+  MachineInfo machine;
+  double wall_s = 0;
+};
+
+// Runs the sweep. Errors (setup failures, engine errors) abort the run; verification failures
+// do not (they are counted in the report).
+Result<SweepReport> RunTransferSweep(const SweepOptions& options);
+
+// The table on stdout.
+void PrintSweepTable(const SweepReport& report, std::FILE* out);
+// Per-engine summary lines: the RangeKV spread across points, ratios to the ceiling and the
+// per-object baseline.
+void PrintSweepSummary(const SweepReport& report, std::FILE* out);
+// {"workload":"restore","device":...,"payload_bytes":...,"ceiling_gib_s":X,"results":[...]}.
+nlohmann::json SweepJson(const SweepReport& report);
+
+std::string_view WorkloadName(Workload w);  // "restore", "store"
+
+}  // namespace rangekv::tools

@@ -45,6 +45,10 @@ struct EngineInternalConfig {
   bool force_staging = false;
   // Take the event path of StreamWaitLayer (a device without stream memory operations).
   bool disable_stream_memory_ops = false;
+  // Digest block size in tokens for a store whose index starts empty (a loaded snapshot keeps
+  // its own); 0 = the default (about 1 MiB). Small blocks let small test geometries have
+  // several blocks per stripe.
+  uint64_t digest_block_tokens = 0;
 };
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {

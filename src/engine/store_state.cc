@@ -64,6 +64,7 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   d.layers = o.geometry.layers;
   // owner_epoch and generation_floor come from the store epoch (OpenIndex).
   p.shutdown_hook = o.shutdown_hook;
+  p.digest_block_tokens = o.digest_block_tokens;
   auto index =
       persist::OpenIndex(o.env, o.dir, *pack,
                          created ? persist::PackOrigin::kCreated : persist::PackOrigin::kOpened, p);

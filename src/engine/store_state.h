@@ -48,6 +48,8 @@ struct StoreStateOptions {
   uint64_t capacity_bytes = 0;  // the directory's byte capacity bound
   DirectIo direct = DirectIo::kPreferred;
   DirectoryOptions directory;  // pack_slots / tokens_per_pack / pack_bytes / epochs filled in
+  // persist::PersistenceOptions::digest_block_tokens (0 = default).
+  uint64_t digest_block_tokens = 0;
   // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
 };

@@ -1,9 +1,13 @@
 // Failure behaviour of the transfer engine (DESIGN.md 4.5, 4.7; paper 3.5 and Table 1): a failed
-// span fails exactly its tokens and nothing wrong is delivered; a failed store group makes
-// nothing visible and its reservation is reclaimed only after the accepted writes drained;
+// span fails exactly its tokens and nothing wrong is delivered; a failed store group (EIO,
+// ENOSPC, a torn write) makes nothing visible and its reservation is reclaimed only after the
+// accepted writes drained; a dirty marker that cannot be made durable fails the store before
+// any write; a snapshot that cannot be written fails Close and leaves the store dirty;
 // cancellation with reads in flight reuses no bank early and leaks nothing; an unproven fence
-// quarantines its bank. Reads and writes are held in flight with a gated file seam (a sync
-// point), never with sleeps.
+// quarantines its bank; a flipped payload byte fails exactly its tokens and drops the pack; power
+// loss (unsynced data and directory entries lost) at any point of a session or its shutdown
+// reopens to the latest clean state or to an empty index, never to stale bytes. Reads and writes
+// are held in flight with a gated file seam (a sync point), never with sleeps.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,8 +15,11 @@
 #include <mutex>
 #include <thread>
 
+#include "base/log.h"
 #include "engine/engine_test_util.h"
 #include "engine/engine_testing.h"
+#include "persist/persist_test_util.h"
+#include "persist/store_layout.h"
 #include "rangekv/engine.h"
 #include "testing/fault_env.h"
 #include "testing/temp_dir.h"
@@ -413,6 +420,214 @@ TEST_F(EngineFaultTest, FlippedPayloadByteFailsExactlyItsTokensAndDropsThePack) 
   EXPECT_EQ(healed->lookup.hit_tokens, 3 * kT);
   EXPECT_EQ(healed->mismatches, 0u);
   EXPECT_EQ(healed->outcome.work.checksum_failures, 0u);
+}
+
+TEST_F(EngineFaultTest, TornWriteFailsItsStoreAndTheEngineKeepsServing) {
+  auto& faults = MakeEnv<rangekv::testing::FaultInjectingEnv>(DefaultEnv());
+  Open(&faults);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto kept = RandomTokens(2 * kT + 1, 20);  // slots 0, 1, 2
+  ASSERT_TRUE(StoreAll(*engine_, *src, kept, 21, 1)->outcome.status.ok());
+  // The next store's pack goes to the lowest free slot, 3: half of its layer-5 write reaches
+  // the file, then the write fails.
+  const auto torn = RandomTokens(kT - 5, 22);
+  rangekv::testing::FaultRule rule;
+  rule.path = pack_path_;
+  rule.op = rangekv::testing::FaultOp::kWrite;
+  rule.offset = engine_internal::EngineStore(*engine_).layout().Address(3, 5, 0);
+  rule.length = kW;
+  rule.kind = rangekv::testing::FaultKind::kTornWrite;
+  rule.times = 1;
+  faults.AddRule(rule);
+  auto r = StoreAll(*engine_, *src, torn, 23, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome.status.code(), StatusCode::kIoError) << r->outcome.status.ToString();
+  EXPECT_FALSE(r->outcome.visible);
+  EXPECT_EQ(faults.counters().torn_writes, 1u);
+  EXPECT_EQ(engine_->GetStats().stores_aborted, 1u);
+  auto lookup = engine_->Lookup(Envelope("torn"), torn, 1);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->hit_tokens, 0u);
+  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Slot(3).state, SlotState::kFree);
+  // The other prefix keeps serving, bit for bit.
+  auto other = RestoreAndVerify(*engine_, *dst, Envelope("kept"), kept, 1, 21, 3);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->outcome.status.ok());
+  EXPECT_EQ(other->mismatches, 0u);
+  // Storing again rewrites the torn stripe whole; its new digests check out.
+  ASSERT_TRUE(StoreAll(*engine_, *src, torn, 23, 2)->outcome.status.ok());
+  auto again = RestoreAndVerify(*engine_, *dst, Envelope("again"), torn, 1, 23, 4);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->outcome.status.ok()) << again->outcome.status.ToString();
+  EXPECT_EQ(again->lookup.hit_tokens, torn.size() - 1);
+  EXPECT_EQ(again->mismatches, 0u);
+  EXPECT_EQ(again->outcome.work.checksum_failures, 0u);
+  ExpectEverythingReturned();
+}
+
+TEST_F(EngineFaultTest, DirtyMarkerFailureFailsTheStoreBeforeAnyWrite) {
+  auto& faults = MakeEnv<rangekv::testing::FaultInjectingEnv>(DefaultEnv());
+  Open(&faults);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(kT + 7, 24);
+  // The marker's directory entry cannot be made durable (EIO on every directory fsync).
+  faults.FailEnvOp(rangekv::testing::EnvOp::kSyncDir, StatusCode::kIoError, /*times=*/-1);
+  auto r = StoreAll(*engine_, *src, tokens, 25, 1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome.status.code(), StatusCode::kIoError) << r->outcome.status.ToString();
+  EXPECT_NE(r->outcome.status.message().find("dirty marker"), std::string::npos);
+  EXPECT_FALSE(r->outcome.visible);
+  EXPECT_EQ(r->work.native_writes, 0u);  // nothing reached the pack file
+  EXPECT_EQ(r->work.bytes_written, 0u);
+  ExpectEverythingReturned();
+  // Once the directory can be synced again, the next store retries the marker and succeeds.
+  faults.ClearEnvOpFailures();
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 25, 1)->outcome.status.ok());
+  auto restored = RestoreAndVerify(*engine_, *dst, Envelope("after"), tokens, 1, 25, 2);
+  ASSERT_TRUE(restored.ok());
+  EXPECT_TRUE(restored->outcome.status.ok());
+  EXPECT_EQ(restored->mismatches, 0u);
+}
+
+TEST_F(EngineFaultTest, NoSpaceForTheSnapshotFailsCloseAndTheNextOpenDiscards) {
+  auto& faults = MakeEnv<rangekv::testing::FaultInjectingEnv>(DefaultEnv());
+  Open(&faults);
+  auto src = Fixture();
+  const auto tokens = RandomTokens(kT + 7, 26);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 27, 1)->outcome.status.ok());
+  src.reset();
+  const persist::StorePaths paths(dir_.path() + "/store");
+  rangekv::testing::FaultRule rule;
+  rule.path = paths.snapshot_temp();
+  rule.op = rangekv::testing::FaultOp::kWrite;
+  rule.kind = rangekv::testing::FaultKind::kNoSpace;
+  faults.AddRule(rule);
+  const Status closed = engine_->Close();
+  EXPECT_EQ(closed.code(), StatusCode::kNoSpace) << closed.ToString();
+  EXPECT_EQ(engine_->Close().code(), StatusCode::kNoSpace);  // idempotent
+  EXPECT_TRUE(DefaultEnv()->FileExists(paths.dirty_marker()));
+  EXPECT_FALSE(DefaultEnv()->FileExists(paths.snapshot()));
+  faults.ClearRules();
+  Open(&faults);
+  EXPECT_EQ(engine_->recovery().reason, "dirty");
+  auto lookup = engine_->Lookup(Envelope("gone"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->hit_tokens, 0u);
+}
+
+// Power loss (FaultInjectingEnv::DropUnsyncedData for file contents, DirJournalEnv::Crash for
+// every surviving subset of unsynced directory entries) in a second session: before it writes,
+// after its writes, and after each step of its clean shutdown. Session 1 stores A (3 packs) and
+// closes cleanly; session 2 restores A, then stores B (3 packs) into a 4-pack store, which
+// evicts A's two tail packs and overwrites their slots. The reopen must load the latest clean
+// state (A's head + B, or all of A before session 2 wrote) or start empty; a stale snapshot
+// over the new payload would show as checksum failures, which fail the test.
+TEST(EnginePowerLossTest, ReopenLoadsTheLatestCleanStateOrDiscards) {
+  // Points: kBeforeWrite, -1 = after session 2's writes, then the shutdown steps 0..6.
+  constexpr int kBeforeWrite = -2;
+  const auto a = RandomTokens(2 * kT + 10, 30);
+  const auto b = RandomTokens(2 * kT + 10, 31);
+  testing::TempDir root;
+  int cases = 0, loaded_old = 0, loaded_new = 0, discarded = 0;
+  auto open = [](Env* env, const std::string& dir, engine_internal::EngineTestHooks hooks = {}) {
+    EngineOptions o = SmallOptions(dir, SmallModel(8, 2, 16), kW, /*packs=*/4);
+    o.env = env;
+    engine_internal::EngineInternalConfig config;
+    config.hooks = std::move(hooks);
+    auto e = engine_internal::OpenEngineForTesting(o, config);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  };
+  // The hit of `tokens`, restored and checked bit for bit (no failed token, no checksum
+  // failure).
+  auto restore = [](Engine& e, std::span<const int32_t> tokens, uint64_t seed) -> uint64_t {
+    auto kv = KvFixture::Make(e, KvCacheLayout::kFlashAttnNhd, 64);
+    EXPECT_TRUE(kv.ok());
+    auto r = RestoreAndVerify(e, **kv, Envelope("r"), tokens, 1, seed, 5);
+    EXPECT_TRUE(r.ok());
+    if (!r.ok()) return 0;
+    EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+    EXPECT_EQ(r->outcome.work.checksum_failures, 0u);
+    EXPECT_EQ(r->mismatches, 0u);
+    return r->lookup.hit_tokens;
+  };
+  for (int point = kBeforeWrite; point < persist::kShutdownStepCount; ++point) {
+    for (uint64_t mask = 0;; ++mask) {
+      SCOPED_TRACE("power loss at point " + std::to_string(point) + ", surviving entries mask " +
+                   std::to_string(mask));
+      const std::string dir = root.path() + "/" + std::to_string(cases++);
+      rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
+      persist::testing::DirJournalEnv journal(&faults);
+      {
+        auto e = open(&journal, dir);
+        ASSERT_NE(e, nullptr);
+        auto kv = KvFixture::Make(*e, KvCacheLayout::kFlashAttnNhd, 64);
+        ASSERT_TRUE(StoreAll(*e, **kv, a, 32, 1)->outcome.status.ok());
+        ASSERT_TRUE(e->Close().ok());
+      }
+      size_t pending = 0;
+      {
+        engine_internal::EngineTestHooks hooks;
+        if (point >= 0) {
+          const auto stop = static_cast<persist::ShutdownStep>(point);
+          hooks.shutdown_hook = [stop](persist::ShutdownStep at) {
+            return at == stop ? Status(StatusCode::kAborted, "power loss") : OkStatus();
+          };
+        }
+        auto e = open(&journal, dir, hooks);
+        ASSERT_NE(e, nullptr);
+        ASSERT_TRUE(e->recovery().loaded);
+        EXPECT_EQ(restore(*e, a, 32), a.size() - 1);
+        if (point != kBeforeWrite) {
+          auto kv = KvFixture::Make(*e, KvCacheLayout::kFlashAttnNhd, 64);
+          auto stored = StoreAll(*e, **kv, b, 32, 2);
+          ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+          ASSERT_TRUE(stored->outcome.visible);
+        }
+        if (point < 0) {
+          engine_internal::AbandonStoreForTesting(*e);
+          EXPECT_TRUE(e->Close().ok());
+        } else {
+          EXPECT_EQ(e->Close().code(), StatusCode::kAborted);
+        }
+      }
+      pending = journal.Pending().size();
+      ASSERT_TRUE(faults.DropUnsyncedData().ok());
+      ASSERT_TRUE(journal.Crash(mask).ok());
+
+      auto e = open(DefaultEnv(), dir);
+      ASSERT_NE(e, nullptr);
+      if (e->recovery().loaded) {
+        const uint64_t hit_a = restore(*e, a, 32);
+        const uint64_t hit_b = restore(*e, b, 32);
+        if (hit_b == 0) {
+          // The state before session 2 wrote anything.
+          ++loaded_old;
+          EXPECT_EQ(hit_a, a.size() - 1);
+          EXPECT_EQ(point, kBeforeWrite);
+        } else {
+          // The complete new state: B whole, A's head (its tail was evicted for B).
+          ++loaded_new;
+          EXPECT_EQ(hit_b, b.size() - 1);
+          EXPECT_EQ(hit_a, kT);
+          EXPECT_GE(point, static_cast<int>(persist::ShutdownStep::kMarkerRemoved));
+        }
+      } else {
+        ++discarded;
+        EXPECT_EQ(e->recovery().reason, "dirty");
+        EXPECT_EQ(restore(*e, a, 32), 0u);
+        EXPECT_EQ(restore(*e, b, 32), 0u);
+        EXPECT_NE(point, kBeforeWrite);
+        EXPECT_LT(point, static_cast<int>(persist::ShutdownStep::kMarkerDirSynced));
+      }
+      if (mask + 1 >= (uint64_t{1} << pending)) break;
+    }
+  }
+  EXPECT_GT(loaded_old, 0);
+  EXPECT_GT(loaded_new, 0);
+  EXPECT_GT(discarded, 0);
 }
 
 TEST_F(EngineFaultTest, DetachedWriteDebtDrainsAtCloseAndDroppedStoreHandlesAbort) {

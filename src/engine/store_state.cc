@@ -46,11 +46,32 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
     if (!opened.ok()) return opened.status().WithContext("opening " + path);
     pack.emplace(std::move(opened).value());
   } else {
-    PackCreateOptions create;
-    create.direct = o.direct;
-    auto made = PackFile::Create(o.env, path, o.geometry, o.ns, o.pack_count, create);
-    if (!made.ok()) return made.status().WithContext("creating " + path);
-    pack.emplace(std::move(made).value());
+    // Created under a temporary name and renamed into place once its header is durable: a
+    // crash during creation leaves no half-made pack file (which would never open again), at
+    // worst a temporary file that the next creation replaces.
+    const std::string temp = paths.pack_temp();
+    if (o.env->FileExists(temp)) {
+      RANGEKV_RETURN_IF_ERROR(o.env->DeleteFile(temp).WithContext("removing " + temp));
+    }
+    StoreUuid uuid;
+    {
+      PackCreateOptions create;
+      create.direct = o.direct;
+      auto made = PackFile::Create(o.env, temp, o.geometry, o.ns, o.pack_count, create);
+      if (!made.ok()) return made.status().WithContext("creating " + path);
+      uuid = made->uuid();
+    }  // closed here; reopened under its final name below
+    RANGEKV_RETURN_IF_ERROR(o.env->RenameFile(temp, path).WithContext("creating " + path));
+    RANGEKV_RETURN_IF_ERROR(o.env->SyncDir(o.dir).WithContext("creating " + path));
+    PackExpectation expect;
+    expect.store_uuid = uuid;
+    expect.geometry = o.geometry;
+    expect.namespace_id = o.ns;
+    PackOpenOptions open;
+    open.direct = o.direct;
+    auto opened = PackFile::Open(o.env, path, expect, open);
+    if (!opened.ok()) return opened.status().WithContext("opening " + path);
+    pack.emplace(std::move(opened).value());
     created = true;
   }
 

@@ -3,6 +3,8 @@
 // go through StorePaths.
 //
 //   packs.rkv          the pack file (src/pack, docs/pack-format.md "Pack file"); payload
+//   packs.rkv.tmp      a pack file being created; renamed to packs.rkv once its header is
+//                      durable, so a crash during creation never leaves a half-made pack file
 //   snapshot.rkv       the metadata snapshot (docs/pack-format.md "Metadata snapshot"); valid
 //                      only while no dirty marker exists
 //   snapshot.rkv.tmp   a snapshot being written; never read; replaced by rename
@@ -22,6 +24,7 @@
 namespace rangekv::persist {
 
 inline constexpr std::string_view kPackFileName = "packs.rkv";
+inline constexpr std::string_view kPackTempFileName = "packs.rkv.tmp";
 inline constexpr std::string_view kSnapshotFileName = "snapshot.rkv";
 inline constexpr std::string_view kSnapshotTempFileName = "snapshot.rkv.tmp";
 inline constexpr std::string_view kDirtyMarkerFileName = "dirty.rkv";
@@ -34,6 +37,7 @@ struct StorePaths {
 
   explicit StorePaths(std::string store_dir) : dir(std::move(store_dir)) {}
   std::string pack() const { return Join(kPackFileName); }
+  std::string pack_temp() const { return Join(kPackTempFileName); }
   std::string snapshot() const { return Join(kSnapshotFileName); }
   std::string snapshot_temp() const { return Join(kSnapshotTempFileName); }
   std::string dirty_marker() const { return Join(kDirtyMarkerFileName); }

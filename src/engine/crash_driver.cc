@@ -19,11 +19,18 @@
 //   none              no kill (a dry run); the driver prints how often each point occurred
 // The parent may also kill the driver from outside after a delay (no --kill).
 //
+//   crash_driver --dir D --seed S --sessions N --ops M --flip LAYER
+// runs the workload to its end (a clean store), then flips one byte (pack token 1) of layer
+// LAYER of the first visible pack and prints "flipped slot=S generation=G layer=L
+// path_tokens=A,B" (the path tokens of that pack's first digest block): the fsck CLI test's
+// store made by the Engine.
+//
 // Every restore in the workload is checked bit for bit while the driver runs; a wrong byte, a
 // failed token or a checksum failure exits with status 3 (the parent fails). Exit status 0:
 // the workload completed (the point was not reached); 2: bad arguments or an engine error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -38,6 +45,7 @@
 #include "engine/engine_test_util.h"
 #include "engine/engine_testing.h"
 #include "env/env.h"
+#include "persist/offline.h"
 #include "persist/store_layout.h"
 
 namespace rangekv {
@@ -228,6 +236,35 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
   if (!closed.ok()) Fail(2, "close: " + closed.ToString());
 }
 
+// Flips pack token 1's first byte in `layer` of the first visible pack (see the file comment).
+int FlipOneByte(const std::string& dir, uint32_t layer) {
+  auto store = persist::OpenOffline(DefaultEnv(), dir);
+  if (!store.ok()) Fail(2, "offline open: " + store.status().ToString());
+  if (store->index.directory == nullptr || store->index.digests == nullptr) {
+    Fail(2, "the store's index did not load");
+  }
+  const Directory& directory = *store->index.directory;
+  for (const NamespaceId& ns : directory.Namespaces()) {
+    for (const StoredPack& p : directory.ListPacks(ns)) {
+      const uint64_t at = store->pack->Address(p.record.pack_slot, layer, 1);
+      auto f = DefaultEnv()->OpenFile(store->pack->path(), {});
+      if (!f.ok()) Fail(2, f.status().ToString());
+      uint8_t byte = 0;
+      if (!(*f)->ReadAt(at, &byte, 1).ok()) Fail(2, "read");
+      byte ^= 0x20;
+      if (!(*f)->WriteAt(at, &byte, 1).ok() || !(*f)->Sync().ok()) Fail(2, "write");
+      const uint64_t block = store->index.digests->geometry().block_tokens();
+      const uint64_t end = std::min(p.record.tokens, block);
+      std::printf("flipped slot=%u generation=%llu layer=%u path_tokens=%llu,%llu\n",
+                  p.record.pack_slot, static_cast<unsigned long long>(p.record.generation), layer,
+                  static_cast<unsigned long long>(p.record.path_token_begin),
+                  static_cast<unsigned long long>(p.record.path_token_begin + end));
+      return 0;
+    }
+  }
+  Fail(2, "no visible pack to flip");
+}
+
 Point ParsePoint(const std::string& s) {
   if (s == "none") return Point::kNone;
   if (s == "gather") return Point::kGather;
@@ -248,6 +285,7 @@ int Main(int argc, char** argv) {
   std::string dir;
   uint64_t seed = 1;
   uint32_t sessions = 3, ops = 8;
+  int flip_layer = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
     if (key == "--dir") {
@@ -262,6 +300,8 @@ int Main(int argc, char** argv) {
       g_point = ParsePoint(value);
     } else if (key == "--at") {
       g_at = std::strtoull(value.c_str(), nullptr, 10);
+    } else if (key == "--flip") {
+      flip_layer = std::atoi(value.c_str());
     } else {
       Fail(2, "unknown argument " + key);
     }
@@ -280,6 +320,7 @@ int Main(int argc, char** argv) {
       static_cast<unsigned long long>(g_counts.published.load()),
       static_cast<unsigned long long>(g_counts.snapshot_writes.load()),
       static_cast<unsigned long long>(g_counts.io.load()), sessions);
+  if (flip_layer >= 0) return FlipOneByte(dir, static_cast<uint32_t>(flip_layer));
   return 0;
 }
 

@@ -75,7 +75,8 @@ class PayloadIntegrity {
   virtual void OnStoreAborted(uint64_t reservation_id, std::span<const PackRecord> records) = 0;
 
   // The blocks to digest for a restore span (read widened to whole blocks). An error fails the
-  // span's tokens.
+  // span's tokens (kCorruption when its pack is already known to be corrupt: the cause, so a
+  // restore's status does not depend on which layer's read finished first).
   virtual Result<DigestBlocks> PlanVerify(const Span& span) = 0;
 
   // Compares digests computed over blocks [first_block, first_block + computed.size()) of the
@@ -83,8 +84,9 @@ class PayloadIntegrity {
   virtual Status Verify(const Span& span, uint64_t first_block,
                         std::span<const uint64_t> computed) = 0;
 
-  // A span failed verification: its pack must never be served again (the implementation drops
-  // its record and digests). Called once per failed span, without engine locks.
+  // A span's digest comparison failed: its pack must never be served again (the
+  // implementation drops its record and digests). Called once per such span (only those count
+  // as checksum failures), without engine locks.
   virtual void OnCorruption(const Span& span) = 0;
 };
 

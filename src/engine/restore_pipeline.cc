@@ -471,8 +471,9 @@ Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& ba
 }
 
 Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& span, Bank& bank,
-                                     bool* unproven) {
+                                     bool* unproven, bool* mismatch) {
   *unproven = false;
+  *mismatch = false;
   bank.device_loaded = false;
   PayloadIntegrity& integrity = *context_.integrity;
   RANGEKV_ASSIGN_OR_RETURN(const DigestBlocks blocks, integrity.PlanVerify(span));
@@ -526,9 +527,11 @@ Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& s
   *unproven = false;
   bank.device_loaded = !bank.staging.empty();
   Count(&job, &Counters::verified_spans);
-  return integrity.Verify(
+  Status compared = integrity.Verify(
       span, blocks.first_block,
       std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(v.host.data()), blocks.count));
+  *mismatch = compared.code() == StatusCode::kCorruption;
+  return compared;
 }
 
 void RestorePipeline::ReadWorker(uint32_t worker) {
@@ -557,8 +560,10 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
     bool unproven = false;
     banks_[pick.bank].device_loaded = false;
     if (status.ok() && verify_) {
-      status = VerifyStripe(verifiers_[worker], *pick.job, span, banks_[pick.bank], &unproven);
-      if (status.code() == StatusCode::kCorruption) {
+      bool mismatch = false;
+      status = VerifyStripe(verifiers_[worker], *pick.job, span, banks_[pick.bank], &unproven,
+                            &mismatch);
+      if (mismatch) {
         Count(pick.job.get(), &Counters::checksum_failures);
         context_.integrity->OnCorruption(span);
       }

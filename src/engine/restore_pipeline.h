@@ -213,9 +213,10 @@ class RestorePipeline {
   // Fills `batch` with the native reads of one stripe into `buf`.
   Status PrepareReads(const Span& span, uint8_t* buf, IoBatch& batch) const;
   // Digests the blocks of `span` read into `bank` on the verifier's stream and compares them.
-  // Sets *unproven when a device error leaves the bank's use unproven (it must be quarantined).
+  // Sets *unproven when a device error leaves the bank's use unproven (it must be quarantined),
+  // *mismatch when the comparison itself failed (a checksum failure of this span).
   Status VerifyStripe(Verifier& verifier, RestoreJob& job, const Span& span, Bank& bank,
-                      bool* unproven);
+                      bool* unproven, bool* mismatch);
   void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes, bool unproven)
       REQUIRES(mu_);
   void LaunchScatter(const std::shared_ptr<RestoreJob>& job, uint32_t stripe, uint32_t bank)

@@ -6,7 +6,9 @@
 //   RecordSpan         DigestTable::Begin(slot, generation, span tokens) + RecordLayer
 //   BeforePublish      DigestTable::CheckComplete for every new pack
 //   OnStoreAborted     DigestTable::Drop for every new pack
-//   PlanVerify         DigestTable::PlanVerify over the span's valid pack tokens
+//   PlanVerify         DigestTable::PlanVerify over the span's valid pack tokens; kCorruption
+//                      for a pack already dropped by OnCorruption (other layers of a corrupt
+//                      pack fail with the cause, not with "no digests")
 //   Verify             DigestTable::Compare
 //   OnCorruption       MarkDirty (the snapshot on disk still lists the pack; logged if it
 //                      fails), Directory::InvalidatePack (the pack and everything stored below
@@ -17,8 +19,10 @@
 // must outlive it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "directory/directory.h"
 #include "engine/integrity.h"
@@ -31,7 +35,10 @@ class StoreIntegrity final : public PayloadIntegrity {
  public:
   StoreIntegrity(Directory* directory, persist::DigestTable* digests,
                  persist::Persistence* persistence)
-      : directory_(directory), digests_(digests), persistence_(persistence) {}
+      : directory_(directory),
+        digests_(digests),
+        persistence_(persistence),
+        corrupt_generation_(digests->pack_slots()) {}
 
   uint64_t block_tokens() const override { return digests_->geometry().block_tokens(); }
   uint64_t digest_seed() const override { return persist::kPayloadDigestSeed; }
@@ -49,6 +56,9 @@ class StoreIntegrity final : public PayloadIntegrity {
   Directory* const directory_;
   persist::DigestTable* const digests_;
   persist::Persistence* const persistence_;
+  // Per pack slot: the generation OnCorruption dropped (0: none). One entry per slot, fixed at
+  // construction; a later generation of the slot is unaffected.
+  std::vector<std::atomic<uint64_t>> corrupt_generation_;
 };
 
 }  // namespace rangekv::engine_internal

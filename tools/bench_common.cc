@@ -483,22 +483,24 @@ uint64_t CountExtentMismatches(const std::vector<Extent>& extents, const uint8_t
   return bad.load();
 }
 
-// Stripe extents of a suffix of `tokens` tokens written as fresh packs at the start of a file.
+// Stripe extents of a suffix of `tokens` tokens laid out as packs at the start of a file, with
+// the pack file's addressing (pack p, layer l at p*L*W + l*W) so the ceiling writes the same
+// extents at the same alignment as the engine's stores. Buffer offsets are packed.
 std::vector<Extent> SuffixExtents(const Geometry& g, uint64_t first_token, uint64_t tokens) {
   const uint64_t T = g.tokens_per_stripe;
   std::vector<Extent> out;
-  uint64_t offset = 0;
-  for (uint64_t base = 0; base < tokens; base += T) {
+  uint64_t buffer_offset = 0;
+  for (uint64_t base = 0, pack = 0; base < tokens; base += T, ++pack) {
     const uint64_t n = std::min(T, tokens - base);
     for (uint32_t l = 0; l < g.layers; ++l) {
       Extent e;
-      e.file_offset = offset;
+      e.file_offset = pack * g.pack_bytes + uint64_t{l} * g.stripe_bytes;
       e.bytes = AlignUp(n * g.token_bytes, kIoAlignment);
-      e.buffer_offset = offset;
+      e.buffer_offset = buffer_offset;
       e.layer = l;
       e.token_begin = first_token + base;
       e.tokens = n;
-      offset += e.bytes;
+      buffer_offset += e.bytes;
       out.push_back(e);
     }
   }
@@ -689,7 +691,6 @@ class Sweep {
              FormatBytes(report_.payload_bytes).c_str(), report_.payload_tokens, geometry_.layers,
              geometry_.token_bytes, points_.size(), configs_.size(), o_.warmups, o_.reps,
              scratch_->path().c_str(), report_.machine.file_system.c_str());
-    if (store && o_.run_ceiling) RANGEKV_RETURN_IF_ERROR(MeasureWriteCeiling());
     if (!store && o_.run_ceiling && device_->capabilities().kind == DeviceKind::kCuda) {
       RANGEKV_RETURN_IF_ERROR(MeasureH2dCeiling());
     }
@@ -735,43 +736,59 @@ class Sweep {
     return OkStatus();
   }
 
-  // N threads of plain pwrite of the suffix's stripe extents into one preallocated file. The
-  // warm-up initialises the file's extents, so the timed repetitions rewrite written blocks, as
-  // RangeKV's stores do once the store is full and evicted pack slots are reused.
-  Status MeasureWriteCeiling() {
-    const std::vector<Extent> extents = SuffixExtents(geometry_, P_, S_);
-    const uint64_t total = ExtentBytes(extents);
-    RANGEKV_ASSIGN_OR_RETURN(PinnedHostBuffer buffer, device_->AllocatePinnedHost(total));
-    for (const Extent& e : extents) {
-      PatternRows(o_.seed, e.layer, e.token_begin, e.tokens, geometry_.token_bytes,
-                  buffer.data() + e.buffer_offset);
-    }
-    const std::string path = scratch_->Join("ceiling.dat");
+  // The write ceiling: N threads of plain pwrite of the suffix's stripe extents into one
+  // preallocated file, measured rep by rep interleaved with the default configuration's stores
+  // (like the read ceiling). An untimed first pass initialises the file's extents, so the timed
+  // passes rewrite written blocks, as RangeKV's stores do once the store is full and evicted
+  // pack slots are reused.
+  struct WriteCeiling {
+    std::vector<Extent> extents;
+    PinnedHostBuffer buffer;
+    Fd fd;
     bool direct = false;
-    RANGEKV_ASSIGN_OR_RETURN(Fd fd, OpenForCeiling(path, O_RDWR | O_CREAT, o_.buffered, &direct));
-    report_.direct = direct;
-    if (::posix_fallocate(fd.get(), 0, static_cast<off_t>(total)) != 0 &&
-        ::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) {
-      return ErrnoStatus(errno, "ftruncate " + path);
+    std::string path;
+  };
+
+  Result<std::unique_ptr<WriteCeiling>> PrepareWriteCeiling() {
+    auto c = std::make_unique<WriteCeiling>();
+    c->extents = SuffixExtents(geometry_, P_, S_);
+    RANGEKV_ASSIGN_OR_RETURN(c->buffer, device_->AllocatePinnedHost(ExtentBytes(c->extents)));
+    for (const Extent& e : c->extents) {
+      PatternRows(o_.seed, e.layer, e.token_begin, e.tokens, geometry_.token_bytes,
+                  c->buffer.data() + e.buffer_offset);
     }
-    const uint32_t threads = CeilingThreads();
-    for (uint32_t r = 0; r < std::max<uint32_t>(o_.warmups, 1) + o_.reps; ++r) {
-      const bool warmup = r < std::max<uint32_t>(o_.warmups, 1);
-      RANGEKV_ASSIGN_OR_RETURN(
-          double sec, ParallelIo(fd.get(), extents, buffer.data(), threads, /*write=*/true));
-      const double gib_s = static_cast<double>(report_.payload_bytes) / kGiB / sec;
-      if (!warmup) report_.ceiling_samples_gib_s.push_back(gib_s);
-      Progress("ceiling (%u threads pwrite, %s) rep %u: %.3f s, %.2f GiB/s%s", threads,
-               direct ? "O_DIRECT" : "buffered", r, sec, gib_s, warmup ? " (warm-up)" : "");
+    c->path = scratch_->Join("ceiling.dat");
+    RANGEKV_ASSIGN_OR_RETURN(c->fd,
+                             OpenForCeiling(c->path, O_RDWR | O_CREAT, o_.buffered, &c->direct));
+    report_.direct = c->direct;
+    const uint64_t file_bytes = c->extents.back().file_offset + c->extents.back().bytes;
+    if (::posix_fallocate(c->fd.get(), 0, static_cast<off_t>(file_bytes)) != 0 &&
+        ::ftruncate(c->fd.get(), static_cast<off_t>(file_bytes)) != 0) {
+      return ErrnoStatus(errno, "ftruncate " + c->path);
     }
-    // Read back once: the ceiling wrote what it claims.
-    RANGEKV_ASSIGN_OR_RETURN(PinnedHostBuffer check, device_->AllocatePinnedHost(total));
     RANGEKV_RETURN_IF_ERROR(
-        ParallelIo(fd.get(), extents, check.data(), threads, /*write=*/false).status());
-    if (CountExtentMismatches(extents, check.data(), o_.seed, geometry_.token_bytes) != 0) {
+        ParallelIo(c->fd.get(), c->extents, c->buffer.data(), CeilingThreads(), /*write=*/true)
+            .status());
+    // Read back once: the ceiling writes what it claims.
+    RANGEKV_ASSIGN_OR_RETURN(PinnedHostBuffer check,
+                             device_->AllocatePinnedHost(ExtentBytes(c->extents)));
+    RANGEKV_RETURN_IF_ERROR(
+        ParallelIo(c->fd.get(), c->extents, check.data(), CeilingThreads(), /*write=*/false)
+            .status());
+    if (CountExtentMismatches(c->extents, check.data(), o_.seed, geometry_.token_bytes) != 0) {
       return Corruption("write ceiling: the file does not hold what was written");
     }
-    ::unlink(path.c_str());
+    return c;
+  }
+
+  Status WriteCeilingOnce(WriteCeiling& c, uint32_t rep) {
+    RANGEKV_ASSIGN_OR_RETURN(double sec, ParallelIo(c.fd.get(), c.extents, c.buffer.data(),
+                                                    CeilingThreads(), /*write=*/true));
+    const double gib_s = static_cast<double>(report_.payload_bytes) / kGiB / sec;
+    if (rep >= o_.warmups) report_.ceiling_samples_gib_s.push_back(gib_s);
+    Progress("ceiling (%u threads pwrite, %s) rep %u: %.3f s, %.2f GiB/s%s", CeilingThreads(),
+             c.direct ? "O_DIRECT" : "buffered", rep, sec, gib_s,
+             rep < o_.warmups ? " (warm-up)" : "");
     return OkStatus();
   }
 
@@ -835,6 +852,7 @@ class Sweep {
     }
     if (o_.lookahead_layers != 0) eo.lookahead_layers = o_.lookahead_layers;
     if (o_.write_workers != 0) eo.write_workers = o_.write_workers;
+    eo.checksum = o_.checksum;
     eo.ablations = c.ablations;
     eo.ablations.object_tokens = p.object_tokens;
     // Layered namings key (chunk, layer) objects; the engine's scalar index has no rank-slice
@@ -1105,20 +1123,31 @@ class Sweep {
     RANGEKV_ASSIGN_OR_RETURN(EngineSession session,
                              OpenSession(ci, 0, "rkv-shared-" + std::to_string(ci)));
     std::unique_ptr<ReadCeiling> ceiling;
-    if (o_.workload == Workload::kRestore && o_.run_ceiling && ci == 0) {
-      RANGEKV_ASSIGN_OR_RETURN(ceiling, PrepareReadCeiling(session.pack_path));
+    std::unique_ptr<WriteCeiling> write_ceiling;
+    if (o_.run_ceiling && ci == 0) {
+      if (o_.workload == Workload::kRestore) {
+        RANGEKV_ASSIGN_OR_RETURN(ceiling, PrepareReadCeiling(session.pack_path));
+      } else {
+        RANGEKV_ASSIGN_OR_RETURN(write_ceiling, PrepareWriteCeiling());
+      }
     }
     std::vector<SweepResult> results;
     for (const Point& p : points_) results.push_back(NewResult("rangekv", configs_[ci].name, p));
     const size_t n = points_.size();
     for (uint32_t rep = 0; rep < o_.warmups + o_.reps; ++rep) {
       if (ceiling != nullptr) RANGEKV_RETURN_IF_ERROR(ReadCeilingOnce(*ceiling, "all", rep));
+      if (write_ceiling != nullptr) RANGEKV_RETURN_IF_ERROR(WriteCeilingOnce(*write_ceiling, rep));
       for (size_t k = 0; k < n; ++k) {
         const size_t pi = (rep + k) % n;
         RANGEKV_RETURN_IF_ERROR(RangeKvRep(session, pi, ci, rep, results[pi]));
       }
     }
     ceiling.reset();
+    if (write_ceiling != nullptr) {
+      write_ceiling->fd = Fd();
+      ::unlink(write_ceiling->path.c_str());
+      write_ceiling.reset();
+    }
     RANGEKV_RETURN_IF_ERROR(CloseSession(session));
     for (size_t pi = 0; pi < n; ++pi) Keep(pi, ci, std::move(results[pi]));
     return OkStatus();

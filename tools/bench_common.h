@@ -155,6 +155,7 @@ struct SweepOptions {
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
+  ChecksumPolicy checksum = ChecksumPolicy::kAlways;  // the engine's span digests
 };
 
 struct SweepResult {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "base/units.h"
 #include "tools/bench_common.h"
 #include "tools/commands.h"
@@ -27,7 +28,7 @@ namespace {
 struct TransferFlags {
   std::string device = "auto";
   std::string io = "posix";
-  uint32_t reps = 3;
+  uint32_t reps = 5;
   uint32_t warmups = 1;
   std::string payload = "768MiB";
   std::string suffix;  // store: suffix size (default: the paper's 16,128/49,152 ratio)
@@ -40,6 +41,7 @@ struct TransferFlags {
   bool skip_ceiling = false;
   bool buffered = false;
   bool quiet = false;
+  bool verbose = false;
   uint32_t ceiling_threads = 0;
   uint32_t tp_size = 1;
   uint64_t seed = 20261130;
@@ -47,6 +49,7 @@ struct TransferFlags {
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
+  std::string checksum = "on";
 };
 
 [[noreturn]] void Fail(Workload w, const std::string& what) {
@@ -124,7 +127,11 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   o.read_banks = f.read_banks;
   o.lookahead_layers = f.lookahead_layers;
   o.write_workers = f.write_workers;
+  o.checksum = f.checksum == "off" ? ChecksumPolicy::kOff : ChecksumPolicy::kAlways;
 
+  // Engine and store lines at info level (store opened, snapshot saved) would interleave with
+  // the progress lines; warnings and errors still show.
+  if (!f.verbose) SetMinLogLevel(LogLevel::kWarning);
   Result<SweepReport> report = RunTransferSweep(o);
   if (!report.ok()) Fail(workload, report.status().ToString());
   PrintSweepTable(*report, stdout);
@@ -178,6 +185,7 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_flag("--buffered", flags->buffered,
                 "buffered I/O instead of O_DIRECT (page cache dropped before each repetition)");
   cmd->add_flag("--quiet", flags->quiet, "no progress lines on stderr");
+  cmd->add_flag("--verbose", flags->verbose, "engine log lines at info level too");
   cmd->add_option("--ceiling-threads", flags->ceiling_threads,
                   "threads of the raw-I/O ceiling (0: the engine's read or write workers, 4 / 32)")
       ->check(CLI::Range(0u, 256u))
@@ -191,6 +199,9 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");
   cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 2)");
   cmd->add_option("--write-workers", flags->write_workers, "engine write workers (0: default 32)");
+  cmd->add_option("--checksum", flags->checksum, "engine span digests: on (default) | off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->callback([workload, flags] { RunTransfer(workload, *flags); });
 }
 

@@ -10,6 +10,7 @@
 // when any verification fails.
 #include <cstdio>
 
+#include "base/log.h"
 #include "tools/bench_common.h"
 #include "tools/commands.h"
 
@@ -46,8 +47,10 @@ void RunDemo() {
       "per-object path: one key, lookup, allocation, native I/O and transfer call per object)\n"
       "grows with the object count. Host device, O_DIRECT where the file system allows it,\n"
       "median of 3 after a warm-up, every repetition verified bit for bit.\n");
+  SetMinLogLevel(LogLevel::kWarning);  // no per-store info lines between the tables
   uint64_t failures = 0;
   for (Workload w : {Workload::kRestore, Workload::kStore}) {
+    std::fflush(stdout);
     std::fprintf(stderr, "rangekv demo: running the %s sweep...\n",
                  std::string(WorkloadName(w)).c_str());
     Result<SweepReport> report = RunTransferSweep(DemoOptions(w));

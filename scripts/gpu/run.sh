@@ -86,6 +86,8 @@ cmake -S "$repo" -B "$build" -G Ninja \
 note "configure: ok ($build)"
 
 targets=(kernels_gpu_test device_test kernels_test)
+stages="${RANGEKV_GPU_STAGES:-kernels}"
+case " $stages " in *" engine "*|*" bench "*) targets+=(engine_test engine_fault_test engine_persistence_test rangekv) ;; esac
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E -B2 -A6 "error|FAILED" "$out/build.log" | tail -40; fail "build (see build.log)"; }
 note "build: ok (${targets[*]})"
@@ -126,6 +128,41 @@ fi
 {
   grep -E '^\[(device|access|throughput)\]' "$out/kernels_gpu_test.log"
 } | tee -a "$summary"
+
+# ---- 4. the engine on CudaDevice (RANGEKV_GPU_STAGES="kernels engine bench") ------------------
+if [[ " $stages " == *" engine "* ]]; then
+  for t in engine_test engine_fault_test engine_persistence_test; do
+    RANGEKV_TEST_DEVICE=cuda "$build/src/engine/$t" >"$out/$t.cuda.log" 2>&1 || status=1
+    note "$t on CUDA: $(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.cuda.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \]' "$out/$t.cuda.log" | sort -u | tee -a "$summary"
+  done
+fi
+# Restore/store sweeps: tmpfs (the fast medium here) at the paper's full 6 GiB, and the virtio
+# disk (O_DIRECT) at a reduced payload; each against the ceiling measured in the same run.
+if [[ " $stages " == *" bench "* ]]; then
+  rkv="$build/tools/rangekv"
+  shm=/dev/shm/rangekv-bench disk=/var/tmp/rangekv-bench
+  mkdir -p "$shm" "$disk"
+  payload="${RANGEKV_GPU_PAYLOAD:-6GiB}"
+  # Which sweeps to run (space-separated): restore nochecksum store disk.
+  for b in ${RANGEKV_GPU_BENCHES:-restore}; do
+    case "$b" in
+      restore) args=(restore --dir "$shm" --buffered --payload "$payload" --reps 3) ;;
+      nochecksum) args=(restore --dir "$shm" --buffered --payload "$payload" --reps 3
+                        --objects 192,6144-LW --ablations none --skip-baseline --checksum off) ;;
+      store) args=(store --dir "$shm" --buffered --payload "$payload" --reps 3
+                   --objects 192,6144-LW) ;;
+      disk) args=(restore --dir "$disk" --payload 2GiB --reps 3 --objects 192,6144-LW
+                  --ablations none) ;;
+      *) note "unknown bench $b"; status=1; continue ;;
+    esac
+    timeout "${RANGEKV_GPU_BENCH_TIMEOUT:-300}" "$rkv" bench "${args[@]}" --device cuda --quiet \
+      --json "$out/bench_$b.json" >"$out/bench_$b.log" 2>&1 || { status=1; note "bench $b failed"; }
+    note "bench $b: $(tail -c 300 "$out/bench_$b.log" | tr '\n' ' ')"
+    cat "$out/bench_$b.log"
+  done
+  rm -rf "$shm" "$disk"
+fi
 echo "==== summary"
 cat "$summary"
 exit "$status"

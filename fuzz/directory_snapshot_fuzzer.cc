@@ -39,6 +39,9 @@ void Check(std::span<const uint8_t> bytes) {
       if (p.record.tokens == 0 || p.record.generation == 0) std::abort();
     }
   }
+  // Every decode issues a fresh owner epoch (snapshot epoch + 1), so a snapshot written at the
+  // last representable epoch cannot be reopened: that one refusal is the correct answer.
+  if ((*d)->owner_epoch() == UINT64_MAX) return;
   auto again = rangekv::Directory::Deserialize(Options(), (*d)->Serialize());
   if (!again.ok()) std::abort();
 }

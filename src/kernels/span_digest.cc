@@ -9,11 +9,13 @@ namespace rangekv::kernels {
 static_assert(std::endian::native == std::endian::little,
               "the span digest is defined over little-endian words");
 
-uint64_t SpanDigest(const void* data, uint64_t bytes, uint64_t seed) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
+namespace {
+
+// The definition's loop, inlined into each target-specific entry point below. Four independent
+// accumulators keep the multiply chains of consecutive words overlapped; addition mod 2^64
+// makes the split invisible in the result.
+[[gnu::always_inline]] inline uint64_t DigestBody(const uint8_t* p, uint64_t bytes, uint64_t seed) {
   const uint64_t full_words = bytes / 8;
-  // Four independent accumulators keep the multiply chains of consecutive words overlapped;
-  // addition mod 2^64 makes the split invisible in the result.
   uint64_t acc[4] = {DigestLengthTerm(bytes, seed), 0, 0, 0};
   uint64_t i = 0;
   for (; i + 4 <= full_words; i += 4) {
@@ -34,6 +36,47 @@ uint64_t SpanDigest(const void* data, uint64_t bytes, uint64_t seed) {
     acc[0] += DigestWordTerm(w, full_words, seed);
   }
   return acc[0] + acc[1] + acc[2] + acc[3];
+}
+
+uint64_t DigestPortable(const uint8_t* p, uint64_t bytes, uint64_t seed) {
+  return DigestBody(p, bytes, seed);
+}
+
+#if defined(__x86_64__)
+// The same loop compiled for AVX-512 (64-bit vector multiplies): measured 11.6 GB/s portable
+// vs 34 GB/s here on the dev VM's EPYC. HostDevice verifies every restored byte with this on
+// the CPU, so it is on the restore path; the result is bit-identical (same definition).
+[[gnu::target("avx512f,avx512dq,avx512vl")]] uint64_t DigestAvx512(const uint8_t* p, uint64_t bytes,
+                                                                   uint64_t seed) {
+  return DigestBody(p, bytes, seed);
+}
+
+using DigestFn = uint64_t (*)(const uint8_t*, uint64_t, uint64_t);
+
+DigestFn PickDigest() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
+    return DigestAvx512;
+  }
+  return DigestPortable;
+}
+#endif
+
+}  // namespace
+
+uint64_t SpanDigest(const void* data, uint64_t bytes, uint64_t seed) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+#if defined(__x86_64__)
+  static const DigestFn fn = PickDigest();  // chosen once per process
+  return fn(p, bytes, seed);
+#else
+  return DigestPortable(p, bytes, seed);
+#endif
+}
+
+uint64_t SpanDigestPortableForTesting(const void* data, uint64_t bytes, uint64_t seed) {
+  return DigestPortable(static_cast<const uint8_t*>(data), bytes, seed);
 }
 
 Status ValidateDigestArgs(const DigestArgs& a) {

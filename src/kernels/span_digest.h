@@ -51,6 +51,9 @@ RANGEKV_HD uint64_t DigestLengthTerm(uint64_t span_bytes, uint64_t seed) {
 
 // The digest of bytes [0, bytes) at `data` (any alignment). CPU reference.
 uint64_t SpanDigest(const void* data, uint64_t bytes, uint64_t seed);
+// The portable (non-dispatched) implementation, so tests can check that the CPU-specific
+// variant SpanDigest picks gives identical results.
+uint64_t SpanDigestPortableForTesting(const void* data, uint64_t bytes, uint64_t seed);
 
 // A digest request batch: one digest per span, written to digests[i] (8 bytes each, memory the
 // executing device can write; a device buffer on CUDA). Spans may have any length and

@@ -45,6 +45,23 @@ TEST(SpanDigestTest, GoldenVectors) {
   }
 }
 
+// SpanDigest dispatches to a CPU-specific build of the same loop (AVX-512 where available);
+// it must agree with the portable build bit for bit, on sizes around every vector boundary.
+TEST(SpanDigestTest, DispatchedImplementationMatchesPortable) {
+  std::mt19937_64 rng(3);
+  std::vector<uint8_t> buf((1 << 20) + 64);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (uint64_t n = 0; n < 600; ++n) {
+    ASSERT_EQ(SpanDigest(buf.data() + 3, n, n), SpanDigestPortableForTesting(buf.data() + 3, n, n))
+        << "n=" << n;
+  }
+  for (uint64_t n : {uint64_t{4095}, uint64_t{4096}, uint64_t{65536 + 5}, uint64_t{1} << 20}) {
+    EXPECT_EQ(SpanDigest(buf.data(), n, 11), SpanDigestPortableForTesting(buf.data(), n, 11))
+        << "n=" << n;
+    EXPECT_EQ(SpanDigest(buf.data(), n, 11), NaiveDigest(buf.data(), n, 11)) << "n=" << n;
+  }
+}
+
 TEST(SpanDigestTest, IndependentOfAlignment) {
   std::mt19937_64 rng(2);
   std::vector<uint8_t> src(777);

@@ -26,77 +26,45 @@ std::string_view DeviceKindName(DeviceKind kind) {
 
 // ---- RAII types ----
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+namespace device_internal {
+
+OwnedRange::OwnedRange(OwnedRange&& o) noexcept
     : owner_(std::exchange(o.owner_, nullptr)),
       data_(std::exchange(o.data_, nullptr)),
-      size_bytes_(std::exchange(o.size_bytes_, 0)) {}
+      size_bytes_(std::exchange(o.size_bytes_, 0)),
+      release_(o.release_) {}
 
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+OwnedRange& OwnedRange::operator=(OwnedRange&& o) noexcept {
   if (this != &o) {
     reset();
     owner_ = std::exchange(o.owner_, nullptr);
     data_ = std::exchange(o.data_, nullptr);
     size_bytes_ = std::exchange(o.size_bytes_, 0);
+    release_ = o.release_;
   }
   return *this;
 }
 
-DeviceBuffer::~DeviceBuffer() { reset(); }
-
-void DeviceBuffer::reset() {
-  if (data_ != nullptr) owner_->FreeDevice(data_, size_bytes_);
+void OwnedRange::reset() {
+  if (data_ != nullptr) {
+    switch (release_) {
+      case Release::kDeviceMemory:
+        owner_->FreeDevice(data_, size_bytes_);
+        break;
+      case Release::kPinnedHost:
+        owner_->FreePinnedHost(static_cast<uint8_t*>(data_), size_bytes_);
+        break;
+      case Release::kHostRegistration:
+        owner_->UnregisterHostMemory(data_, size_bytes_);
+        break;
+    }
+  }
   owner_ = nullptr;
   data_ = nullptr;
   size_bytes_ = 0;
 }
 
-PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& o) noexcept
-    : owner_(std::exchange(o.owner_, nullptr)),
-      data_(std::exchange(o.data_, nullptr)),
-      size_bytes_(std::exchange(o.size_bytes_, 0)) {}
-
-PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    owner_ = std::exchange(o.owner_, nullptr);
-    data_ = std::exchange(o.data_, nullptr);
-    size_bytes_ = std::exchange(o.size_bytes_, 0);
-  }
-  return *this;
-}
-
-PinnedHostBuffer::~PinnedHostBuffer() { reset(); }
-
-void PinnedHostBuffer::reset() {
-  if (data_ != nullptr) owner_->FreePinnedHost(data_, size_bytes_);
-  owner_ = nullptr;
-  data_ = nullptr;
-  size_bytes_ = 0;
-}
-
-HostRegistration::HostRegistration(HostRegistration&& o) noexcept
-    : owner_(std::exchange(o.owner_, nullptr)),
-      data_(std::exchange(o.data_, nullptr)),
-      size_bytes_(std::exchange(o.size_bytes_, 0)) {}
-
-HostRegistration& HostRegistration::operator=(HostRegistration&& o) noexcept {
-  if (this != &o) {
-    reset();
-    owner_ = std::exchange(o.owner_, nullptr);
-    data_ = std::exchange(o.data_, nullptr);
-    size_bytes_ = std::exchange(o.size_bytes_, 0);
-  }
-  return *this;
-}
-
-HostRegistration::~HostRegistration() { reset(); }
-
-void HostRegistration::reset() {
-  if (data_ != nullptr) owner_->UnregisterHostMemory(data_, size_bytes_);
-  owner_ = nullptr;
-  data_ = nullptr;
-  size_bytes_ = 0;
-}
+}  // namespace device_internal
 
 // ---- factory ----
 

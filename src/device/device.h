@@ -82,30 +82,55 @@ struct DeviceCapabilities {
 
 // ---- owned memory ---------------------------------------------------------------------
 
+namespace device_internal {
+
+// Which Device release path an OwnedRange uses.
+enum class Release : uint8_t { kDeviceMemory, kPinnedHost, kHostRegistration };
+
+// The move-only (owner, pointer, size) triple behind the three RAII types below: reset() hands
+// the range back to its Device through the path `release` names, once. The wrappers differ only
+// in their pointer type and accessors.
+class OwnedRange {
+ public:
+  OwnedRange() = default;
+  OwnedRange(Device* owner, void* data, uint64_t size_bytes, Release release)
+      : owner_(owner), data_(data), size_bytes_(size_bytes), release_(release) {}
+  OwnedRange(OwnedRange&& other) noexcept;
+  OwnedRange& operator=(OwnedRange&& other) noexcept;
+  OwnedRange(const OwnedRange&) = delete;
+  OwnedRange& operator=(const OwnedRange&) = delete;
+  ~OwnedRange() { reset(); }
+
+  void* data() const { return data_; }
+  uint64_t size_bytes() const { return size_bytes_; }
+  void reset();
+
+ private:
+  Device* owner_ = nullptr;
+  void* data_ = nullptr;
+  uint64_t size_bytes_ = 0;
+  Release release_ = Release::kDeviceMemory;
+};
+
+}  // namespace device_internal
+
 // Device memory from Device::AllocateDevice(). Move-only; frees on destruction.
 // REQUIRES for destruction: no enqueued work still uses the memory.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
 
-  void* data() const { return data_; }
-  uint8_t* bytes() const { return static_cast<uint8_t*>(data_); }
-  uint64_t size_bytes() const { return size_bytes_; }
-  bool empty() const { return data_ == nullptr; }
-  void reset();
+  void* data() const { return range_.data(); }
+  uint8_t* bytes() const { return static_cast<uint8_t*>(range_.data()); }
+  uint64_t size_bytes() const { return range_.size_bytes(); }
+  bool empty() const { return range_.data() == nullptr; }
+  void reset() { range_.reset(); }
 
  private:
   friend class Device;
   DeviceBuffer(Device* owner, void* data, uint64_t size_bytes)
-      : owner_(owner), data_(data), size_bytes_(size_bytes) {}
-  Device* owner_ = nullptr;
-  void* data_ = nullptr;
-  uint64_t size_bytes_ = 0;
+      : range_(owner, data, size_bytes, device_internal::Release::kDeviceMemory) {}
+  device_internal::OwnedRange range_;
 };
 
 // Pinned (page-locked where the device has such a notion), page-aligned host memory: the
@@ -114,25 +139,18 @@ class DeviceBuffer {
 class PinnedHostBuffer {
  public:
   PinnedHostBuffer() = default;
-  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
-  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
-  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
-  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
-  ~PinnedHostBuffer();
 
-  uint8_t* data() const { return data_; }
-  uint64_t size_bytes() const { return size_bytes_; }
-  std::span<uint8_t> span() const { return {data_, size_bytes_}; }
-  bool empty() const { return data_ == nullptr; }
-  void reset();
+  uint8_t* data() const { return static_cast<uint8_t*>(range_.data()); }
+  uint64_t size_bytes() const { return range_.size_bytes(); }
+  std::span<uint8_t> span() const { return {data(), size_bytes()}; }
+  bool empty() const { return range_.data() == nullptr; }
+  void reset() { range_.reset(); }
 
  private:
   friend class Device;
   PinnedHostBuffer(Device* owner, uint8_t* data, uint64_t size_bytes)
-      : owner_(owner), data_(data), size_bytes_(size_bytes) {}
-  Device* owner_ = nullptr;
-  uint8_t* data_ = nullptr;
-  uint64_t size_bytes_ = 0;
+      : range_(owner, data, size_bytes, device_internal::Release::kPinnedHost) {}
+  device_internal::OwnedRange range_;
 };
 
 // Host memory allocated elsewhere (an mmap, a framework tensor) registered with the device
@@ -140,24 +158,17 @@ class PinnedHostBuffer {
 class HostRegistration {
  public:
   HostRegistration() = default;
-  HostRegistration(HostRegistration&& other) noexcept;
-  HostRegistration& operator=(HostRegistration&& other) noexcept;
-  HostRegistration(const HostRegistration&) = delete;
-  HostRegistration& operator=(const HostRegistration&) = delete;
-  ~HostRegistration();
 
-  void* data() const { return data_; }
-  uint64_t size_bytes() const { return size_bytes_; }
-  bool empty() const { return data_ == nullptr; }
-  void reset();
+  void* data() const { return range_.data(); }
+  uint64_t size_bytes() const { return range_.size_bytes(); }
+  bool empty() const { return range_.data() == nullptr; }
+  void reset() { range_.reset(); }
 
  private:
   friend class Device;
   HostRegistration(Device* owner, void* data, uint64_t size_bytes)
-      : owner_(owner), data_(data), size_bytes_(size_bytes) {}
-  Device* owner_ = nullptr;
-  void* data_ = nullptr;
-  uint64_t size_bytes_ = 0;
+      : range_(owner, data, size_bytes, device_internal::Release::kHostRegistration) {}
+  device_internal::OwnedRange range_;
 };
 
 // ---- events, flags, streams -----------------------------------------------------------
@@ -335,9 +346,7 @@ class Device {
   HostRegistration WrapRegistration(void* data, uint64_t bytes) { return {this, data, bytes}; }
 
  private:
-  friend class DeviceBuffer;
-  friend class PinnedHostBuffer;
-  friend class HostRegistration;
+  friend class device_internal::OwnedRange;
   // Release paths of the RAII types; never fail visibly (errors are logged).
   virtual void FreeDevice(void* data, uint64_t bytes) = 0;
   virtual void FreePinnedHost(uint8_t* data, uint64_t bytes) = 0;

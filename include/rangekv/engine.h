@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "rangekv/geometry.h"
+#include "rangekv/layout.h"
 #include "rangekv/status.h"
 
 namespace rangekv {
@@ -193,16 +194,6 @@ struct TokenInterval {
   uint64_t end = 0;
   uint64_t size() const { return end - begin; }
   friend bool operator==(const TokenInterval&, const TokenInterval&) = default;
-};
-
-// How one layer of the serving engine's paged KV cache is laid out in memory. B = block size
-// (tokens), H = kv heads per rank, D = head size; every layer has the same layout.
-enum class KvCacheLayout : uint8_t {
-  kFlashAttnNhd,   // vLLM FlashAttention: [2, num_blocks, B, H, D] contiguous
-  kFlashAttnHnd,   // same logical shape, physical order [2, num_blocks, H, B, D]
-  kFlashInferNhd,  // FlashInfer: [num_blocks, 2, B, H, D] contiguous
-  kFlashInferHnd,  // FlashInfer HND: physical [num_blocks, 2, H, B, D]
-  kMla,            // [num_blocks, B, latent] contiguous (no K/V split)
 };
 
 // The destination (restore) or source (store) of a transfer: one device buffer per layer.

@@ -352,8 +352,8 @@ TEST_F(EngineTest, StagingCopiesAndTheEventWaitPathDeliverTheSameBytes) {
   config.disable_stream_memory_ops = true;  // StreamWaitLayer through events
   ModelSpec hnd = SmallModel(4, 2, 16);
   hnd.layout = KvCacheLayout::kFlashAttnHnd;
-  auto e = engine_internal::OpenEngineForTesting(
-      SmallOptions(dir_.path() + "/store", hnd, kW), config);
+  auto e =
+      engine_internal::OpenEngineForTesting(SmallOptions(dir_.path() + "/store", hnd, kW), config);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   engine_ = std::move(e).value();
   auto src = Fixture(KvCacheLayout::kFlashAttnHnd);

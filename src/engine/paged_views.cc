@@ -70,8 +70,8 @@ Status ValidateMapping(const kernels::PagedKvView& view, std::span<const int64_t
   }
   RANGEKV_RETURN_IF_ERROR(kernels::ValidateSlotMapping(view, slots, use));
   if (view.opaque_blocks != 0) {
-    return kernels::ValidateBlockMapping(view,
-                                         slots.first(slots.size() - slots.size() % view.block_size));
+    return kernels::ValidateBlockMapping(
+        view, slots.first(slots.size() - slots.size() % view.block_size));
   }
   return OkStatus();
 }

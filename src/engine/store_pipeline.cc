@@ -189,9 +189,9 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     // Only whole blocks are stored: the partial last block is clipped off (layout.h).
     const uint64_t b = context_.geometry.block_size;
     if (tokens.size() < b) {
-      return InvalidArgument("store of " + std::to_string(tokens.size()) +
-                             " tokens: layout " + std::string(KvCacheLayoutName(layout)) +
-                             " stores whole blocks of " + std::to_string(b) + " tokens only");
+      return InvalidArgument("store of " + std::to_string(tokens.size()) + " tokens: layout " +
+                             std::string(KvCacheLayoutName(layout)) + " stores whole blocks of " +
+                             std::to_string(b) + " tokens only");
     }
     tokens = tokens.first(tokens.size() - tokens.size() % b);
     slot_mapping = slot_mapping.first(tokens.size());

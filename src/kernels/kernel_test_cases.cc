@@ -65,14 +65,14 @@ std::vector<LayoutCase> AllLayoutCases(uint64_t seed, uint32_t scale) {
           c.shape.head_size = pick({128, 64, 40, 7});  // 40 x 1 byte and 7: not 16-aligned
         }
         // Large blocks: fewer of them, so a case stays a few MiB.
-        c.shape.num_blocks =
-            block_size >= 128 ? (2 + static_cast<uint32_t>(rng() % 5)) * scale
-                              : (4 + static_cast<uint32_t>(rng() % 13)) * scale;
+        c.shape.num_blocks = block_size >= 128 ? (2 + static_cast<uint32_t>(rng() % 5)) * scale
+                                               : (4 + static_cast<uint32_t>(rng() % 13)) * scale;
         const uint32_t slots = c.shape.num_blocks * block_size;
         if (layout == PagedLayout::kCpuBlock) {
           // Whole blocks only; usually fewer than the layer holds.
           const uint32_t n = c.shape.num_blocks;
-          c.num_tokens = std::max<uint32_t>(1, n - static_cast<uint32_t>(rng() % n) / 2) * block_size;
+          c.num_tokens =
+              std::max<uint32_t>(1, n - static_cast<uint32_t>(rng() % n) / 2) * block_size;
         } else {
           // Not a whole number of blocks, and usually fewer tokens than slots.
           c.num_tokens =

@@ -186,8 +186,9 @@ uint32_t GridX(uint32_t num_tokens, uint32_t tokens_per_block) {
 template <typename V>
 cudaError_t LaunchScatterAs(const ScatterArgs& args, cudaStream_t stream) {
   if (args.dst.opaque_blocks != 0) {
-    ScatterBlocksKernel<V><<<BlockGridX(args.num_tokens, args.dst.block_size), kThreads, 0,
-                             stream>>>(args, UnitsPerGroup(args.dst, sizeof(V)));
+    ScatterBlocksKernel<V>
+        <<<BlockGridX(args.num_tokens, args.dst.block_size), kThreads, 0, stream>>>(
+            args, UnitsPerGroup(args.dst, sizeof(V)));
     return cudaGetLastError();
   }
   const CopyPlan plan = MakePlan(args.dst, sizeof(V));
@@ -200,7 +201,8 @@ template <typename V>
 cudaError_t LaunchGatherAs(const GatherArgs& args, cudaStream_t stream) {
   if (args.src[0].opaque_blocks != 0) {
     const dim3 grid(BlockGridX(args.num_tokens, args.src[0].block_size), args.num_layers);
-    GatherBlocksKernel<V><<<grid, kThreads, 0, stream>>>(args, UnitsPerGroup(args.src[0], sizeof(V)));
+    GatherBlocksKernel<V>
+        <<<grid, kThreads, 0, stream>>>(args, UnitsPerGroup(args.src[0], sizeof(V)));
     return cudaGetLastError();
   }
   const CopyPlan plan = MakePlan(args.src[0], sizeof(V));

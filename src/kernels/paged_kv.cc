@@ -222,9 +222,8 @@ Status ValidatePagedKvView(const PagedKvView& v) {
     return InvalidArgument("paged view has a zero size");
   }
   if (v.opaque_blocks > 1) return InvalidArgument("paged view opaque_blocks must be 0 or 1");
-  if (v.opaque_blocks == 1 &&
-      (v.num_planes != 1 || v.num_heads != 1 ||
-       v.token_stride_bytes != static_cast<int64_t>(v.head_bytes))) {
+  if (v.opaque_blocks == 1 && (v.num_planes != 1 || v.num_heads != 1 ||
+                               v.token_stride_bytes != static_cast<int64_t>(v.head_bytes))) {
     return InvalidArgument(
         "paged view with opaque blocks must have one plane, one head and token stride == "
         "head_bytes (a block is one contiguous run of block_size rows)");
@@ -300,10 +299,9 @@ Status ValidateBlockMapping(const PagedKvView& view, std::span<const int64_t> sl
     for (uint64_t k = 1; ok && k < b; ++k) ok = slots[j + k] == first + static_cast<int64_t>(k);
     if (!ok) {
       return InvalidArgument("slot mapping tokens [" + std::to_string(j) + ", " +
-                             std::to_string(j + b) +
-                             ") do not map to offsets 0.." + std::to_string(b - 1) +
-                             " of one block (first slot " + std::to_string(first) +
-                             "); this layout moves whole blocks only");
+                             std::to_string(j + b) + ") do not map to offsets 0.." +
+                             std::to_string(b - 1) + " of one block (first slot " +
+                             std::to_string(first) + "); this layout moves whole blocks only");
     }
   }
   return OkStatus();

@@ -27,8 +27,7 @@ TEST_P(ReferenceRoundTrip, ScatterThenGather) {
   std::vector<uint8_t> paged(layer_bytes, kPoison);
   std::vector<uint8_t> stripe(c.num_tokens * row);
   testing::FillRandom(stripe, rng);
-  const std::vector<int64_t> slots =
-      testing::CaseSlotMapping(c, 10, rng);
+  const std::vector<int64_t> slots = testing::CaseSlotMapping(c, 10, rng);
 
   auto view = MakePagedKvView(c.layout, c.shape, paged.data());
   ASSERT_TRUE(view.ok()) << view.status().ToString();
@@ -191,9 +190,8 @@ TEST(OpaqueBlockReferenceTest, WholeBlocksFollowTheFirstSlot) {
   GatherReference(g, 33, 96);
   ASSERT_EQ(std::memcmp(back.data(), stripe.data(), block_bytes), 0);
   for (uint64_t i = block_bytes; i < 2 * block_bytes; ++i) ASSERT_EQ(back[i], kPoison);
-  ASSERT_EQ(std::memcmp(back.data() + 2 * block_bytes, stripe.data() + 2 * block_bytes,
-                        block_bytes),
-            0);
+  ASSERT_EQ(
+      std::memcmp(back.data() + 2 * block_bytes, stripe.data() + 2 * block_bytes, block_bytes), 0);
 
   // Equivalence with a token-by-token copy through a non-opaque view of the same rows.
   PagedKvView rows = v;

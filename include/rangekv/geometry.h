@@ -4,9 +4,11 @@
 // DeriveGeometry() computes the per-rank KV shape that fixes the pack layout:
 //   s = bytes per token per layer = 2 x kv_heads_per_rank x head_size x dtype_bytes
 //       (MLA: latent_size x dtype_bytes; no K/V split),
-//   T = tokens per stripe = floor(W / s), pack bytes = L x W.
+//   T = tokens per stripe = floor(W / s), pack bytes = L x W; for a block-opaque layout
+//       (KvCacheLayout::kCpuBlock) T is rounded down to a multiple of the block size B.
 // DeriveNamespace() hashes everything that makes cached KV incompatible (model id and revision,
-// semantic config, KV dtype, geometry, tp size and rank, application tags). Different namespace
+// semantic config, KV dtype, geometry (block size included), paged layout, tp size and rank,
+// application tags). Different namespace
 // = different cache; RangeKV never mixes them.
 //
 // Thread-safety: plain values.
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "rangekv/layout.h"
 #include "rangekv/status.h"
 
 namespace rangekv {
@@ -34,6 +37,9 @@ struct ModelSpec {
   uint32_t head_size = 0;  // ignored for MLA
   uint32_t mla_latent_size = 0;  // 0: not MLA; else elements per token per layer (e.g. 576)
   uint32_t block_size = 16;      // paged-KV block size in tokens
+  // How the serving engine lays out paged KV (rangekv/layout.h). Part of the namespace: a
+  // PagedKv handed to the engine must have this layout.
+  KvCacheLayout layout = KvCacheLayout::kFlashAttnNhd;
   uint32_t tp_size = 1;
   uint32_t tp_rank = 0;
   std::vector<std::string> tags;  // application tags (LoRA id, tenant, ...)
@@ -59,7 +65,8 @@ struct Geometry {
 };
 
 // Fails with kInvalidArgument on zero sizes, tp_rank >= tp_size, kv heads that neither divide
-// nor are divided by tp_size, s > W, W not a multiple of kIoAlignment, or any overflow.
+// nor are divided by tp_size, s > W, W not a multiple of kIoAlignment, any overflow, an MLA
+// model with a non-MLA layout or the reverse, or (block-opaque layouts) W < B x s.
 Result<Geometry> DeriveGeometry(const ModelSpec& spec, uint64_t stripe_bytes = kDefaultStripeBytes);
 
 struct NamespaceId {

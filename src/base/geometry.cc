@@ -56,11 +56,47 @@ Result<Geometry> DeriveGeometry(const ModelSpec& spec, uint64_t stripe_bytes) {
     return bad("geometry: bytes per token per layer " + std::to_string(g.token_bytes) +
                " exceed stripe bytes " + std::to_string(stripe_bytes));
   }
+  if ((spec.layout == KvCacheLayout::kMla) != g.is_mla()) {
+    return bad(std::string("geometry: layout ") + std::string(KvCacheLayoutName(spec.layout)) +
+               (g.is_mla() ? " is not MLA but the model is" : " is MLA but the model is not"));
+  }
   g.tokens_per_stripe = stripe_bytes / g.token_bytes;
+  if (IsBlockOpaque(spec.layout)) {
+    // Opaque blocks never straddle two stripes: T is a whole number of blocks.
+    g.tokens_per_stripe -= g.tokens_per_stripe % spec.block_size;
+    if (g.tokens_per_stripe == 0) {
+      return bad("geometry: a stripe of " + std::to_string(stripe_bytes) +
+                 " bytes cannot hold one block of " + std::to_string(spec.block_size) +
+                 " tokens x " + std::to_string(g.token_bytes) + " bytes (layout " +
+                 std::string(KvCacheLayoutName(spec.layout)) + ")");
+    }
+  }
   auto pack = CheckedMul(stripe_bytes, spec.layers);
   if (!pack) return bad("geometry: pack bytes overflow");
   g.pack_bytes = *pack;
   return g;
+}
+
+std::string_view KvCacheLayoutName(KvCacheLayout layout) {
+  switch (layout) {
+    case KvCacheLayout::kFlashAttnNhd:
+      return "flash_attn_nhd";
+    case KvCacheLayout::kFlashAttnHnd:
+      return "flash_attn_hnd";
+    case KvCacheLayout::kFlashInferNhd:
+      return "flashinfer_nhd";
+    case KvCacheLayout::kFlashInferHnd:
+      return "flashinfer_hnd";
+    case KvCacheLayout::kMla:
+      return "mla";
+    case KvCacheLayout::kPackedNhd:
+      return "packed_nhd";
+    case KvCacheLayout::kPackedHnd:
+      return "packed_hnd";
+    case KvCacheLayout::kCpuBlock:
+      return "cpu_block";
+  }
+  return "unknown";
 }
 
 std::string NamespaceId::ToHex() const {
@@ -93,6 +129,8 @@ NamespaceId DeriveNamespace(const ModelSpec& spec, const Geometry& g) {
                        uint64_t{spec.tp_size}, uint64_t{spec.tp_rank}}) {
       h.UpdateU64(v);
     }
+    h.UpdateString("layout");
+    h.UpdateU64(static_cast<uint64_t>(spec.layout));
     h.UpdateU64(spec.tags.size());
     for (const auto& t : spec.tags) h.UpdateString(t);
   });
@@ -123,6 +161,7 @@ ModelSpec DeepSeekMlaSpec() {
   s.layers = 61;
   s.mla_latent_size = 576;
   s.block_size = 64;
+  s.layout = KvCacheLayout::kMla;
   return s;
 }
 

@@ -107,12 +107,48 @@ TEST(GeometryTest, TokenBytesLargerThanStripeRejected) {
   EXPECT_NE(g.status().message().find("exceed"), std::string::npos);
 }
 
+TEST(GeometryTest, BlockOpaqueLayoutRoundsTToWholeBlocks) {
+  ModelSpec s = Llama31_8BSpec();
+  s.kv_heads = 2;
+  s.head_size = 80;  // s = 640 bytes, W/s = 52428.8
+  EXPECT_EQ(DeriveGeometry(s)->tokens_per_stripe, 52428u);
+  s.layout = KvCacheLayout::kPackedHnd;  // token-major: T unchanged
+  EXPECT_EQ(DeriveGeometry(s)->tokens_per_stripe, 52428u);
+  s.layout = KvCacheLayout::kCpuBlock;
+  for (uint32_t b : {16u, 32u, 64u, 128u, 256u}) {
+    s.block_size = b;
+    auto g = DeriveGeometry(s);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(g->tokens_per_stripe % b, 0u) << b;
+    EXPECT_EQ(g->tokens_per_stripe, 52428u / b * b) << b;
+  }
+  // A stripe must hold one whole block: 4 KiB of 640-byte tokens is 6 tokens < 16.
+  s.block_size = 16;
+  auto small = DeriveGeometry(s, 4096);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("cannot hold one block"), std::string::npos);
+}
+
+TEST(GeometryTest, LayoutMustAgreeWithMla) {
+  ModelSpec mla = DeepSeekMlaSpec();
+  EXPECT_EQ(mla.layout, KvCacheLayout::kMla);
+  EXPECT_TRUE(DeriveGeometry(mla).ok());
+  mla.layout = KvCacheLayout::kFlashAttnNhd;
+  EXPECT_EQ(DeriveGeometry(mla).status().code(), StatusCode::kInvalidArgument);
+  ModelSpec dense = Llama31_8BSpec();
+  dense.layout = KvCacheLayout::kMla;
+  EXPECT_EQ(DeriveGeometry(dense).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvCacheLayoutName(KvCacheLayout::kCpuBlock), "cpu_block");
+  EXPECT_EQ(KvCacheLayoutName(KvCacheLayout::kPackedNhd), "packed_nhd");
+}
+
 TEST(NamespaceTest, EveryIdentityFieldChangesTheNamespace) {
   ModelSpec base = Llama31_8BSpec();
   auto ns = [](const ModelSpec& s) { return DeriveNamespace(s, *DeriveGeometry(s)); };
   NamespaceId b = ns(base);
   EXPECT_EQ(b, ns(base));
-  std::vector<ModelSpec> variants(8, base);
+  std::vector<ModelSpec> variants(11, base);
   variants[0].model_id += "x";
   variants[1].revision = "abc";
   variants[2].semantic_config = "rope=2";
@@ -122,10 +158,16 @@ TEST(NamespaceTest, EveryIdentityFieldChangesTheNamespace) {
   variants[5].tp_rank = 1;
   variants[6].tags = {"lora:a"};
   variants[7].block_size = 32;
+  variants[8].layout = KvCacheLayout::kFlashAttnHnd;
+  variants[9].layout = KvCacheLayout::kPackedNhd;
+  variants[10].layout = KvCacheLayout::kCpuBlock;  // same geometry here: T = 8192 already
   for (size_t i = 0; i < variants.size(); ++i) {
     EXPECT_NE(ns(variants[i]), b) << i;
   }
   EXPECT_NE(ns(variants[4]), ns(variants[5]));
+  EXPECT_NE(ns(variants[8]), ns(variants[9]));
+  EXPECT_NE(ns(variants[9]), ns(variants[10]));
+  EXPECT_EQ(*DeriveGeometry(variants[10]), *DeriveGeometry(base));
   EXPECT_EQ(b.ToHex().size(), 32u);
 }
 

@@ -441,8 +441,7 @@ TEST_P(DeviceConformance, ScatterAndGatherMatchTheReference) {
     const uint64_t stripe_bytes = c.num_tokens * kernels::testing::RowBytes(c);
     std::vector<uint8_t> stripe(stripe_bytes);
     kernels::testing::FillRandom(stripe, rng);
-    const std::vector<int64_t> slots = kernels::testing::RandomSlotMapping(
-        c.shape.num_blocks * c.shape.block_size, c.num_tokens, 10, rng);
+    const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 10, rng);
 
     DeviceBuffer d_paged = Take(device_->AllocateDevice(layer_bytes));
     DeviceBuffer d_stripe = Take(device_->AllocateDevice(stripe_bytes));
@@ -543,15 +542,16 @@ TEST_P(DeviceConformance, GatherOfALayerGroupMatchesTheReference) {
                                   .head_size = 128,
                                   .elem_bytes = 2};
   for (kernels::PagedLayout layout :
-       {kernels::PagedLayout::kFlashAttnNhd, kernels::PagedLayout::kFlashInferHnd}) {
+       {kernels::PagedLayout::kFlashAttnNhd, kernels::PagedLayout::kFlashInferHnd,
+        kernels::PagedLayout::kPackedHnd, kernels::PagedLayout::kCpuBlock}) {
+    // 3/4 of the slots; num_blocks is a multiple of 4, so a whole number of blocks (kCpuBlock).
     const LayoutCase c{.layout = layout, .shape = shape, .num_tokens = shape.num_blocks * 12};
     SCOPED_TRACE(c.Name());
     const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(layout, shape));
     const uint64_t region = c.num_tokens * kernels::testing::RowBytes(c);
     const uint64_t stride = region + 8192;
     constexpr uint32_t kLayers = 4;
-    const std::vector<int64_t> slots = kernels::testing::RandomSlotMapping(
-        shape.num_blocks * shape.block_size, c.num_tokens, 15, rng);
+    const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 15, rng);
     DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
     Upload(*device_, *s, d_slots.data(),
            {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});

@@ -120,6 +120,9 @@ TEST_F(GpuThroughput, ScatterGatherDigestAtTheEightBGeometry) {
       {kernels::PagedLayout::kFlashInferNhd, 8, 128, 16},
       {kernels::PagedLayout::kFlashAttnNhd, 8, 128, 64},
       {kernels::PagedLayout::kMla, 1, 576, 64},
+      {kernels::PagedLayout::kPackedNhd, 8, 128, 16},
+      {kernels::PagedLayout::kPackedHnd, 8, 128, 16},
+      {kernels::PagedLayout::kCpuBlock, 8, 128, 128},  // whole-block copies
   };
   DeviceBuffer stripe = Take(device_->AllocateDevice(kStripeBytes));
   DeviceBuffer bank = Take(device_->AllocateDevice(4 * kStripeBytes));

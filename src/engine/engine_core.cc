@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "base/log.h"
 #include "directory/ticket.h"
@@ -159,6 +160,11 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
                            " tokens: must be in [1, max_request_tokens]");
   }
   if (reuse_granularity_tokens == 0) return InvalidArgument("reuse granularity must be > 0");
+  if (IsBlockOpaque(options_.model.layout)) {
+    // Hits of whole blocks only: the granularity becomes its least common multiple with B.
+    const uint64_t b = geometry_.block_size;
+    reuse_granularity_tokens = reuse_granularity_tokens / std::gcd(reuse_granularity_tokens, b) * b;
+  }
   {
     MutexLock l(mu_);
     if (closed_) return FailedPrecondition("engine closed");
@@ -223,6 +229,16 @@ Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
   }
   if (r.endpoint_tokens - r.begin_token > options_.max_request_tokens) {
     return InvalidArgument("restore larger than max_request_tokens");
+  }
+  if (IsBlockOpaque(options_.model.layout)) {
+    const uint64_t b = geometry_.block_size;
+    if (r.begin_token % b != 0 || r.endpoint_tokens % b != 0) {
+      return InvalidArgument("restore of [" + std::to_string(r.begin_token) + ", " +
+                             std::to_string(r.endpoint_tokens) + "): layout " +
+                             std::string(KvCacheLayoutName(options_.model.layout)) +
+                             " restores whole blocks only; both ends must be multiples of " +
+                             std::to_string(b));
+    }
   }
   {
     MutexLock l(mu_);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -112,7 +113,9 @@ class EngineLayoutTest : public EngineTest, public ::testing::WithParamInterface
 TEST_P(EngineLayoutTest, EveryPagedLayoutRoundTrips) {
   const bool mla = GetParam() == KvCacheLayout::kMla;
   // MLA: latent 72 x bf16 = 144-byte rows (not a power of two: partial stripes end mid-page).
-  OpenDefault(mla ? SmallModel(3, 0, 0, 2, 16, 72) : SmallModel(3, 2, 16));
+  ModelSpec model = mla ? SmallModel(3, 0, 0, 2, 16, 72) : SmallModel(3, 2, 16);
+  model.layout = GetParam();  // the layout is the store's (part of its namespace)
+  OpenDefault(model);
   auto src = Fixture(GetParam());
   auto dst = Fixture(GetParam());
   const auto tokens = RandomTokens(150, 3);
@@ -121,7 +124,8 @@ TEST_P(EngineLayoutTest, EveryPagedLayoutRoundTrips) {
   ASSERT_TRUE(stored->outcome.status.ok()) << stored->outcome.status.ToString();
   auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, 1, 5, 9, WaitMode::kEveryLayer);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->lookup.hit_tokens, 149u);
+  // Block-opaque layouts hit whole blocks only.
+  EXPECT_EQ(r->lookup.hit_tokens, IsBlockOpaque(GetParam()) ? 144u : 149u);
   EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
   EXPECT_EQ(r->mismatches, 0u);
 }
@@ -130,7 +134,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, EngineLayoutTest,
                          ::testing::Values(KvCacheLayout::kFlashAttnNhd,
                                            KvCacheLayout::kFlashAttnHnd,
                                            KvCacheLayout::kFlashInferNhd,
-                                           KvCacheLayout::kFlashInferHnd, KvCacheLayout::kMla));
+                                           KvCacheLayout::kFlashInferHnd, KvCacheLayout::kMla,
+                                           KvCacheLayout::kPackedNhd, KvCacheLayout::kPackedHnd,
+                                           KvCacheLayout::kCpuBlock));
 
 TEST_F(EngineTest, OnlyTheUncachedSuffixIsStoredAndTheLongerPrefixRestores) {
   OpenDefault();
@@ -344,8 +350,10 @@ TEST_F(EngineTest, StagingCopiesAndTheEventWaitPathDeliverTheSameBytes) {
   engine_internal::EngineInternalConfig config;
   config.force_staging = true;              // what a GPU without GDS does
   config.disable_stream_memory_ops = true;  // StreamWaitLayer through events
-  auto e = engine_internal::OpenEngineForTesting(
-      SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW), config);
+  ModelSpec hnd = SmallModel(4, 2, 16);
+  hnd.layout = KvCacheLayout::kFlashAttnHnd;
+  auto e =
+      engine_internal::OpenEngineForTesting(SmallOptions(dir_.path() + "/store", hnd, kW), config);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   engine_ = std::move(e).value();
   auto src = Fixture(KvCacheLayout::kFlashAttnHnd);
@@ -571,6 +579,262 @@ TEST_F(EngineTest, StoreRejectsBadInputAndUnproducedLayersAbort) {
   EXPECT_EQ(lookup->hit_tokens, 0u);
   for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
     EXPECT_EQ(s.state, SlotState::kFree);
+  }
+}
+
+// ---- the paged layouts vLLM 0.32 hands over ---------------------------------------------------
+
+// Packed layouts (vLLM >= 0.26 GPU) and the CPU backend's opaque blocks, at every block size:
+// s = 128 bytes (3 layers, 2 heads x 16 x bf16), W = 4 blocks, so T = 4B and packs end on
+// block boundaries.
+struct LayoutBlock {
+  KvCacheLayout layout;
+  uint32_t block_size;
+};
+
+class EngineBlockLayoutTest : public EngineTest, public ::testing::WithParamInterface<LayoutBlock> {
+ protected:
+  uint32_t B() const { return GetParam().block_size; }
+  bool opaque() const { return IsBlockOpaque(GetParam().layout); }
+  void OpenLayout() {
+    ModelSpec m = SmallModel(3, 2, 16, 2, B());
+    m.layout = GetParam().layout;
+    Open(SmallOptions(dir_.path() + "/store", m, uint64_t{4} * B() * 128));
+    ASSERT_EQ(engine_->geometry().tokens_per_stripe, 4u * B());
+  }
+  // Store `tokens` from `src` (canonical rows of `seed`); expects the stored interval.
+  void Store(KvFixture& src, const std::vector<int32_t>& tokens, uint64_t slot_seed,
+             TokenInterval want) {
+    auto stored = StoreAll(*engine_, src, tokens, kSeed, slot_seed);
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    ASSERT_TRUE(stored->outcome.status.ok()) << stored->outcome.status.ToString();
+    EXPECT_TRUE(stored->outcome.visible);
+    EXPECT_EQ(stored->outcome.stored, want);
+  }
+  // Lookup with granularity B, then restore [begin, end) (end 0: the whole hit) into a
+  // poisoned `dst` and count rows that differ from the canonical bytes.
+  uint64_t Restore(KvFixture& dst, const std::string& id, const std::vector<int32_t>& tokens,
+                   uint64_t want_hit, uint64_t begin = 0, uint64_t end = 0) {
+    auto lookup = engine_->Lookup(Envelope(id), tokens, B());
+    EXPECT_TRUE(lookup.ok()) << lookup.status().ToString();
+    if (!lookup.ok()) return UINT64_MAX;
+    EXPECT_EQ(lookup->hit_tokens, want_hit);
+    if (end == 0) end = lookup->hit_tokens;
+    EXPECT_TRUE(dst.Poison(0xA5).ok());
+    RestoreRequest req;
+    req.ticket = lookup->ticket;
+    req.envelope = Envelope(id);
+    req.tokens = tokens;
+    req.begin_token = begin;
+    req.endpoint_tokens = end;
+    auto handle = engine_->StartRestore(req);
+    EXPECT_TRUE(handle.ok()) << handle.status().ToString();
+    if (!handle.ok()) return UINT64_MAX;
+    const std::vector<int64_t> slots = dst.Slots(end - begin, 77);
+    const Status bound = handle->BindSlots(dst.kv(), slots);
+    EXPECT_TRUE(bound.ok()) << bound.ToString();
+    RestoreOutcome out = handle->Finish();
+    EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+    EXPECT_EQ(out.delivered_tokens, end - begin);
+    auto bad = dst.Mismatches(tokens, begin, slots, kSeed);
+    EXPECT_TRUE(bad.ok());
+    return bad.ok() ? *bad : UINT64_MAX;
+  }
+  // `prefix` tokens of `base`, then fresh random tokens up to `n`.
+  static std::vector<int32_t> Diverge(const std::vector<int32_t>& base, size_t prefix, size_t n,
+                                      uint64_t seed) {
+    std::vector<int32_t> t(base.begin(), base.begin() + prefix);
+    const auto tail = RandomTokens(n - prefix, seed);
+    for (int32_t v : tail) t.push_back(v == base[t.size()] ? v + 1 : v);
+    return t;
+  }
+  static constexpr uint64_t kSeed = 23;
+};
+
+TEST_P(EngineBlockLayoutTest, FullPartialAndDivergentPrefixesRoundTripBitExact) {
+  OpenLayout();
+  const uint64_t b = B();
+  auto src = Fixture(GetParam().layout, 48);
+  auto dst = Fixture(GetParam().layout, 48);
+  // P1: 3 full packs + 2 blocks + half a block (a block-opaque store clips the half block).
+  const auto p1 = RandomTokens(14 * b + b / 2, 1);
+  Store(*src, p1, 1, {0, opaque() ? 14 * b : p1.size()});
+  EXPECT_EQ(Restore(*dst, "full", p1, 14 * b), 0u);
+  // Partial: skip one block, stop after 9, across two pack boundaries (4B and 8B).
+  EXPECT_EQ(Restore(*dst, "part", p1, 14 * b, b, 9 * b), 0u);
+
+  // P2 diverges from P1 mid-block inside P1's second pack: its first new pack starts at h.
+  const uint64_t h = 5 * b + b / 2 + 1;
+  const auto p2 = Diverge(p1, h, 12 * b + 3, 2);
+  Store(*src, p2, 2, {h, opaque() ? 12 * b : p2.size()});
+  // Block 5 straddles P1's pack and P2's: for opaque blocks it comes whole from P2's pack.
+  EXPECT_EQ(Restore(*dst, "p2", p2, 12 * b), 0u);
+  EXPECT_EQ(Restore(*dst, "p2-mid", p2, 12 * b, 4 * b, 7 * b), 0u);
+  EXPECT_EQ(Restore(*dst, "p1-again", p1, 14 * b), 0u);
+
+  // P3 diverges from P2 two tokens later, in the same block: the ticket's middle record (P2's
+  // pack, 2 tokens) holds no whole block of its own.
+  const auto p3 = Diverge(p2, h + 2, 10 * b + 1, 3);
+  Store(*src, p3, 3, {h + 2, opaque() ? 10 * b : p3.size()});
+  EXPECT_EQ(Restore(*dst, "p3", p3, 10 * b), 0u);
+  EXPECT_EQ(Restore(*dst, "p2-again", p2, 12 * b), 0u);
+  EXPECT_TRUE(engine_internal::EngineDirectory(*engine_).CheckInvariants().ok());
+}
+
+TEST_P(EngineBlockLayoutTest, AnotherLayoutIsRejectedByBindSlotsAndBeginStore) {
+  OpenLayout();
+  const KvCacheLayout other = GetParam().layout == KvCacheLayout::kPackedNhd
+                                  ? KvCacheLayout::kPackedHnd
+                                  : KvCacheLayout::kPackedNhd;
+  auto src = Fixture(GetParam().layout, 16);
+  auto wrong = Fixture(other, 16);
+  const auto tokens = RandomTokens(4 * B() + 1, 5);
+  Store(*src, tokens, 1, {0, opaque() ? 4 * B() : tokens.size()});
+
+  StoreRequest sreq;
+  sreq.envelope = Envelope("w");
+  sreq.tokens = tokens;
+  sreq.kv = &wrong->kv();
+  const auto slots = wrong->Slots(tokens.size(), 3);
+  sreq.slot_mapping = slots;
+  auto store = engine_->BeginStore(sreq);
+  ASSERT_EQ(store.status().code(), StatusCode::kGeometryMismatch) << store.status().ToString();
+  EXPECT_NE(store.status().message().find(std::string(KvCacheLayoutName(other))),
+            std::string::npos);
+  EXPECT_NE(store.status().message().find(std::string(KvCacheLayoutName(GetParam().layout))),
+            std::string::npos);
+
+  auto lookup = engine_->Lookup(Envelope("w"), tokens, B());
+  ASSERT_TRUE(lookup.ok());
+  ASSERT_EQ(lookup->hit_tokens, 4 * B());
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = Envelope("w");
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok());
+  const auto rslots = wrong->Slots(4 * B(), 4);
+  const Status bound = handle->BindSlots(wrong->kv(), rslots);
+  EXPECT_EQ(bound.code(), StatusCode::kGeometryMismatch) << bound.ToString();
+  EXPECT_NE(bound.message().find(std::string(KvCacheLayoutName(other))), std::string::npos);
+  // Nothing was bound: the right layout still binds and restores.
+  ASSERT_TRUE(handle->BindSlots(src->kv(), src->Slots(4 * B(), 5)).ok());
+  EXPECT_TRUE(handle->Finish().status.ok());
+}
+
+std::vector<LayoutBlock> BlockLayoutCases() {
+  std::vector<LayoutBlock> v;
+  for (KvCacheLayout l :
+       {KvCacheLayout::kPackedNhd, KvCacheLayout::kPackedHnd, KvCacheLayout::kCpuBlock}) {
+    for (uint32_t b : {16u, 32u, 64u, 128u, 256u}) v.push_back({l, b});
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Vllm032, EngineBlockLayoutTest, ::testing::ValuesIn(BlockLayoutCases()),
+                         [](const auto& p) {
+                           std::string name(KvCacheLayoutName(p.param.layout));
+                           name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+                           return name + "_B" + std::to_string(p.param.block_size);
+                         });
+
+// kCpuBlock: whole blocks or an error, and no change on error.
+TEST_F(EngineTest, CpuBlockLayoutChecksAlignmentAndBlockMappings) {
+  ModelSpec m = SmallModel(3, 3, 16, 2, 32);
+  m.layout = KvCacheLayout::kCpuBlock;
+  // s = 192, W = 8 KiB: floor(W/s) = 42 tokens, rounded down to one block of 32 per stripe.
+  const EngineOptions options = SmallOptions(dir_.path() + "/store", m, 8192);
+  Open(options);
+  ASSERT_EQ(engine_->geometry().tokens_per_stripe, 32u);
+  auto src = Fixture(KvCacheLayout::kCpuBlock, 32);
+  auto dst = Fixture(KvCacheLayout::kCpuBlock, 32);
+  const auto tokens = RandomTokens(7 * 32 + 5, 9);
+
+  StoreRequest sreq;
+  sreq.envelope = Envelope("s");
+  sreq.kv = &src->kv();
+  const auto per_token = RandomSlots(tokens.size(), src->num_slots(), 1);
+  sreq.tokens = tokens;
+  sreq.slot_mapping = per_token;
+  auto bad_store = engine_->BeginStore(sreq);
+  EXPECT_EQ(bad_store.status().code(), StatusCode::kInvalidArgument) << "not whole blocks";
+  const auto few = RandomTokens(31, 9);
+  const auto few_slots = src->Slots(31, 2);
+  sreq.tokens = few;
+  sreq.slot_mapping = few_slots;
+  EXPECT_EQ(engine_->BeginStore(sreq).status().code(), StatusCode::kInvalidArgument)
+      << "less than one block";
+  // A per-token-random trailing partial block is never moved, so it is not checked.
+  auto slots = src->Slots(tokens.size(), 3);
+  for (size_t i = 7 * 32; i < tokens.size(); ++i) slots[i] = slots[i - 7 * 32 + 1];
+  std::swap(slots[7 * 32], slots[7 * 32 + 4]);
+  ASSERT_TRUE(src->Fill(tokens, 0, std::span<const int64_t>(slots).first(7 * 32), 51).ok());
+  sreq.tokens = tokens;
+  sreq.slot_mapping = slots;
+  auto store = engine_->BeginStore(sreq);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(store->stored_tokens(), (TokenInterval{0, 7 * 32}));
+  for (uint32_t l = 0; l < 3; ++l) ASSERT_TRUE(store->LayerProduced(l).ok());
+  ASSERT_TRUE(store->Finish().status.ok());
+
+  // Granularity 1 is raised to whole blocks; a store of whole blocks never hits its last one.
+  auto lookup = engine_->Lookup(Envelope("r"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  EXPECT_EQ(lookup->hit_tokens, 7u * 32);
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = Envelope("r");
+  req.tokens = tokens;
+  req.endpoint_tokens = 7 * 32 - 1;
+  EXPECT_EQ(engine_->StartRestore(req).status().code(), StatusCode::kInvalidArgument);
+  req.endpoint_tokens = 7 * 32;
+  req.begin_token = 5;
+  EXPECT_EQ(engine_->StartRestore(req).status().code(), StatusCode::kInvalidArgument);
+  req.begin_token = 32;
+  auto handle = engine_->StartRestore(req);  // the failed attempts changed nothing
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  const auto per_token_dst = RandomSlots(6 * 32, dst->num_slots(), 4);
+  EXPECT_EQ(handle->BindSlots(dst->kv(), per_token_dst).code(), StatusCode::kInvalidArgument);
+  auto shifted = dst->Slots(6 * 32, 5);
+  for (int64_t& x : shifted) ++x;  // every block starts at offset 1
+  EXPECT_EQ(handle->BindSlots(dst->kv(), shifted).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(dst->Poison(0xA5).ok());
+  const auto good = dst->Slots(6 * 32, 6);
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), good).ok());
+  RestoreOutcome out = handle->Finish();
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  auto bad = dst->Mismatches(tokens, 32, good, 51);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 0u);
+
+  // The pack header's rounded T validates on reopen, and the index comes back.
+  src.reset();
+  dst.reset();
+  ASSERT_TRUE(engine_->Close().ok());
+  engine_.reset();
+  Open(options);
+  auto again = engine_->Lookup(Envelope("again"), tokens, 32);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->hit_tokens, 7u * 32);
+}
+
+// The layout is part of the namespace: a store written in one layout never serves another.
+TEST_F(EngineTest, AnotherLayoutIsAnotherNamespace) {
+  ModelSpec nhd = SmallModel(4, 2, 16);
+  {
+    EngineOptions o = SmallOptions(dir_.path() + "/store", nhd, kW);
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ASSERT_TRUE((*e)->Close().ok());
+  }
+  for (KvCacheLayout l : {KvCacheLayout::kPackedNhd, KvCacheLayout::kPackedHnd,
+                          KvCacheLayout::kFlashAttnHnd, KvCacheLayout::kCpuBlock}) {
+    ModelSpec m = nhd;
+    m.layout = l;
+    auto e = Engine::Open(SmallOptions(dir_.path() + "/store", m, kW));
+    EXPECT_EQ(e.status().code(), StatusCode::kNamespaceMismatch)
+        << KvCacheLayoutName(l) << ": " << e.status().ToString();
   }
 }
 

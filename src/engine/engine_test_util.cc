@@ -66,6 +66,7 @@ ModelSpec SmallModel(uint32_t layers, uint32_t kv_heads, uint32_t head_size, uin
   m.head_size = head_size;
   m.mla_latent_size = mla_latent;
   m.block_size = block_size;
+  if (mla_latent != 0) m.layout = KvCacheLayout::kMla;
   return m;
 }
 
@@ -127,7 +128,25 @@ void CanonicalRow(uint64_t seed, uint32_t layer, uint64_t position, int32_t toke
   }
 }
 
+std::vector<int64_t> RandomBlockSlots(size_t n, uint64_t num_blocks, uint32_t block_size,
+                                      uint64_t seed) {
+  const uint64_t blocks_needed = (n + block_size - 1) / block_size;
+  RANGEKV_CHECK(blocks_needed <= num_blocks);
+  const std::vector<int64_t> blocks = RandomSlots(blocks_needed, num_blocks, seed);
+  std::vector<int64_t> slots(n);
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = blocks[i / block_size] * block_size + static_cast<int64_t>(i % block_size);
+  }
+  return slots;
+}
+
 // ---- KvFixture ----------------------------------------------------------------------------
+
+std::vector<int64_t> KvFixture::Slots(size_t n, uint64_t seed) const {
+  const uint32_t b = engine_->geometry().block_size;
+  if (IsBlockOpaque(layout_)) return RandomBlockSlots(n, kv_.num_blocks, b, seed);
+  return RandomSlots(n, num_slots(), seed);
+}
 
 Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout layout,
                                                    uint64_t num_blocks) {
@@ -233,7 +252,7 @@ RequestEnvelope Envelope(const std::string& request_id, uint32_t attempt) {
 Result<StoreResult> StoreAll(Engine& engine, KvFixture& fixture, std::span<const int32_t> tokens,
                              uint64_t seed, uint64_t slot_seed, StoreWait wait,
                              DeviceStreamRef producer) {
-  const std::vector<int64_t> slots = RandomSlots(tokens.size(), fixture.num_slots(), slot_seed);
+  const std::vector<int64_t> slots = fixture.Slots(tokens.size(), slot_seed);
   RANGEKV_RETURN_IF_ERROR(fixture.Fill(tokens, 0, slots, seed));
   StoreRequest req;
   req.envelope = Envelope("store-" + std::to_string(slot_seed));
@@ -264,7 +283,7 @@ Result<RestoreResult> RestoreAndVerify(Engine& engine, KvFixture& fixture,
   req.tokens = tokens;
   req.endpoint_tokens = r.lookup.hit_tokens;
   RANGEKV_ASSIGN_OR_RETURN(RestoreHandle handle, engine.StartRestore(req));
-  r.slots = RandomSlots(r.lookup.hit_tokens, fixture.num_slots(), slot_seed);
+  r.slots = fixture.Slots(r.lookup.hit_tokens, slot_seed);
   RANGEKV_RETURN_IF_ERROR(handle.BindSlots(fixture.kv(), r.slots));
   const uint32_t layers = engine.geometry().layers;
   if (wait == WaitMode::kEveryLayer) {

@@ -47,6 +47,12 @@ std::vector<int32_t> RandomTokens(size_t n, uint64_t seed);
 // `n` distinct slots out of num_blocks * block_size, in random order.
 std::vector<int64_t> RandomSlots(size_t n, uint64_t num_slots, uint64_t seed);
 
+// `n` slots filling whole blocks in order (token i at offset i % B of its block), the blocks
+// distinct and in random order: the mapping vLLM produces, and the one block-opaque layouts
+// (kCpuBlock) require.
+std::vector<int64_t> RandomBlockSlots(size_t n, uint64_t num_blocks, uint32_t block_size,
+                                      uint64_t seed);
+
 // Canonical bytes of one token row (layer l, path position t, token id) for `seed`.
 void CanonicalRow(uint64_t seed, uint32_t layer, uint64_t position, int32_t token, uint8_t* row,
                   uint64_t row_bytes);
@@ -60,6 +66,9 @@ class KvFixture {
   const PagedKv& kv() const { return kv_; }
   uint64_t num_slots() const { return kv_.num_blocks * engine_->geometry().block_size; }
   uint64_t layer_bytes() const { return layer_bytes_; }
+  KvCacheLayout layout() const { return layout_; }
+  // `n` slots for a transfer: RandomBlockSlots for block-opaque layouts, else RandomSlots.
+  std::vector<int64_t> Slots(size_t n, uint64_t seed) const;
 
   // Every byte of every layer := `value` (on the device).
   Status Poison(uint8_t value);

@@ -16,11 +16,17 @@ kernels::PagedLayout ToKernelLayout(KvCacheLayout layout) {
       return kernels::PagedLayout::kFlashInferHnd;
     case KvCacheLayout::kMla:
       return kernels::PagedLayout::kMla;
+    case KvCacheLayout::kPackedNhd:
+      return kernels::PagedLayout::kPackedNhd;
+    case KvCacheLayout::kPackedHnd:
+      return kernels::PagedLayout::kPackedHnd;
+    case KvCacheLayout::kCpuBlock:
+      return kernels::PagedLayout::kCpuBlock;
   }
   return kernels::PagedLayout::kFlashAttnNhd;
 }
 
-Status MakeLayerViews(const Geometry& g, const PagedKv& kv,
+Status MakeLayerViews(const Geometry& g, KvCacheLayout layout, const PagedKv& kv,
                       std::vector<kernels::PagedKvView>* views) {
   if (kv.layer_base.size() != g.layers) {
     return {StatusCode::kGeometryMismatch,
@@ -30,8 +36,11 @@ Status MakeLayerViews(const Geometry& g, const PagedKv& kv,
   if (kv.num_blocks == 0 || kv.num_blocks > UINT32_MAX) {
     return InvalidArgument("paged KV: num_blocks must be in [1, 2^32)");
   }
-  if ((kv.layout == KvCacheLayout::kMla) != g.is_mla()) {
-    return {StatusCode::kGeometryMismatch, "paged KV layout does not match the model (MLA or not)"};
+  if (kv.layout != layout) {
+    return {StatusCode::kGeometryMismatch,
+            "paged KV layout " + std::string(KvCacheLayoutName(kv.layout)) +
+                " differs from the store's layout " + std::string(KvCacheLayoutName(layout)) +
+                " (ModelSpec::layout)"};
   }
   kernels::PagedShape shape;
   shape.num_blocks = static_cast<uint32_t>(kv.num_blocks);
@@ -59,7 +68,31 @@ Status ValidateMapping(const kernels::PagedKvView& view, std::span<const int64_t
                              " is negative: every transferred token needs a slot");
     }
   }
-  return kernels::ValidateSlotMapping(view, slots, use);
+  RANGEKV_RETURN_IF_ERROR(kernels::ValidateSlotMapping(view, slots, use));
+  if (view.opaque_blocks != 0) {
+    return kernels::ValidateBlockMapping(
+        view, slots.first(slots.size() - slots.size() % view.block_size));
+  }
+  return OkStatus();
+}
+
+std::vector<PackRecord> BlockAlignedRecords(std::span<const PackRecord> records,
+                                            uint64_t block_size) {
+  std::vector<PackRecord> out;
+  out.reserve(records.size());
+  auto down = [&](uint64_t x) { return x - x % block_size; };
+  for (const PackRecord& r : records) {
+    const uint64_t begin = down(r.path_token_begin);
+    const uint64_t end = down(r.path_token_end());
+    if (end <= begin) continue;
+    const uint64_t pack_first = down(r.path_token_begin - r.pack_token_offset);
+    PackRecord a = r;
+    a.path_token_begin = begin;
+    a.pack_token_offset = begin - pack_first;
+    a.tokens = end - begin;
+    out.push_back(a);
+  }
+  return out;
 }
 
 }  // namespace rangekv::engine_internal

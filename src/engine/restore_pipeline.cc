@@ -145,6 +145,12 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
   plan_options.max_spans = std::max<uint64_t>(slot->plan.capacity(), kDefaultMaxPlanSpans);
   // Verification checks whole digest blocks: read every block the valid tokens touch.
   if (verify_) plan_options.read_block_tokens = context_.integrity->block_tokens();
+  // Opaque blocks: read each block from the pack that stored it whole (paged_views.h).
+  std::vector<PackRecord> aligned;
+  if (IsBlockOpaque(context_.options->model.layout)) {
+    aligned = BlockAlignedRecords(records, context_.geometry.block_size);
+    records = aligned;
+  }
   Status planned =
       PlanReadSpans(context_.store->layout(), records, {tokens.begin, tokens.end}, {0, layers_},
                     context_.store->generations(), plan_options, &slot->plan);
@@ -193,7 +199,8 @@ Status RestorePipeline::Bind(RestoreJob& job, const PagedKv& kv,
   // Views go to a local first: validation of the mapping needs one, and the job's views may
   // only change under the lock.
   std::vector<kernels::PagedKvView> views;
-  RANGEKV_RETURN_IF_ERROR(MakeLayerViews(context_.geometry, kv, &views));
+  RANGEKV_RETURN_IF_ERROR(
+      MakeLayerViews(context_.geometry, context_.options->model.layout, kv, &views));
   RANGEKV_RETURN_IF_ERROR(
       ValidateMapping(views[0], slot_mapping, kernels::SlotUse::kScatterDestination));
 

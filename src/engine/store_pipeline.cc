@@ -147,6 +147,10 @@ Status StorePipeline::Configure(StoreJob& job, Reservation& reservation) {
   job.reservation_id = reservation.reservation_id;
   job.stored = {reservation.begin_tokens, reservation.end_tokens};
   job.records = std::move(reservation.records);
+  if (IsBlockOpaque(context_.options->model.layout)) {
+    // Whole blocks only: a pack starting mid-block re-stores that block from its boundary.
+    job.records = BlockAlignedRecords(job.records, context_.geometry.block_size);
+  }
   Status planned = PlanBatches(job, *job.slot);
   if (!planned.ok()) {
     Status aborted = context_.store->directory().Abort(job.reservation_id);
@@ -178,8 +182,20 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
                            " entries for " + std::to_string(tokens.size()) + " tokens");
   }
   std::vector<kernels::PagedKvView> views;
-  RANGEKV_RETURN_IF_ERROR(MakeLayerViews(context_.geometry, kv, &views));
+  const KvCacheLayout layout = context_.options->model.layout;
+  RANGEKV_RETURN_IF_ERROR(MakeLayerViews(context_.geometry, layout, kv, &views));
   RANGEKV_RETURN_IF_ERROR(ValidateMapping(views[0], slot_mapping, kernels::SlotUse::kGatherSource));
+  if (IsBlockOpaque(layout)) {
+    // Only whole blocks are stored: the partial last block is clipped off (layout.h).
+    const uint64_t b = context_.geometry.block_size;
+    if (tokens.size() < b) {
+      return InvalidArgument("store of " + std::to_string(tokens.size()) + " tokens: layout " +
+                             std::string(KvCacheLayoutName(layout)) + " stores whole blocks of " +
+                             std::to_string(b) + " tokens only");
+    }
+    tokens = tokens.first(tokens.size() - tokens.size() % b);
+    slot_mapping = slot_mapping.first(tokens.size());
+  }
 
   StoreSlot* slot = nullptr;
   uint64_t id = 0;

@@ -20,6 +20,12 @@ const char* LayoutName(PagedLayout layout) {
       return "FlashInferHnd";
     case PagedLayout::kMla:
       return "Mla";
+    case PagedLayout::kPackedNhd:
+      return "PackedNhd";
+    case PagedLayout::kPackedHnd:
+      return "PackedHnd";
+    case PagedLayout::kCpuBlock:
+      return "CpuBlock";
   }
   return "Unknown";
 }
@@ -43,8 +49,9 @@ std::vector<LayoutCase> AllLayoutCases(uint64_t seed, uint32_t scale) {
   std::vector<LayoutCase> cases;
   for (PagedLayout layout :
        {PagedLayout::kFlashAttnNhd, PagedLayout::kFlashAttnHnd, PagedLayout::kFlashInferNhd,
-        PagedLayout::kFlashInferHnd, PagedLayout::kMla}) {
-    for (uint32_t block_size : {16u, 32u, 64u}) {
+        PagedLayout::kFlashInferHnd, PagedLayout::kMla, PagedLayout::kPackedNhd,
+        PagedLayout::kPackedHnd, PagedLayout::kCpuBlock}) {
+    for (uint32_t block_size : {16u, 32u, 64u, 128u, 256u}) {
       for (uint32_t elem_bytes : {1u, 2u}) {
         LayoutCase c;
         c.layout = layout;
@@ -57,10 +64,20 @@ std::vector<LayoutCase> AllLayoutCases(uint64_t seed, uint32_t scale) {
           c.shape.num_heads = pick({1, 2, 3, 4, 8});
           c.shape.head_size = pick({128, 64, 40, 7});  // 40 x 1 byte and 7: not 16-aligned
         }
-        c.shape.num_blocks = (4 + static_cast<uint32_t>(rng() % 13)) * scale;
+        // Large blocks: fewer of them, so a case stays a few MiB.
+        c.shape.num_blocks = block_size >= 128 ? (2 + static_cast<uint32_t>(rng() % 5)) * scale
+                                               : (4 + static_cast<uint32_t>(rng() % 13)) * scale;
         const uint32_t slots = c.shape.num_blocks * block_size;
-        // Not a whole number of blocks, and usually fewer tokens than slots.
-        c.num_tokens = std::max<uint32_t>(1, slots - static_cast<uint32_t>(rng() % slots) / 2 - 3);
+        if (layout == PagedLayout::kCpuBlock) {
+          // Whole blocks only; usually fewer than the layer holds.
+          const uint32_t n = c.shape.num_blocks;
+          c.num_tokens =
+              std::max<uint32_t>(1, n - static_cast<uint32_t>(rng() % n) / 2) * block_size;
+        } else {
+          // Not a whole number of blocks, and usually fewer tokens than slots.
+          c.num_tokens =
+              std::max<uint32_t>(1, slots - static_cast<uint32_t>(rng() % slots) / 2 - 3);
+        }
         c.seed = rng();
         cases.push_back(c);
       }
@@ -91,6 +108,15 @@ uint64_t OracleOffset(PagedLayout layout, const PagedShape& s, uint32_t plane, u
       RANGEKV_CHECK(plane == 0 && head == 0);
       vector_index = block * B + token;
       break;
+    case PagedLayout::kPackedNhd:  // [N, B, H, 2D]: (block, token, head, plane) of D-vectors
+      vector_index = ((block * B + token) * H + head) * 2 + plane;
+      break;
+    case PagedLayout::kPackedHnd:  // [N, H, B, 2D]
+      vector_index = ((block * H + head) * B + token) * 2 + plane;
+      break;
+    case PagedLayout::kCpuBlock:  // opaque block of B rows of (K heads, V heads)
+      vector_index = ((block * B + token) * 2 + plane) * H + head;
+      break;
   }
   return vector_index * head_bytes + byte;
 }
@@ -106,6 +132,32 @@ std::vector<int64_t> RandomSlotMapping(uint32_t num_slots, uint32_t n, uint32_t 
     if (rng() % 100 < skip_percent) s = -1;
   }
   return all;
+}
+
+std::vector<int64_t> RandomBlockSlotMapping(uint32_t num_blocks, uint32_t block_size, uint32_t n,
+                                            uint32_t skip_percent, std::mt19937_64& rng) {
+  RANGEKV_CHECK(n % block_size == 0 && n / block_size <= num_blocks);
+  std::vector<int64_t> blocks(num_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  std::vector<int64_t> slots(n);
+  for (uint32_t j = 0; j < n / block_size; ++j) {
+    const bool skip = rng() % 100 < skip_percent;
+    for (uint32_t k = 0; k < block_size; ++k) {
+      slots[j * block_size + k] = skip ? -1 : blocks[j] * block_size + k;
+    }
+  }
+  return slots;
+}
+
+std::vector<int64_t> CaseSlotMapping(const LayoutCase& c, uint32_t skip_percent,
+                                     std::mt19937_64& rng) {
+  if (c.layout == PagedLayout::kCpuBlock) {
+    return RandomBlockSlotMapping(c.shape.num_blocks, c.shape.block_size, c.num_tokens,
+                                  skip_percent, rng);
+  }
+  return RandomSlotMapping(c.shape.num_blocks * c.shape.block_size, c.num_tokens, skip_percent,
+                           rng);
 }
 
 void FillRandom(std::span<uint8_t> bytes, std::mt19937_64& rng) {
@@ -138,11 +190,30 @@ void ForEachByte(const LayoutCase& c, int64_t slot, Fn&& fn) {
 
 }  // namespace
 
+// Calls fn(paged_offset, stripe_offset, bytes) for every group of B tokens of a kCpuBlock case
+// whose first slot is valid: the whole block moves, its destination named by that slot.
+template <typename Fn>
+void ForEachOpaqueBlock(const LayoutCase& c, std::span<const int64_t> slots, Fn&& fn) {
+  const uint64_t B = c.shape.block_size;
+  const uint64_t block_bytes = B * RowBytes(c);
+  const int64_t num_slots = int64_t{c.shape.num_blocks} * c.shape.block_size;
+  for (size_t t = 0; t + B <= slots.size(); t += B) {
+    if (slots[t] < 0 || slots[t] >= num_slots) continue;
+    fn(static_cast<uint64_t>(slots[t]) / B * block_bytes, t * RowBytes(c), block_bytes);
+  }
+}
+
 std::vector<uint8_t> OracleScatter(const LayoutCase& c, std::vector<uint8_t> paged,
                                    std::span<const uint8_t> stripe,
                                    std::span<const int64_t> slots) {
   const uint64_t row = RowBytes(c);
   const int64_t num_slots = int64_t{c.shape.num_blocks} * c.shape.block_size;
+  if (c.layout == PagedLayout::kCpuBlock) {
+    ForEachOpaqueBlock(c, slots, [&](uint64_t paged_offset, uint64_t offset, uint64_t bytes) {
+      for (uint64_t i = 0; i < bytes; ++i) paged[paged_offset + i] = stripe[offset + i];
+    });
+    return paged;
+  }
   for (size_t t = 0; t < slots.size(); ++t) {
     if (slots[t] < 0 || slots[t] >= num_slots) continue;
     ForEachByte(c, slots[t], [&](uint64_t paged_offset, uint64_t row_offset) {
@@ -156,6 +227,12 @@ std::vector<uint8_t> OracleGather(const LayoutCase& c, std::span<const uint8_t> 
                                   std::vector<uint8_t> stripe, std::span<const int64_t> slots) {
   const uint64_t row = RowBytes(c);
   const int64_t num_slots = int64_t{c.shape.num_blocks} * c.shape.block_size;
+  if (c.layout == PagedLayout::kCpuBlock) {
+    ForEachOpaqueBlock(c, slots, [&](uint64_t paged_offset, uint64_t offset, uint64_t bytes) {
+      for (uint64_t i = 0; i < bytes; ++i) stripe[offset + i] = paged[paged_offset + i];
+    });
+    return stripe;
+  }
   for (size_t t = 0; t < slots.size(); ++t) {
     if (slots[t] < 0 || slots[t] >= num_slots) continue;
     ForEachByte(c, slots[t], [&](uint64_t paged_offset, uint64_t row_offset) {

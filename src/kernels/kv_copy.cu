@@ -9,6 +9,11 @@
 // storing any so several memory requests are in flight per thread. Within a warp, consecutive
 // threads touch consecutive W-byte pieces of one row and of one paged head vector, so both
 // sides are coalesced. Slots are read once per (thread, token) from a broadcast address.
+//
+// Opaque blocks (kCpuBlock views): a block group is B * s contiguous bytes on both sides, so
+// each CUDA block takes one group at a time (grid stride over groups), reads the group's first
+// slot once, and its threads copy the group's W-byte units with a block stride: a plain
+// coalesced memcpy per group.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -126,6 +131,52 @@ __global__ void __launch_bounds__(kThreads) GatherKernel(GatherArgs args, CopyPl
                       args.slots, args.num_tokens);
 }
 
+// Moves the whole block groups of one opaque layer (paged_kv.h, "Opaque blocks").
+template <typename V, bool kToPaged>
+__device__ __forceinline__ void CopyBlocks(const PagedKvView& v, uint8_t* stripe,
+                                           const int64_t* __restrict__ slots, uint32_t num_tokens,
+                                           uint32_t units_per_group) {
+  const uint32_t num_groups = num_tokens / v.block_size;
+  const int64_t num_slots = v.num_slots();
+  for (uint32_t j = blockIdx.x; j < num_groups; j += gridDim.x) {
+    const int64_t slot = slots[uint64_t{j} * v.block_size];
+    if (slot < 0 || slot >= num_slots) continue;
+    // One division per group (not per byte): no FastDivU32 needed.
+    const uint32_t blk = static_cast<uint32_t>(slot) / v.block_size;
+    uint8_t* const paged = v.plane_base[0] + int64_t{blk} * v.block_stride_bytes;
+    uint8_t* const row = stripe + uint64_t{j} * units_per_group * sizeof(V);
+    V* const dst = reinterpret_cast<V*>(kToPaged ? paged : row);
+    const uint8_t* const src = kToPaged ? row : paged;
+#pragma unroll 4
+    for (uint32_t u = threadIdx.x; u < units_per_group; u += kThreads) {
+      dst[u] = LoadReadOnly<V>(src + uint64_t{u} * sizeof(V));
+    }
+  }
+}
+
+template <typename V>
+__global__ void __launch_bounds__(kThreads)
+    ScatterBlocksKernel(ScatterArgs args, uint32_t units_per_group) {
+  CopyBlocks<V, true>(args.dst, const_cast<uint8_t*>(args.stripe), args.slots, args.num_tokens,
+                      units_per_group);
+}
+
+template <typename V>
+__global__ void __launch_bounds__(kThreads)
+    GatherBlocksKernel(GatherArgs args, uint32_t units_per_group) {
+  const uint32_t g = blockIdx.y;
+  CopyBlocks<V, false>(args.src[g], args.out + uint64_t{g} * args.out_layer_stride_bytes,
+                       args.slots, args.num_tokens, units_per_group);
+}
+
+uint32_t BlockGridX(uint32_t num_tokens, uint32_t block_size) {
+  return std::clamp<uint32_t>(num_tokens / block_size, 1, kMaxGridX);
+}
+
+uint32_t UnitsPerGroup(const PagedKvView& v, uint32_t unit_bytes) {
+  return static_cast<uint32_t>(uint64_t{v.block_size} * v.token_bytes() / unit_bytes);
+}
+
 uint32_t GridX(uint32_t num_tokens, uint32_t tokens_per_block) {
   const uint64_t per_block = uint64_t{tokens_per_block} * kUnroll;
   const uint64_t blocks = (num_tokens + per_block - 1) / per_block;
@@ -134,6 +185,12 @@ uint32_t GridX(uint32_t num_tokens, uint32_t tokens_per_block) {
 
 template <typename V>
 cudaError_t LaunchScatterAs(const ScatterArgs& args, cudaStream_t stream) {
+  if (args.dst.opaque_blocks != 0) {
+    ScatterBlocksKernel<V>
+        <<<BlockGridX(args.num_tokens, args.dst.block_size), kThreads, 0, stream>>>(
+            args, UnitsPerGroup(args.dst, sizeof(V)));
+    return cudaGetLastError();
+  }
   const CopyPlan plan = MakePlan(args.dst, sizeof(V));
   ScatterKernel<V>
       <<<GridX(args.num_tokens, plan.tokens_per_block), kThreads, 0, stream>>>(args, plan);
@@ -142,6 +199,12 @@ cudaError_t LaunchScatterAs(const ScatterArgs& args, cudaStream_t stream) {
 
 template <typename V>
 cudaError_t LaunchGatherAs(const GatherArgs& args, cudaStream_t stream) {
+  if (args.src[0].opaque_blocks != 0) {
+    const dim3 grid(BlockGridX(args.num_tokens, args.src[0].block_size), args.num_layers);
+    GatherBlocksKernel<V>
+        <<<grid, kThreads, 0, stream>>>(args, UnitsPerGroup(args.src[0], sizeof(V)));
+    return cudaGetLastError();
+  }
   const CopyPlan plan = MakePlan(args.src[0], sizeof(V));
   const dim3 grid(GridX(args.num_tokens, plan.tokens_per_block), args.num_layers);
   GatherKernel<V><<<grid, kThreads, 0, stream>>>(args, plan);

@@ -97,6 +97,7 @@ Result<uint64_t> PagedLayerBytes(PagedLayout layout, const PagedShape& s) {
   if (layout == PagedLayout::kMla && s.num_heads != 1) {
     return InvalidArgument("MLA paged shape must have num_heads == 1: " + ShapeString(s));
   }
+  // kCpuBlock is [N, H, B, 2D]: as many bytes as two planes of [N, B, H, D].
   const uint64_t planes = layout == PagedLayout::kMla ? 1 : 2;
   std::optional<uint64_t> bytes = uint64_t{s.head_size} * s.elem_bytes;  // < 2^64
   for (uint64_t f :
@@ -159,6 +160,38 @@ Result<PagedKvView> MakePagedKvView(PagedLayout layout, const PagedShape& s, voi
       v.token_stride_bytes = hb;
       v.head_stride_bytes = int64_t{s.block_size} * hb;
       break;
+    case PagedLayout::kPackedNhd:  // [N, B, H, 2D]: K = [..., :D], V = [..., D:]
+      v.num_planes = 2;
+      v.plane_base[0] = base;
+      v.plane_base[1] = base + hb;
+      v.block_stride_bytes = 2 * bh;
+      v.token_stride_bytes = 2 * int64_t{s.num_heads} * hb;
+      v.head_stride_bytes = 2 * hb;
+      break;
+    case PagedLayout::kPackedHnd:  // [N, H, B, 2D]
+      v.num_planes = 2;
+      v.plane_base[0] = base;
+      v.plane_base[1] = base + hb;
+      v.block_stride_bytes = 2 * bh;
+      v.token_stride_bytes = 2 * hb;
+      v.head_stride_bytes = 2 * int64_t{s.block_size} * hb;
+      break;
+    case PagedLayout::kCpuBlock: {  // [N, H, B, 2D], each block B * s opaque bytes
+      const int64_t token = 2 * int64_t{s.num_heads} * hb;  // s
+      if (token > UINT32_MAX) {
+        return InvalidArgument("opaque-block token row larger than 4 GiB: " + ShapeString(s));
+      }
+      v.num_planes = 1;
+      v.plane_base[0] = base;
+      v.plane_base[1] = nullptr;
+      v.num_heads = 1;
+      v.head_bytes = static_cast<uint32_t>(token);
+      v.block_stride_bytes = 2 * bh;
+      v.token_stride_bytes = token;
+      v.head_stride_bytes = token;
+      v.opaque_blocks = 1;
+      break;
+    }
     case PagedLayout::kMla:  // [N, B, latent]
       v.num_planes = 1;
       v.plane_base[0] = base;
@@ -187,6 +220,13 @@ Status ValidatePagedKvView(const PagedKvView& v) {
   if (v.num_blocks == 0 || v.block_size == 0 || v.num_heads == 0 || v.head_bytes == 0 ||
       v.elem_bytes == 0) {
     return InvalidArgument("paged view has a zero size");
+  }
+  if (v.opaque_blocks > 1) return InvalidArgument("paged view opaque_blocks must be 0 or 1");
+  if (v.opaque_blocks == 1 && (v.num_planes != 1 || v.num_heads != 1 ||
+                               v.token_stride_bytes != static_cast<int64_t>(v.head_bytes))) {
+    return InvalidArgument(
+        "paged view with opaque blocks must have one plane, one head and token stride == "
+        "head_bytes (a block is one contiguous run of block_size rows)");
   }
   if (v.head_bytes % v.elem_bytes != 0) {
     return InvalidArgument("paged view head_bytes " + std::to_string(v.head_bytes) +
@@ -245,8 +285,35 @@ Status ValidateSlotMapping(const PagedKvView& view, std::span<const int64_t> slo
   return OkStatus();
 }
 
+Status ValidateBlockMapping(const PagedKvView& view, std::span<const int64_t> slots) {
+  const uint64_t b = view.block_size;
+  if (b == 0) return InvalidArgument("block mapping: block size is 0");
+  if (slots.size() % b != 0) {
+    return InvalidArgument("slot mapping of " + std::to_string(slots.size()) +
+                           " tokens is not a whole number of " + std::to_string(b) +
+                           "-token blocks (blocks of this layout move only whole)");
+  }
+  for (size_t j = 0; j < slots.size(); j += b) {
+    const int64_t first = slots[j];
+    bool ok = first >= 0 && static_cast<uint64_t>(first) % b == 0;
+    for (uint64_t k = 1; ok && k < b; ++k) ok = slots[j + k] == first + static_cast<int64_t>(k);
+    if (!ok) {
+      return InvalidArgument("slot mapping tokens [" + std::to_string(j) + ", " +
+                             std::to_string(j + b) + ") do not map to offsets 0.." +
+                             std::to_string(b - 1) + " of one block (first slot " +
+                             std::to_string(first) + "); this layout moves whole blocks only");
+    }
+  }
+  return OkStatus();
+}
+
 Status ValidateScatterArgs(const ScatterArgs& a) {
   RANGEKV_RETURN_IF_ERROR(ValidatePagedKvView(a.dst));
+  if (a.dst.opaque_blocks != 0 && a.num_tokens % a.dst.block_size != 0) {
+    return InvalidArgument("scatter of " + std::to_string(a.num_tokens) +
+                           " tokens into opaque blocks of " + std::to_string(a.dst.block_size) +
+                           " tokens: not a whole number of blocks");
+  }
   if (a.num_tokens == 0) return OkStatus();
   if (a.stripe == nullptr) return InvalidArgument("scatter stripe is null");
   if (a.slots == nullptr) return InvalidArgument("scatter slot mapping is null");
@@ -276,11 +343,17 @@ Status ValidateGatherArgs(const GatherArgs& a) {
     const PagedKvView& v = a.src[g];
     const PagedKvView& v0 = a.src[0];
     if (v.num_planes != v0.num_planes || v.num_heads != v0.num_heads ||
-        v.head_bytes != v0.head_bytes || v.block_size != v0.block_size) {
+        v.head_bytes != v0.head_bytes || v.block_size != v0.block_size ||
+        v.opaque_blocks != v0.opaque_blocks) {
       return InvalidArgument("gather layer " + std::to_string(g) +
-                             " has another shape (planes, heads, head bytes or block size) than "
-                             "layer 0");
+                             " has another shape (planes, heads, head bytes, block size or "
+                             "opaque blocks) than layer 0");
     }
+  }
+  if (a.src[0].opaque_blocks != 0 && a.num_tokens % a.src[0].block_size != 0) {
+    return InvalidArgument("gather of " + std::to_string(a.num_tokens) +
+                           " tokens from opaque blocks of " + std::to_string(a.src[0].block_size) +
+                           " tokens: not a whole number of blocks");
   }
   if (a.num_tokens == 0) return OkStatus();
   if (a.slots == nullptr) return InvalidArgument("gather slot mapping is null");

@@ -24,6 +24,17 @@
 // plane 0's heads in head order, then plane 1's heads (K bytes then V bytes; the MLA latent
 // alone). This is DESIGN.md's stripe layout for one layer.
 //
+// Opaque blocks (PagedKvView::opaque_blocks, made for PagedLayout::kCpuBlock). The serving
+// engine may pack a block's interior in a way the engine does not model, so the view describes
+// each block as B rows of token_bytes() (one plane, one "head" of head_bytes == token_bytes(),
+// token stride == head_bytes: a block is B * token_bytes() contiguous bytes) and the kernels move
+// whole blocks only. A launch's tokens form groups of block_size consecutive tokens (num_tokens
+// must be a multiple of block_size); group j moves the B * token_bytes() bytes between
+// stripe + j * B * token_bytes() and the paged block slots[j * B] / block_size. Only the group's
+// first slot is read; a negative or out-of-range first slot skips the group. Callers check
+// that every group maps to offsets 0..B-1 of one block with ValidateBlockMapping(), so the
+// bytes moved equal those a token-by-token copy through the same view would move.
+//
 // Byte-exact and dtype-agnostic: kernels move bytes. elem_bytes is carried for validation and
 // for callers; the CUDA kernels pick the widest access (16, 8, 4, 2 or 1 bytes) that every
 // pointer, stride and head_bytes allow.
@@ -53,6 +64,9 @@ enum class PagedLayout : uint8_t {
   kFlashInferNhd,  // FlashInfer: [N, 2, B, H, D]
   kFlashInferHnd,  // FlashInfer HND: [N, 2, H, B, D]
   kMla,            // MLA: [N, B, latent] (one plane; H = 1, D = latent size)
+  kPackedNhd,      // vLLM >= 0.26 FA/FlashInfer NHD: physical [N, B, H, 2D] (K = [:D], V = [D:])
+  kPackedHnd,      // vLLM >= 0.26 FA/FlashInfer HND: physical [N, H, B, 2D]
+  kCpuBlock,       // vLLM CPU backend [N, H, B, 2D] with opaque blocks (see "Opaque blocks")
 };
 
 // The logical shape of one layer. For kMla, num_heads must be 1 and head_size is the latent size.
@@ -77,6 +91,7 @@ struct PagedKvView {
   uint32_t num_heads = 0;
   uint32_t head_bytes = 0;  // bytes of one contiguous head vector (head_size * elem_bytes)
   uint32_t elem_bytes = 0;
+  uint32_t opaque_blocks = 0;  // 1: kernels move whole blocks (see "Opaque blocks")
 
   RANGEKV_HD uint32_t num_slots() const { return num_blocks * block_size; }
   // Bytes of one token of one plane (the K half, or the MLA latent).
@@ -162,6 +177,7 @@ Result<uint64_t> PagedLayerBytes(PagedLayout layout, const PagedShape& shape);
 Result<PagedKvView> MakePagedKvView(PagedLayout layout, const PagedShape& shape, void* layer_base);
 
 // Checks a view: num_planes in {1, 2}, non-null bases (plane 1 null iff num_planes == 1),
+// opaque_blocks in {0, 1} (1 only with one plane, one head and token stride == head_bytes),
 // non-zero sizes, head_bytes a multiple of elem_bytes, num_slots() < 2^32, a head vector's
 // bytes fit one head stride, and the addressing is injective: no two (plane, block, token,
 // head, byte) positions share an address (checked with the nested-stride criterion, which
@@ -178,10 +194,17 @@ enum class SlotUse : uint8_t { kScatterDestination, kGatherSource };
 // the mapping's length; call it once when a mapping is bound, not per launch.
 Status ValidateSlotMapping(const PagedKvView& view, std::span<const int64_t> slots, SlotUse use);
 
+// For a view with opaque blocks: `slots` covers whole blocks (size a multiple of block_size)
+// and each group of block_size consecutive entries is b*B, b*B+1, ..., b*B+B-1 for one block b
+// (kInvalidArgument naming the first group that is not). Range and duplicate checks are
+// ValidateSlotMapping()'s. O(n).
+Status ValidateBlockMapping(const PagedKvView& view, std::span<const int64_t> slots);
+
 // Checks launch arguments: a valid view, non-null stripe/slots/out when num_tokens > 0, at most
 // kMaxLaunchBytesPerLayer bytes per layer, gather layers agreeing on their shape, 1 <=
 // num_layers <= kMaxGatherLayers, output regions that do not overlap each other, and a stripe
-// or output that does not overlap the address range spanned by any paged view.
+// or output that does not overlap the address range spanned by any paged view; for opaque
+// views, num_tokens a multiple of block_size and (gather) every layer opaque alike.
 // O(num_layers); the slot values themselves are not read (see ValidateSlotMapping()).
 Status ValidateScatterArgs(const ScatterArgs& args);
 Status ValidateGatherArgs(const GatherArgs& args);

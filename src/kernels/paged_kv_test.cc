@@ -51,9 +51,23 @@ TEST(PagedKvViewTest, BuildersMatchTensorShapes) {
     std::vector<uint8_t> layer(*bytes);
     auto view = MakePagedKvView(c.layout, c.shape, layer.data());
     ASSERT_TRUE(view.ok()) << view.status().ToString();
-    EXPECT_EQ(view->num_planes, testing::NumPlanes(c.layout));
     EXPECT_EQ(view->token_bytes(), testing::RowBytes(c));
     EXPECT_EQ(view->num_slots(), c.shape.num_blocks * c.shape.block_size);
+    if (c.layout == PagedLayout::kCpuBlock) {
+      // One opaque row per token: the block is B contiguous rows at block * B * s.
+      EXPECT_EQ(view->opaque_blocks, 1u);
+      EXPECT_EQ(view->num_planes, 1u);
+      EXPECT_EQ(view->num_heads, 1u);
+      for (uint32_t b = 0; b < c.shape.num_blocks; ++b) {
+        for (uint32_t t = 0; t < c.shape.block_size; t += 5) {
+          ASSERT_EQ(view->HeadAddress(0, b, t, 0) - layer.data(),
+                    static_cast<int64_t>(testing::OracleOffset(c.layout, c.shape, 0, b, t, 0, 0)));
+        }
+      }
+      continue;
+    }
+    EXPECT_EQ(view->opaque_blocks, 0u);
+    EXPECT_EQ(view->num_planes, testing::NumPlanes(c.layout));
     for (uint32_t p = 0; p < view->num_planes; ++p) {
       for (uint32_t b = 0; b < c.shape.num_blocks; b += 3) {
         for (uint32_t t = 0; t < c.shape.block_size; t += 5) {
@@ -259,6 +273,73 @@ TEST(LaunchArgsTest, AccessWidthFollowsAlignment) {
   g.out = stripe;
   g.out_layer_stride_bytes = 64 * 4 + 4;  // a layer stride that is only 4-aligned
   EXPECT_EQ(GatherAccessBytes(g), 4u);
+}
+
+TEST(OpaqueBlockTest, BlockMappingAndLaunchChecks) {
+  const PagedShape s{
+      .num_blocks = 4, .block_size = 16, .num_heads = 2, .head_size = 8, .elem_bytes = 2};
+  std::vector<uint8_t> layer(*PagedLayerBytes(PagedLayout::kCpuBlock, s));
+  const PagedKvView v = *MakePagedKvView(PagedLayout::kCpuBlock, s, layer.data());
+  std::vector<int64_t> slots(32);
+  for (int k = 0; k < 16; ++k) {
+    slots[k] = 3 * 16 + k;
+    slots[16 + k] = 0 * 16 + k;
+  }
+  EXPECT_TRUE(ValidateBlockMapping(v, slots).ok());
+  EXPECT_EQ(ValidateBlockMapping(v, std::span(slots).first(20)).code(),
+            StatusCode::kInvalidArgument)
+      << "not whole blocks";
+  auto bad = slots;
+  bad[16] = 1;  // group 1 starts mid-block
+  EXPECT_EQ(ValidateBlockMapping(v, bad).code(), StatusCode::kInvalidArgument);
+  bad = slots;
+  std::swap(bad[3], bad[4]);  // out of order inside a block
+  EXPECT_EQ(ValidateBlockMapping(v, bad).code(), StatusCode::kInvalidArgument);
+  bad = slots;
+  bad[20] = 2 * 16 + 4;  // a token of group 1 in another block
+  EXPECT_EQ(ValidateBlockMapping(v, bad).code(), StatusCode::kInvalidArgument);
+  bad = slots;
+  bad[0] = -1;
+  EXPECT_EQ(ValidateBlockMapping(v, bad).code(), StatusCode::kInvalidArgument);
+
+  std::vector<uint8_t> stripe(32 * v.token_bytes());
+  ScatterArgs a{.dst = v, .stripe = stripe.data(), .slots = slots.data(), .num_tokens = 32};
+  EXPECT_TRUE(ValidateScatterArgs(a).ok());
+  a.num_tokens = 24;
+  EXPECT_EQ(ValidateScatterArgs(a).code(), StatusCode::kInvalidArgument);
+  GatherArgs g;
+  g.src[0] = v;
+  g.src[1] = v;
+  g.num_layers = 2;
+  g.slots = slots.data();
+  g.num_tokens = 32;
+  g.out = stripe.data();
+  g.out_layer_stride_bytes = 16 * v.token_bytes();
+  g.num_tokens = 16;
+  EXPECT_TRUE(ValidateGatherArgs(g).ok());
+  g.num_tokens = 8;
+  EXPECT_EQ(ValidateGatherArgs(g).code(), StatusCode::kInvalidArgument);
+  g.num_tokens = 16;
+  g.src[1].opaque_blocks = 0;
+  EXPECT_EQ(ValidateGatherArgs(g).code(), StatusCode::kInvalidArgument) << "mixed opacity";
+
+  PagedKvView two_planes = *MakePagedKvView(PagedLayout::kFlashAttnNhd, s, layer.data());
+  two_planes.opaque_blocks = 1;
+  EXPECT_EQ(ValidatePagedKvView(two_planes).code(), StatusCode::kInvalidArgument);
+}
+
+// The packed layouts keep K and V in one vector per (block, token, head): V is D elements after K.
+TEST(PackedLayoutTest, KAndVShareTheLastDimension) {
+  const PagedShape s{
+      .num_blocks = 3, .block_size = 16, .num_heads = 4, .head_size = 8, .elem_bytes = 2};
+  std::vector<uint8_t> layer(*PagedLayerBytes(PagedLayout::kPackedNhd, s));
+  for (PagedLayout l : {PagedLayout::kPackedNhd, PagedLayout::kPackedHnd}) {
+    const PagedKvView v = *MakePagedKvView(l, s, layer.data());
+    EXPECT_EQ(v.HeadAddress(1, 2, 5, 3) - v.HeadAddress(0, 2, 5, 3), 16);
+    EXPECT_EQ(v.block_stride_bytes, 16 * 4 * 32);
+  }
+  EXPECT_EQ(MakePagedKvView(PagedLayout::kPackedNhd, s, layer.data())->token_stride_bytes, 4 * 32);
+  EXPECT_EQ(MakePagedKvView(PagedLayout::kPackedHnd, s, layer.data())->head_stride_bytes, 16 * 32);
 }
 
 }  // namespace

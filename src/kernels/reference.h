@@ -5,7 +5,9 @@
 // Preconditions are those of the matching Validate*Args() (paged_kv.h, span_digest.h); the
 // functions do not re-validate. Negative and out-of-range slots are skipped, exactly like the
 // CUDA kernels. Token ranges let a caller split one launch over several threads: ranges that
-// do not overlap touch disjoint bytes as long as the slot mapping has no duplicates.
+// do not overlap touch disjoint bytes as long as the slot mapping has no duplicates. For a view
+// with opaque blocks, a range moves the whole block groups whose first token lies inside it
+// (paged_kv.h, "Opaque blocks"), so disjoint ranges still move every group exactly once.
 //
 // Thread-safety: reentrant; the caller owns the memory and its synchronisation.
 #pragma once

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -26,8 +27,7 @@ TEST_P(ReferenceRoundTrip, ScatterThenGather) {
   std::vector<uint8_t> paged(layer_bytes, kPoison);
   std::vector<uint8_t> stripe(c.num_tokens * row);
   testing::FillRandom(stripe, rng);
-  const std::vector<int64_t> slots =
-      testing::RandomSlotMapping(c.shape.num_blocks * c.shape.block_size, c.num_tokens, 10, rng);
+  const std::vector<int64_t> slots = testing::CaseSlotMapping(c, 10, rng);
 
   auto view = MakePagedKvView(c.layout, c.shape, paged.data());
   ASSERT_TRUE(view.ok()) << view.status().ToString();
@@ -143,6 +143,68 @@ TEST(ScatterReferenceTest, SeparateKAndVAllocations) {
       testing::OracleScatter(c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
   ASSERT_EQ(testing::FirstDifference(k, std::span(expected).first(layer_bytes / 2)), -1);
   ASSERT_EQ(testing::FirstDifference(v, std::span(expected).subspan(layer_bytes / 2)), -1);
+}
+
+// kCpuBlock: a block group moves whole; with a block-consistent mapping the bytes are exactly
+// those a token-by-token copy through the same rows moves, and each group's destination is
+// named by its first slot alone (a group whose first slot is skipped moves nothing).
+TEST(OpaqueBlockReferenceTest, WholeBlocksFollowTheFirstSlot) {
+  std::mt19937_64 rng(41);
+  const PagedShape s{
+      .num_blocks = 6, .block_size = 32, .num_heads = 2, .head_size = 64, .elem_bytes = 2};
+  const uint64_t layer_bytes = *PagedLayerBytes(PagedLayout::kCpuBlock, s);
+  EXPECT_EQ(layer_bytes, 6ull * 2 * 32 * 2 * 64 * 2);  // [N, H, B, 2D]
+  std::vector<uint8_t> paged(layer_bytes, kPoison);
+  const PagedKvView v = *MakePagedKvView(PagedLayout::kCpuBlock, s, paged.data());
+  const uint64_t block_bytes = 32 * v.token_bytes();
+  ASSERT_EQ(v.token_bytes(), 2u * 2 * 64 * 2);
+  std::vector<uint8_t> stripe(3 * block_bytes);
+  testing::FillRandom(stripe, rng);
+  // Group 0 -> block 4, group 1 skipped, group 2 -> block 1 (only its first slot is read).
+  std::vector<int64_t> slots(96, -1);
+  for (int k = 0; k < 32; ++k) slots[k] = 4 * 32 + k;
+  slots[64] = 1 * 32;
+  ScatterArgs a{.dst = v, .stripe = stripe.data(), .slots = slots.data(), .num_tokens = 96};
+  ASSERT_TRUE(ValidateScatterArgs(a).ok());
+  // Split mid-group, as a multi-threaded executor may: each group still moves exactly once.
+  ScatterReference(a, 0, 40);
+  ScatterReference(a, 40, 96);
+  for (uint64_t b = 0; b < 6; ++b) {
+    const uint8_t* got = paged.data() + b * block_bytes;
+    if (b == 4 || b == 1) {
+      const uint8_t* want = stripe.data() + (b == 4 ? 0 : 2) * block_bytes;
+      ASSERT_EQ(std::memcmp(got, want, block_bytes), 0) << "block " << b;
+    } else {
+      for (uint64_t i = 0; i < block_bytes; ++i) ASSERT_EQ(got[i], kPoison) << "block " << b;
+    }
+  }
+  std::vector<uint8_t> back(stripe.size(), kPoison);
+  GatherArgs g;
+  g.src[0] = v;
+  g.num_layers = 1;
+  g.slots = slots.data();
+  g.num_tokens = 96;
+  g.out = back.data();
+  ASSERT_TRUE(ValidateGatherArgs(g).ok());
+  GatherReference(g, 0, 33);
+  GatherReference(g, 33, 96);
+  ASSERT_EQ(std::memcmp(back.data(), stripe.data(), block_bytes), 0);
+  for (uint64_t i = block_bytes; i < 2 * block_bytes; ++i) ASSERT_EQ(back[i], kPoison);
+  ASSERT_EQ(
+      std::memcmp(back.data() + 2 * block_bytes, stripe.data() + 2 * block_bytes, block_bytes), 0);
+
+  // Equivalence with a token-by-token copy through a non-opaque view of the same rows.
+  PagedKvView rows = v;
+  rows.opaque_blocks = 0;
+  std::vector<int64_t> consistent = testing::RandomBlockSlotMapping(6, 32, 96, 0, rng);
+  std::vector<uint8_t> by_block(layer_bytes, kPoison), by_token(layer_bytes, kPoison);
+  a.slots = consistent.data();
+  a.dst = *MakePagedKvView(PagedLayout::kCpuBlock, s, by_block.data());
+  ScatterReference(a);
+  rows.plane_base[0] = by_token.data();
+  a.dst = rows;
+  ScatterReference(a);
+  ASSERT_EQ(testing::FirstDifference(by_block, by_token), -1);
 }
 
 }  // namespace

@@ -48,8 +48,13 @@ Status ValidatePackGeometry(const Geometry& g) {
   if (g.token_bytes == 0 || g.token_bytes > g.stripe_bytes) {
     return Bad("token bytes " + std::to_string(g.token_bytes) + " not in (0, W]");
   }
-  if (g.tokens_per_stripe != g.stripe_bytes / g.token_bytes) {
-    return Bad("tokens per stripe " + std::to_string(g.tokens_per_stripe) + " != W/s");
+  // T is W/s, or for a block-opaque paged layout W/s rounded down to whole blocks (the header
+  // does not name the layout; the namespace does).
+  const uint64_t full = g.stripe_bytes / g.token_bytes;
+  const uint64_t whole_blocks = full - full % g.block_size;
+  if (g.tokens_per_stripe != full && (g.tokens_per_stripe != whole_blocks || whole_blocks == 0)) {
+    return Bad("tokens per stripe " + std::to_string(g.tokens_per_stripe) +
+               " is neither W/s nor W/s rounded down to a multiple of the block size");
   }
   // Bounded above: W <= 1 GiB and L <= 4096 cannot overflow.
   if (g.pack_bytes != g.stripe_bytes * g.layers) {

@@ -28,7 +28,8 @@ namespace rangekv {
 // OK when `g` is self-consistent and within the format's bounds: layers in [1, kMaxLayers];
 // dtype_bytes in [1, kMaxDtypeBytes]; block_size > 0; s equals 2 x kv_heads_per_rank x
 // head_size x dtype_bytes (or latent x dtype_bytes for MLA, with heads and head size 0);
-// 0 < s <= W; W a multiple of kIoAlignment and <= kMaxStripeBytes; T == floor(W/s);
+// 0 < s <= W; W a multiple of kIoAlignment and <= kMaxStripeBytes; T == floor(W/s) or, for a
+// block-opaque paged layout, floor(W/s) rounded down to a positive multiple of block_size;
 // pack_bytes == L*W. Otherwise kInvalidArgument naming the first broken rule.
 Status ValidatePackGeometry(const Geometry& g);
 

@@ -37,6 +37,26 @@ TEST(PackGeometry, AcceptsDerivedGeometries) {
   EXPECT_EQ(G(DeepSeekMlaSpec()).token_bytes, 1152u);
 }
 
+// kCpuBlock's T is W/s rounded down to whole blocks; any other T stays invalid.
+TEST(PackGeometry, AcceptsTRoundedDownToWholeBlocksOnly) {
+  ModelSpec spec = Llama31_8BSpec();
+  spec.kv_heads = 2;
+  spec.head_size = 80;  // s = 640: W/s = 52428.8
+  spec.block_size = 32;
+  spec.layout = KvCacheLayout::kCpuBlock;
+  const Geometry g = G(spec);
+  EXPECT_EQ(g.tokens_per_stripe, 52416u);  // 52428 rounded down to a multiple of 32
+  EXPECT_TRUE(ValidatePackGeometry(g).ok());
+  Geometry full = g;
+  full.tokens_per_stripe = 52428;  // the token-major layouts' T
+  EXPECT_TRUE(ValidatePackGeometry(full).ok());
+  for (uint64_t t : {52415u, 52417u, 52384u, 0u}) {
+    Geometry bad = g;
+    bad.tokens_per_stripe = t;
+    EXPECT_EQ(ValidatePackGeometry(bad).code(), StatusCode::kInvalidArgument) << t;
+  }
+}
+
 TEST(PackGeometry, RejectsInconsistentGeometry) {
   const Geometry good = G(Llama31_8BSpec());
   auto bad = [&](auto mutate) {

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/coding.h"
 #include "base/digest.h"
 #include "base/log.h"
-#include "persist/codec.h"
 #include "persist/snapshot_format.h"
 
 namespace rangekv::persist {
@@ -335,7 +335,7 @@ std::string_view ShutdownStepName(ShutdownStep step) {
 // ---- epoch file -------------------------------------------------------------------------------
 
 std::string EncodeEpochFile(uint64_t epoch, const StoreUuid& uuid) {
-  codec::ByteWriter w;
+  coding::ByteWriter w;
   w.Bytes(kEpochMagic, sizeof(kEpochMagic));
   w.U32(kEpochVersion);
   w.U32(0);
@@ -355,7 +355,7 @@ Result<uint64_t> DecodeEpochFile(std::string_view bytes) {
   if (std::memcmp(p, kEpochMagic, sizeof(kEpochMagic)) != 0) {
     return Corruption("epoch file: bad magic");
   }
-  const uint32_t version = codec::LoadU32(p + 8);
+  const uint32_t version = coding::LoadU32(p + 8);
   if (version != kEpochVersion) {
     return Status(StatusCode::kWrongVersion, "epoch file: version " + Num(version));
   }
@@ -363,11 +363,11 @@ Result<uint64_t> DecodeEpochFile(std::string_view bytes) {
     return Status(bytes.size() < kEpochFileBytes ? StatusCode::kTruncated : StatusCode::kCorruption,
                   "epoch file: " + Num(bytes.size()) + " bytes, expected " + Num(kEpochFileBytes));
   }
-  if (Hash64(p, kEpochFileBytes - 8, kEpochChecksumSeed) != codec::LoadU64(p + 40)) {
+  if (Hash64(p, kEpochFileBytes - 8, kEpochChecksumSeed) != coding::LoadU64(p + 40)) {
     return Corruption("epoch file: checksum mismatch");
   }
-  const uint64_t epoch = codec::LoadU64(p + 32);
-  if (codec::LoadU32(p + 12) != 0 || epoch == 0 || epoch > sf::kMaxStoreEpoch) {
+  const uint64_t epoch = coding::LoadU64(p + 32);
+  if (coding::LoadU32(p + 12) != 0 || epoch == 0 || epoch > sf::kMaxStoreEpoch) {
     return Corruption("epoch file: impossible epoch " + Num(epoch));
   }
   return epoch;

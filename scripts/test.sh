@@ -1,24 +1,59 @@
 #!/usr/bin/env bash
 # Every test CI runs: install, build, unit/property/crash tests, ThreadSanitizer run of the
 # concurrent tests, and short fuzzing runs. GPU tests run separately (scripts/gpu/run.sh).
+#
+# Closing line: "N passed, M failed, K skipped", counting test CASES (not binaries), printed
+# alone on the last line even when a stage fails. It is the sum over build/test-counts/*.txt,
+# each file holding one line "<passed> <failed> <skipped>": every gtest binary writes one per run
+# (testing/gtest_main.cc, <tag>-<binary>.txt, tag = default | tsan), each shell CTest one case.
+# Another stage adds its counts by writing its own file there (e.g. pytest.txt from pytest's
+# summary) before the script ends. A CTest test that failed without writing a file (a crash)
+# counts as one failed case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 start=$(date +%s)
 stage() { echo; echo "=== $* ($(( $(date +%s) - start ))s)"; }
 
+counts_dir="$PWD/build/test-counts"
+rm -rf "$counts_dir" build/ctest-default.log build/ctest-tsan.log
+mkdir -p "$counts_dir"
+export RANGEKV_TEST_COUNTS_DIR="$counts_dir"
+# Tests CTest reports failed but that left no counts file (crashed, killed, timed out).
+count_unreported_failures() {  # $1 = ctest log, $2 = tag
+  [ -f "$1" ] || return 0
+  local n=0 name
+  while read -r name; do
+    ls "$counts_dir/$2-$name".txt >/dev/null 2>&1 || n=$((n + 1))
+  done < <(sed -n 's/^[[:space:]]*[0-9]* - \([A-Za-z0-9_]*\) (.*/\1/p' "$1")
+  [ "$n" -eq 0 ] || echo "0 $n 0" > "$counts_dir/$2-unreported.txt"
+}
+summary() {
+  local rc=$?
+  count_unreported_failures build/ctest-default.log default
+  count_unreported_failures build/ctest-tsan.log tsan
+  local line
+  line=$(cat "$counts_dir"/*.txt 2>/dev/null |
+    awk '{p += $1; f += $2; k += $3} END {printf "%d passed, %d failed, %d skipped", p, f, k}')
+  echo
+  [ "$rc" -eq 0 ] || echo "test.sh: a stage failed (exit $rc)"
+  echo "$line"
+  exit "$rc"
+}
+trap summary EXIT
+
 stage "build (default preset: clang, -Werror, -Wthread-safety)"
 bash scripts/setup.sh
 
 stage "unit, property and crash tests"
-ctest --preset default -j "$jobs" | tee build/ctest-default.log
+RANGEKV_TEST_COUNTS_TAG=default ctest --preset default -j "$jobs" | tee build/ctest-default.log
 
 stage "ThreadSanitizer build and concurrent tests"
 # Only the binaries of tests labelled `tsan` are built here (the rest needs no second build).
 mapfile -t tsan_targets < <(ctest --test-dir build/default -L tsan -N | awk '/Test +#/ {print $3}')
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs" --target "${tsan_targets[@]}"
-ctest --preset tsan -j "$jobs" -L tsan | tee build/ctest-tsan.log
+RANGEKV_TEST_COUNTS_TAG=tsan ctest --preset tsan -j "$jobs" -L tsan | tee build/ctest-tsan.log
 
 stage "fuzz targets (short runs)"
 cmake --preset fuzz >/dev/null
@@ -43,7 +78,4 @@ for f in build/fuzz/fuzz/*_fuzzer; do
 done
 
 stage "done"
-# One closing line for CI: every CTest test of both runs passed (set -e stopped on any failure).
-total=$(cat build/ctest-default.log build/ctest-tsan.log |
-  awk '/tests passed, 0 tests failed out of/ {n += $NF} END {print n + 0}')
-echo "${total:-0} passed, 0 failed"
+# The closing line is printed by summary (trap EXIT).

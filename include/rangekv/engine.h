@@ -133,6 +133,13 @@ struct Ablations {
 // kOff: restores skip the check (the digests stay for fsck and for later sessions).
 enum class ChecksumPolicy : uint8_t { kAlways, kOff };
 
+// Who may read a store. kOwner: the store directory is created 0700 and its files 0600,
+// whatever the umask. kGroup: 0750 and 0640 (a shared store service whose clients share a
+// group). Under either, Open refuses (kUnsafePermissions, naming the path and its mode) a store
+// whose directory or files are owned by another user or writable by group or others; existing
+// bits are never changed.
+enum class StoreAccess : uint8_t { kOwner, kGroup };
+
 struct EngineOptions {
   // Directory holding the store (created if absent): the pack file `<store_dir>/packs.rkv`, the
   // metadata snapshot, dirty marker and epoch file (docs/pack-format.md). An existing pack file
@@ -175,6 +182,7 @@ struct EngineOptions {
 
   Ablations ablations;
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;
+  StoreAccess store_access = StoreAccess::kOwner;
 };
 
 // ---- identity and paged KV --------------------------------------------------------------------

@@ -43,6 +43,7 @@ enum class StatusCode : uint8_t {
   kWrongVersion,        // on-disk format version not understood
   kTruncated,           // a file shorter than its header says
   kCorruption,          // checksum failure, impossible field values
+  kUnsafePermissions,   // a store directory or file owned by another user or writable by others
   // Lifecycle.
   kCancelled,
   kAborted,

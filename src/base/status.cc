@@ -29,6 +29,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kWrongVersion: return "wrong_version";
     case StatusCode::kTruncated: return "truncated";
     case StatusCode::kCorruption: return "corruption";
+    case StatusCode::kUnsafePermissions: return "unsafe_permissions";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kAborted: return "aborted";
     case StatusCode::kUnavailable: return "unavailable";

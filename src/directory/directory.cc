@@ -5,8 +5,10 @@
 #include <utility>
 
 #include "base/check.h"
+#include "base/coding.h"
 #include "base/digest.h"
 #include "base/units.h"
+#include "directory/snapshot_format.h"
 
 namespace rangekv {
 
@@ -811,81 +813,31 @@ Status Directory::CheckInvariants() const {
 
 // ---- persistence ----------------------------------------------------------------------------
 //
-// Snapshot format (little-endian), version 1:
-//   u32 magic 'RKVD'  u16 version  u16 flags (0)  u64 total_bytes (including the checksum)
-//   u64 owner_epoch  u32 pack_slots  u64 tokens_per_pack
-//   pack_slots x u64 generation
-//   u32 visible_count, visible_count x u32 slot            (LRU order, oldest first)
-//   u32 namespace_count, then per namespace (ascending NamespaceId):
-//     u64 ns.lo  u64 ns.hi  u32 node_count
-//     node_count x { u32 parent (0: the root, i: the i-th node of this namespace, 1-based)
-//                    u32 slot  u64 pack_offset  u32 label_len  label_len x i32 token }
-//                  (preorder: a parent precedes its children)
-//   u64 checksum = Hash64(all preceding bytes, kSnapshotSeed)
-// Only visible packs are written: in-flight stores and leases die with the process.
+// Format: src/directory/snapshot_format.h (mirrored by docs/pack-format.md "Directory section").
 
-namespace {
-
-constexpr uint32_t kSnapshotMagic = 0x44564B52;  // "RKVD"
-constexpr uint16_t kSnapshotVersion = 1;
-constexpr uint64_t kSnapshotSeed = 0x52616e67654b5644ull;
-constexpr size_t kSnapshotHeaderBytes = 4 + 2 + 2 + 8 + 8 + 4 + 8;
-constexpr size_t kSnapshotNodeBytes = 4 + 4 + 8 + 4;
-
-void PutU32(std::vector<uint8_t>* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void PutU64(std::vector<uint8_t>* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-class SnapshotReader {
- public:
-  explicit SnapshotReader(std::span<const uint8_t> in) : in_(in) {}
-  bool U16(uint16_t* v) { return Get(v, 2); }
-  bool U32(uint32_t* v) { return Get(v, 4); }
-  bool U64(uint64_t* v) { return Get(v, 8); }
-  size_t remaining() const { return in_.size() - pos_; }
-
- private:
-  template <typename T>
-  bool Get(T* v, size_t n) {
-    if (remaining() < n) return false;
-    uint64_t x = 0;
-    for (size_t i = 0; i < n; ++i) x |= uint64_t{in_[pos_ + i]} << (8 * i);
-    pos_ += n;
-    *v = static_cast<T>(x);
-    return true;
-  }
-  std::span<const uint8_t> in_;
-  size_t pos_ = 0;
-};
-
-}  // namespace
+namespace df = directory_format;
 
 std::vector<uint8_t> Directory::Serialize() const {
   MutexLock lock(mu_);
-  std::vector<uint8_t> out;
-  PutU32(&out, kSnapshotMagic);
-  out.push_back(kSnapshotVersion & 0xff);
-  out.push_back(kSnapshotVersion >> 8);
-  out.push_back(0);
-  out.push_back(0);
-  PutU64(&out, 0);  // total_bytes, patched below
-  PutU64(&out, epoch_);
-  PutU32(&out, slots_.size());
-  PutU64(&out, options_.tokens_per_pack);
-  for (uint32_t s = 0; s < slots_.size(); ++s) PutU64(&out, slots_.Get(s).generation);
+  coding::ByteWriter w;
+  w.U32(df::kMagic);
+  w.U16(df::kVersion);
+  w.U16(0);  // flags
+  w.U64(0);  // total_bytes, patched below
+  w.U64(epoch_);
+  w.U32(slots_.size());
+  w.U64(options_.tokens_per_pack);
+  for (uint32_t s = 0; s < slots_.size(); ++s) w.U64(slots_.Get(s).generation);
   const std::vector<uint32_t> lru = slots_.LruOrder();
-  PutU32(&out, static_cast<uint32_t>(lru.size()));
-  for (uint32_t s : lru) PutU32(&out, s);
-  PutU32(&out, static_cast<uint32_t>(tree_.roots().size()));
+  w.U32(static_cast<uint32_t>(lru.size()));
+  for (uint32_t s : lru) w.U32(s);
+  w.U32(static_cast<uint32_t>(tree_.roots().size()));
   std::vector<uint32_t> local(tree_.nodes_in_use() * 2 + 16, 0);  // node -> 1-based index
   for (const auto& [ns, root] : tree_.roots()) {
-    PutU64(&out, ns.lo);
-    PutU64(&out, ns.hi);
-    const size_t count_at = out.size();
-    PutU32(&out, 0);
+    w.U64(ns.lo);
+    w.U64(ns.hi);
+    const size_t count_at = w.size();
+    w.U32(0);
     uint32_t count = 0;
     std::vector<uint32_t> stack{root};
     while (!stack.empty()) {
@@ -896,20 +848,19 @@ std::vector<uint8_t> Directory::Serialize() const {
         if (slots_.Get(n.slot).state != SlotState::kVisible) continue;  // in-flight store
         if (y >= local.size()) local.resize(y + 1, 0);
         local[y] = ++count;
-        PutU32(&out, tree_.node(n.parent).slot == kNoSlot ? 0 : local[n.parent]);
-        PutU32(&out, n.slot);
-        PutU64(&out, n.pack_offset);
-        PutU32(&out, n.label_len);
-        for (int32_t tok : tree_.Label(y)) PutU32(&out, static_cast<uint32_t>(tok));
+        w.U32(tree_.node(n.parent).slot == kNoSlot ? 0 : local[n.parent]);
+        w.U32(n.slot);
+        w.U64(n.pack_offset);
+        w.U32(n.label_len);
+        for (int32_t tok : tree_.Label(y)) w.U32(static_cast<uint32_t>(tok));
       }
       for (auto it = n.children.rbegin(); it != n.children.rend(); ++it) stack.push_back(*it);
     }
-    for (int i = 0; i < 4; ++i) out[count_at + i] = static_cast<uint8_t>(count >> (8 * i));
+    w.PatchU32(count_at, count);
   }
-  const uint64_t total = out.size() + 8;
-  for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<uint8_t>(total >> (8 * i));
-  PutU64(&out, Hash64(out.data(), out.size(), kSnapshotSeed));
-  return out;
+  w.PatchU64(df::kTotalBytesField.offset, w.size() + df::kChecksumBytes);
+  w.U64(Hash64(w.bytes().data(), w.size(), df::kChecksumSeed));
+  return w.Take();
 }
 
 void Directory::RebuildScalarKeys() {
@@ -943,10 +894,12 @@ Status Directory::LoadSnapshotBody(std::span<const uint8_t> bytes) {
   MutexLock lock(mu_);
   SlotTable& slots = slots_;
   RadixTree& tree = tree_;
-  SnapshotReader r(bytes);
+  coding::ByteReader r(bytes);
   const uint32_t pack_slots = options_.pack_slots;
   const uint64_t tokens_per_pack = options_.tokens_per_pack;
-  if (r.remaining() < size_t{pack_slots} * 8 + 8) return corrupt("truncated generations");
+  if (r.remaining() < size_t{pack_slots} * df::kGenerationBytes + df::kChecksumBytes) {
+    return corrupt("truncated generations");
+  }
   std::vector<uint64_t> gens(pack_slots);
   for (uint32_t s = 0; s < pack_slots; ++s) {
     (void)r.U64(&gens[s]);
@@ -954,7 +907,7 @@ Status Directory::LoadSnapshotBody(std::span<const uint8_t> bytes) {
   }
   uint32_t visible_count = 0;
   if (!r.U32(&visible_count) || visible_count > pack_slots ||
-      r.remaining() < size_t{visible_count} * 4 + 8) {
+      r.remaining() < size_t{visible_count} * df::kSlotIdBytes + df::kChecksumBytes) {
     return corrupt("visible pack list");
   }
   std::vector<uint32_t> lru(visible_count);
@@ -982,7 +935,7 @@ Status Directory::LoadSnapshotBody(std::span<const uint8_t> bytes) {
     if (!first_ns && !(prev_ns < ns)) return corrupt("namespaces out of order");
     first_ns = false;
     prev_ns = ns;
-    if (node_count == 0 || node_count > r.remaining() / kSnapshotNodeBytes) {
+    if (node_count == 0 || node_count > r.remaining() / df::kNodeFixedBytes) {
       return corrupt("node count");
     }
     RANGEKV_RETURN_IF_ERROR(tree.CheckCapacity(1, 0, 0, true));
@@ -999,7 +952,9 @@ Status Directory::LoadSnapshotBody(std::span<const uint8_t> bytes) {
       if (len == 0 || len > tokens_per_pack || pack_offset > tokens_per_pack - len) {
         return corrupt("node label outside its pack");
       }
-      if (r.remaining() < size_t{len} * 4 + 8) return corrupt("truncated label");
+      if (r.remaining() < size_t{len} * df::kTokenBytes + df::kChecksumBytes) {
+        return corrupt("truncated label");
+      }
       label.resize(len);
       for (int32_t& tok : label) {
         uint32_t v = 0;
@@ -1021,7 +976,7 @@ Status Directory::LoadSnapshotBody(std::span<const uint8_t> bytes) {
       local.push_back(tree.Attach(parent, label, slot, pack_offset));
     }
   }
-  if (r.remaining() != 8) return corrupt("trailing bytes");
+  if (r.remaining() != df::kChecksumBytes) return corrupt("trailing bytes");
   for (uint32_t s : lru) {
     if (tree.pack(s).node_count == 0) return corrupt("visible pack without tokens");
     slots.RestoreVisible(s, gens[s]);
@@ -1036,18 +991,18 @@ Result<std::unique_ptr<Directory>> Directory::Deserialize(const DirectoryOptions
                                                           std::span<const uint8_t> bytes) {
   RANGEKV_RETURN_IF_ERROR(options.Validate());
   auto corrupt = [](const std::string& what) { return Corruption("directory snapshot: " + what); };
-  if (bytes.size() < kSnapshotHeaderBytes + 8) {
+  if (bytes.size() < df::kHeaderBytes + df::kChecksumBytes) {
     return Status(StatusCode::kTruncated,
                   "directory snapshot: " + std::to_string(bytes.size()) + " bytes");
   }
-  SnapshotReader r(bytes);
+  coding::ByteReader r(bytes);
   uint32_t magic = 0, pack_slots = 0;
   uint16_t version = 0, flags = 0;
   uint64_t total = 0, epoch = 0, tokens_per_pack = 0;
   (void)(r.U32(&magic) && r.U16(&version) && r.U16(&flags) && r.U64(&total) && r.U64(&epoch) &&
          r.U32(&pack_slots) && r.U64(&tokens_per_pack));
-  if (magic != kSnapshotMagic) return corrupt("bad magic");
-  if (version != kSnapshotVersion) {
+  if (magic != df::kMagic) return corrupt("bad magic");
+  if (version != df::kVersion) {
     return Status(StatusCode::kWrongVersion,
                   "directory snapshot: version " + std::to_string(version));
   }
@@ -1056,9 +1011,8 @@ Result<std::unique_ptr<Directory>> Directory::Deserialize(const DirectoryOptions
                   "directory snapshot: length field " + std::to_string(total) +
                       " != " + std::to_string(bytes.size()) + " bytes");
   }
-  uint64_t stored_sum = 0;
-  for (int i = 0; i < 8; ++i) stored_sum |= uint64_t{bytes[bytes.size() - 8 + i]} << (8 * i);
-  if (Hash64(bytes.data(), bytes.size() - 8, kSnapshotSeed) != stored_sum) {
+  const size_t body = bytes.size() - df::kChecksumBytes;
+  if (Hash64(bytes.data(), body, df::kChecksumSeed) != coding::LoadU64(bytes.data() + body)) {
     return corrupt("checksum");
   }
   if (flags != 0) return corrupt("unknown flags");
@@ -1071,7 +1025,7 @@ Result<std::unique_ptr<Directory>> Directory::Deserialize(const DirectoryOptions
   }
   if (epoch == UINT64_MAX) return corrupt("owner epoch");
   std::unique_ptr<Directory> d(new Directory(options, std::max(options.owner_epoch, epoch + 1)));
-  RANGEKV_RETURN_IF_ERROR(d->LoadSnapshotBody(bytes.subspan(kSnapshotHeaderBytes)));
+  RANGEKV_RETURN_IF_ERROR(d->LoadSnapshotBody(bytes.subspan(df::kHeaderBytes)));
   return d;
 }
 

@@ -4,62 +4,18 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/coding.h"
 #include "base/units.h"
 
 namespace rangekv {
 namespace {
 
+using coding::ByteReader;
+using coding::ByteWriter;
+
 Status Corrupt(std::string what) {
   return Status(StatusCode::kCorruptTicket, "ticket: " + std::move(what));
 }
-
-class Writer {
- public:
-  explicit Writer(std::vector<uint8_t>* out) : out_(out) {}
-  void U16(uint16_t v) { Put(v, 2); }
-  void U32(uint32_t v) { Put(v, 4); }
-  void U64(uint64_t v) { Put(v, 8); }
-  void Bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out_->insert(out_->end(), b, b + n);
-  }
-
- private:
-  void Put(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) out_->push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  std::vector<uint8_t>* out_;
-};
-
-// Bounds-checked little-endian reader: every read first checks the remaining length.
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> in) : in_(in) {}
-  bool U16(uint16_t* v) { return Get(v, 2); }
-  bool U32(uint32_t* v) { return Get(v, 4); }
-  bool U64(uint64_t* v) { return Get(v, 8); }
-  bool Bytes(size_t n, std::span<const uint8_t>* out) {
-    if (remaining() < n) return false;
-    *out = in_.subspan(pos_, n);
-    pos_ += n;
-    return true;
-  }
-  size_t remaining() const { return in_.size() - pos_; }
-  size_t pos() const { return pos_; }
-
- private:
-  template <typename T>
-  bool Get(T* v, int n) {
-    if (remaining() < static_cast<size_t>(n)) return false;
-    uint64_t x = 0;
-    for (int i = 0; i < n; ++i) x |= uint64_t{in_[pos_ + i]} << (8 * i);
-    pos_ += n;
-    *v = static_cast<T>(x);
-    return true;
-  }
-  std::span<const uint8_t> in_;
-  size_t pos_ = 0;
-};
 
 }  // namespace
 
@@ -80,10 +36,9 @@ Digest128 TokenDigest(std::span<const int32_t> tokens) {
 std::vector<uint8_t> EncodeTicket(const Ticket& t) {
   RANGEKV_CHECK(t.envelope.request_id.size() <= kMaxRequestIdBytes);
   RANGEKV_CHECK(t.records.size() <= kMaxTicketRecords);
-  std::vector<uint8_t> out;
-  out.reserve(kTicketFixedBytes + t.envelope.request_id.size() +
-              t.records.size() * kTicketRecordBytes);
-  Writer w(&out);
+  ByteWriter w;
+  w.Reserve(kTicketFixedBytes + t.envelope.request_id.size() +
+            t.records.size() * kTicketRecordBytes);
   w.U32(kTicketMagic);
   w.U16(kTicketVersion);
   w.U16(0);
@@ -110,10 +65,9 @@ std::vector<uint8_t> EncodeTicket(const Ticket& t) {
     w.U64(r.pack_token_offset);
     w.U64(r.tokens);
   }
-  const uint32_t total = static_cast<uint32_t>(out.size() + 8);
-  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<uint8_t>(total >> (8 * i));
-  w.U64(Hash64(out.data(), out.size(), kTicketChecksumSeed));
-  return out;
+  w.PatchU32(8, static_cast<uint32_t>(w.size() + 8));
+  w.U64(Hash64(w.bytes().data(), w.size(), kTicketChecksumSeed));
+  return w.Take();
 }
 
 Result<Ticket> DecodeTicket(std::span<const uint8_t> bytes) {
@@ -123,7 +77,7 @@ Result<Ticket> DecodeTicket(std::span<const uint8_t> bytes) {
   if (bytes.size() > kMaxTicketBytes) {
     return Corrupt("oversized: " + std::to_string(bytes.size()) + " bytes");
   }
-  Reader r(bytes);
+  ByteReader r(bytes);
   uint32_t magic = 0, total = 0;
   uint16_t version = 0, flags = 0;
   (void)r.U32(&magic);
@@ -143,8 +97,7 @@ Result<Ticket> DecodeTicket(std::span<const uint8_t> bytes) {
   }
   // The checksum covers everything before it; verify before interpreting any field further.
   const size_t body = bytes.size() - 8;
-  uint64_t stored_sum = 0;
-  for (int i = 0; i < 8; ++i) stored_sum |= uint64_t{bytes[body + i]} << (8 * i);
+  const uint64_t stored_sum = coding::LoadU64(bytes.data() + body);
   if (Hash64(bytes.data(), body, kTicketChecksumSeed) != stored_sum) return Corrupt("checksum");
 
   Ticket t;
@@ -156,7 +109,7 @@ Result<Ticket> DecodeTicket(std::span<const uint8_t> bytes) {
     return Corrupt("request id length " + std::to_string(id_len));
   }
   std::span<const uint8_t> id_bytes;
-  if (!r.Bytes(id_len, &id_bytes)) return Corrupt("truncated request id");
+  if (!r.View(id_len, &id_bytes)) return Corrupt("truncated request id");
   t.envelope.request_id.assign(reinterpret_cast<const char*>(id_bytes.data()), id_bytes.size());
   uint32_t record_count = 0;
   ok = r.U64(&t.envelope.session) && r.U32(&t.envelope.attempt) && r.U32(&t.envelope.rank) &&

@@ -107,6 +107,9 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       std::max<uint32_t>(so.directory.max_tickets, 2 * options_.max_inflight_restores);
   so.shutdown_hook = config.hooks.shutdown_hook;
   so.digest_block_tokens = config.digest_block_tokens;
+  so.permissions = options_.store_access == StoreAccess::kGroup
+                       ? persist::StorePermissions::Group()
+                       : persist::StorePermissions::Owner();
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();

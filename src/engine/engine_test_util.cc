@@ -12,6 +12,7 @@
 #include "device/host_device.h"
 #include "engine/paged_views.h"
 #include "kernels/paged_kv.h"
+#include "persist/store_access.h"
 
 namespace rangekv::engine_testing {
 
@@ -507,6 +508,14 @@ Status PayloadFreeEnv::DeleteFile(const std::string& path) {
 bool PayloadFreeEnv::FileExists(const std::string& path) {
   MutexLock l(mu_);
   return files_.count(path) != 0;
+}
+
+Result<PathInfo> PayloadFreeEnv::Stat(const std::string& path) {
+  PathInfo info;
+  info.directory = !FileExists(path);
+  info.owner_uid = persist::EffectiveUid();
+  info.permissions = info.directory ? 0700 : 0600;
+  return info;
 }
 
 // ---- CountOnlyDevice ----------------------------------------------------------------------

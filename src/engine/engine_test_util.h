@@ -187,6 +187,9 @@ class PayloadFreeEnv final : public Env {
   bool FileExists(const std::string& path) override;
   Status CreateDir(const std::string&) override { return OkStatus(); }
   Status SyncDir(const std::string&) override { return OkStatus(); }
+  // In memory: the store directory and its files always read as this user's, owner-only.
+  Result<PathInfo> Stat(const std::string& path) override;
+  Status SetPermissions(const std::string&, uint32_t) override { return OkStatus(); }
 
   struct FileState {
     Mutex mu;

@@ -6,7 +6,13 @@ set -u
 rangekv=$1
 driver=$2
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# One test case for scripts/test.sh's closing line (see testing/gtest_main.cc for the format).
+counts() {
+  [ -n "${RANGEKV_TEST_COUNTS_DIR:-}" ] || return 0
+  if [ "$1" -eq 0 ]; then echo "1 0 0"; else echo "0 1 0"; fi \
+    > "$RANGEKV_TEST_COUNTS_DIR/${RANGEKV_TEST_COUNTS_TAG:-run}-${RANGEKV_TEST_NAME:-$(basename "$0" .sh)}.txt"
+}
+trap 'rc=$?; rm -rf "$work"; counts $rc' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$driver" --dir "$work/clean" --seed 3 --sessions 2 --ops 8 --kill none > "$work/out" ||

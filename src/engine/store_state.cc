@@ -31,8 +31,11 @@ StoreState::~StoreState() = default;
 
 Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o) {
   if (o.env == nullptr) return InvalidArgument("StoreState: null env");
-  RANGEKV_RETURN_IF_ERROR(o.env->CreateDir(o.dir));
   const persist::StorePaths paths(o.dir);
+  // Creates the directory owner-only (or group-readable) and refuses a store another user owns
+  // or could have written (kUnsafePermissions).
+  RANGEKV_RETURN_IF_ERROR(
+      persist::PrepareStoreDir(o.env, paths, o.permissions, persist::EffectiveUid()));
   const std::string path = paths.pack();
   bool created = false;
   std::optional<PackFile> pack;
@@ -57,6 +60,7 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
     {
       PackCreateOptions create;
       create.direct = o.direct;
+      create.permissions = o.permissions.file;
       auto made = PackFile::Create(o.env, temp, o.geometry, o.ns, o.pack_count, create);
       if (!made.ok()) return made.status().WithContext("creating " + path);
       uuid = made->uuid();
@@ -86,6 +90,7 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   // owner_epoch and generation_floor come from the store epoch (OpenIndex).
   p.shutdown_hook = o.shutdown_hook;
   p.digest_block_tokens = o.digest_block_tokens;
+  p.file_permissions = o.permissions.file;
   auto index =
       persist::OpenIndex(o.env, o.dir, *pack,
                          created ? persist::PackOrigin::kCreated : persist::PackOrigin::kOpened, p);

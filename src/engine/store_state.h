@@ -34,6 +34,7 @@
 #include "pack/span_plan.h"
 #include "persist/payload_digests.h"
 #include "persist/persistence.h"
+#include "persist/store_access.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
 
@@ -50,6 +51,8 @@ struct StoreStateOptions {
   DirectoryOptions directory;  // pack_slots / tokens_per_pack / pack_bytes / epochs filled in
   // persist::PersistenceOptions::digest_block_tokens (0 = default).
   uint64_t digest_block_tokens = 0;
+  // Who may read the store (directory and file permission bits; store_access.h).
+  persist::StorePermissions permissions;
   // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
 };

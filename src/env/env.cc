@@ -1,5 +1,8 @@
 #include "env/env.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <string>
 #include <utility>
 
@@ -58,6 +61,27 @@ Status Env::WriteSmallFile(const std::string& path, const std::string& data, boo
 Env* DefaultEnv() {
   static PosixEnv* env = new PosixEnv();  // never destroyed: usable from static destructors
   return env;
+}
+
+Result<PathInfo> Env::Stat(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFound("stat " + path);
+    return ErrnoStatus(err, "stat " + path);
+  }
+  PathInfo info;
+  info.directory = S_ISDIR(st.st_mode);
+  info.owner_uid = st.st_uid;
+  info.permissions = st.st_mode & 07777;
+  return info;
+}
+
+Status Env::SetPermissions(const std::string& path, uint32_t permissions) {
+  if (::chmod(path.c_str(), static_cast<mode_t>(permissions & 07777)) != 0) {
+    return ErrnoStatus(errno, "chmod " + path);
+  }
+  return OkStatus();
 }
 
 }  // namespace rangekv

@@ -33,6 +33,16 @@ enum class DirectIo {
 struct FileOptions {
   OpenMode mode = OpenMode::kReadWrite;
   DirectIo direct = DirectIo::kOff;
+  // Permission bits a file created with these options gets, exactly: the process umask does not
+  // apply (a store's files hold KV derived from users' prompts). Ignored when opening.
+  uint32_t permissions = 0600;
+};
+
+// What Env::Stat reports about a path.
+struct PathInfo {
+  bool directory = false;
+  uint32_t owner_uid = 0;
+  uint32_t permissions = 0;  // the permission bits (mode & 07777)
 };
 
 class File {
@@ -74,13 +84,21 @@ class Env {
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
   virtual Status DeleteFile(const std::string& path) = 0;
   virtual bool FileExists(const std::string& path) = 0;
-  virtual Status CreateDir(const std::string& path) = 0;  // OK if it exists
+  // Creates a directory with permissions 0700 exactly (umask ignored); OK if it exists (its
+  // permissions are then left as they are).
+  virtual Status CreateDir(const std::string& path) = 0;
   // Makes directory entries (creations, renames, deletions) in `dir` durable.
   virtual Status SyncDir(const std::string& dir) = 0;
   // Reads a whole (small) file; fails with kResourceExhausted if it exceeds `max_bytes`.
   virtual Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
   // Writes `data` to `path` (create or replace contents), synced when `sync` is true.
   virtual Status WriteSmallFile(const std::string& path, const std::string& data, bool sync);
+  // Owner and permission bits of a path (following symlinks); kNotFound if absent. The default
+  // implementations of Stat and SetPermissions act on the POSIX file system at `path`; an Env
+  // that is not backed by it overrides both.
+  virtual Result<PathInfo> Stat(const std::string& path);
+  // Sets a path's permission bits exactly (chmod).
+  virtual Status SetPermissions(const std::string& path, uint32_t permissions);
 };
 
 // The process's POSIX Env (a stateless singleton; safe to share).

@@ -114,7 +114,7 @@ Result<std::unique_ptr<File>> Open(const std::string& path, const FileOptions& o
                                    bool create) {
   int flags = OpenFlags(options.mode) | O_CLOEXEC;
   if (create) flags |= O_CREAT | O_EXCL;
-  const mode_t perms = 0644;
+  const mode_t perms = static_cast<mode_t>(options.permissions & 07777);
   bool direct = options.direct == DirectIo::kPreferred;
   int fd = -1;
   for (;;) {
@@ -131,6 +131,12 @@ Result<std::unique_ptr<File>> Open(const std::string& path, const FileOptions& o
       continue;
     }
     return PathErrno(err, create ? "create" : "open", path);
+  }
+  // open() applied the umask; a created file gets exactly the bits asked for.
+  if (create && ::fchmod(fd, perms) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return PathErrno(err, "fchmod", path);
   }
   const uint64_t alignment = ProbeDirectAlignment(fd);
   return std::unique_ptr<File>(new PosixFile(fd, path, direct, alignment));
@@ -183,7 +189,11 @@ Status PosixEnv::DeleteFile(const std::string& path) {
 bool PosixEnv::FileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
 Status PosixEnv::CreateDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) == 0) return OkStatus();
+  if (::mkdir(path.c_str(), 0700) == 0) {
+    // mkdir applied the umask; the new directory gets exactly 0700.
+    if (::chmod(path.c_str(), 0700) != 0) return PathErrno(errno, "chmod", path);
+    return OkStatus();
+  }
   const int err = errno;
   struct stat st;
   if (err == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return OkStatus();

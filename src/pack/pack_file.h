@@ -47,6 +47,8 @@ struct PackCreateOptions {
   StoreUuid store_uuid{};
   // Where slot 0 starts; must be a multiple of kIoAlignment (see format.h for the default).
   uint64_t data_offset = pack_format::kDefaultDataOffset;
+  // Permission bits of the new file, exactly (FileOptions::permissions).
+  uint32_t permissions = 0600;
 };
 
 struct PackOpenOptions {

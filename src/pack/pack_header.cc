@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "base/coding.h"
 #include "base/digest.h"
 #include "pack/pack_layout.h"
 
@@ -12,31 +13,16 @@ namespace {
 
 using pack_format::Field;
 
-// Explicit little-endian codec, byte by byte, so the format does not depend on the host's
-// endianness or on struct padding.
-void PutU32(uint8_t* page, Field f, uint32_t v) {
-  for (uint32_t i = 0; i < 4; ++i) page[f.offset + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void PutU64At(uint8_t* page, uint32_t offset, uint64_t v) {
-  for (uint32_t i = 0; i < 8; ++i) page[offset + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void PutU64(uint8_t* page, Field f, uint64_t v) { PutU64At(page, f.offset, v); }
+// Fixed offsets inside the 4096-byte page, through the one byte codec (base/coding.h).
+void PutU32(uint8_t* page, Field f, uint32_t v) { coding::StoreU32(page + f.offset, v); }
+void PutU64(uint8_t* page, Field f, uint64_t v) { coding::StoreU64(page + f.offset, v); }
 void PutU128(uint8_t* page, Field f, uint64_t lo, uint64_t hi) {
-  PutU64At(page, f.offset, lo);
-  PutU64At(page, f.offset + 8, hi);
+  coding::StoreU64(page + f.offset, lo);
+  coding::StoreU64(page + f.offset + 8, hi);
 }
-
-uint32_t GetU32(const uint8_t* page, Field f) {
-  uint32_t v = 0;
-  for (uint32_t i = 0; i < 4; ++i) v |= uint32_t{page[f.offset + i]} << (8 * i);
-  return v;
-}
-uint64_t GetU64At(const uint8_t* page, uint32_t offset) {
-  uint64_t v = 0;
-  for (uint32_t i = 0; i < 8; ++i) v |= uint64_t{page[offset + i]} << (8 * i);
-  return v;
-}
-uint64_t GetU64(const uint8_t* page, Field f) { return GetU64At(page, f.offset); }
+uint32_t GetU32(const uint8_t* page, Field f) { return coding::LoadU32(page + f.offset); }
+uint64_t GetU64(const uint8_t* page, Field f) { return coding::LoadU64(page + f.offset); }
+uint64_t GetU64At(const uint8_t* page, uint32_t offset) { return coding::LoadU64(page + offset); }
 
 uint64_t HeaderChecksum(const uint8_t* page) {
   return Hash64(page, pack_format::kChecksumCoveredBytes, pack_format::kChecksumSeed);

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/coding.h"
 #include "base/digest.h"
 #include "base/log.h"
-#include "persist/codec.h"
 #include "persist/snapshot_format.h"
 
 namespace rangekv::persist {
@@ -34,11 +34,13 @@ uint64_t NowUnixNs(const PersistenceOptions& o) {
 // Writes `bytes` to a new file at `path` (replacing a leftover) and fsyncs it. Handles short
 // writes; a zero-byte write is reported as kShortTransfer rather than looping.
 Status WriteNewFile(Env* env, const std::string& path, const void* data, uint64_t size,
-                    const std::function<Status()>& after_write) {
+                    uint32_t permissions, const std::function<Status()>& after_write) {
   if (env->FileExists(path)) RANGEKV_RETURN_IF_ERROR(env->DeleteFile(path));
   RANGEKV_ASSIGN_OR_RETURN(
       std::unique_ptr<File> file,
-      env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite, .direct = DirectIo::kOff}));
+      env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite,
+                                        .direct = DirectIo::kOff,
+                                        .permissions = permissions}));
   const uint8_t* p = static_cast<const uint8_t*>(data);
   uint64_t done = 0;
   while (done < size) {
@@ -55,8 +57,9 @@ Status WriteNewFile(Env* env, const std::string& path, const void* data, uint64_
 
 // Atomically replaces `path` with `data` (tmp + fsync + rename + fsync dir).
 Status ReplaceFileDurably(Env* env, const std::string& dir, const std::string& tmp,
-                          const std::string& path, const std::string& data) {
-  RANGEKV_RETURN_IF_ERROR(WriteNewFile(env, tmp, data.data(), data.size(), nullptr));
+                          const std::string& path, const std::string& data,
+                          uint32_t permissions) {
+  RANGEKV_RETURN_IF_ERROR(WriteNewFile(env, tmp, data.data(), data.size(), permissions, nullptr));
   RANGEKV_RETURN_IF_ERROR(env->RenameFile(tmp, path));
   return env->SyncDir(dir);
 }
@@ -335,7 +338,7 @@ std::string_view ShutdownStepName(ShutdownStep step) {
 // ---- epoch file -------------------------------------------------------------------------------
 
 std::string EncodeEpochFile(uint64_t epoch, const StoreUuid& uuid) {
-  codec::ByteWriter w;
+  coding::ByteWriter w;
   w.Bytes(kEpochMagic, sizeof(kEpochMagic));
   w.U32(kEpochVersion);
   w.U32(0);
@@ -355,7 +358,7 @@ Result<uint64_t> DecodeEpochFile(std::string_view bytes) {
   if (std::memcmp(p, kEpochMagic, sizeof(kEpochMagic)) != 0) {
     return Corruption("epoch file: bad magic");
   }
-  const uint32_t version = codec::LoadU32(p + 8);
+  const uint32_t version = coding::LoadU32(p + 8);
   if (version != kEpochVersion) {
     return Status(StatusCode::kWrongVersion, "epoch file: version " + Num(version));
   }
@@ -363,11 +366,11 @@ Result<uint64_t> DecodeEpochFile(std::string_view bytes) {
     return Status(bytes.size() < kEpochFileBytes ? StatusCode::kTruncated : StatusCode::kCorruption,
                   "epoch file: " + Num(bytes.size()) + " bytes, expected " + Num(kEpochFileBytes));
   }
-  if (Hash64(p, kEpochFileBytes - 8, kEpochChecksumSeed) != codec::LoadU64(p + 40)) {
+  if (Hash64(p, kEpochFileBytes - 8, kEpochChecksumSeed) != coding::LoadU64(p + 40)) {
     return Corruption("epoch file: checksum mismatch");
   }
-  const uint64_t epoch = codec::LoadU64(p + 32);
-  if (codec::LoadU32(p + 12) != 0 || epoch == 0 || epoch > sf::kMaxStoreEpoch) {
+  const uint64_t epoch = coding::LoadU64(p + 32);
+  if (coding::LoadU32(p + 12) != 0 || epoch == 0 || epoch > sf::kMaxStoreEpoch) {
     return Corruption("epoch file: impossible epoch " + Num(epoch));
   }
   return epoch;
@@ -393,6 +396,10 @@ Status Persistence::MarkDirty() {
   // entry needs its own fsync.
   RANGEKV_RETURN_IF_ERROR(env_->WriteSmallFile(paths_.dirty_marker(), contents, /*sync=*/true)
                               .WithContext("dirty marker"));
+  if (options_.file_permissions != FileOptions{}.permissions) {
+    RANGEKV_RETURN_IF_ERROR(env_->SetPermissions(paths_.dirty_marker(), options_.file_permissions)
+                                .WithContext("dirty marker"));
+  }
   RANGEKV_RETURN_IF_ERROR(env_->SyncDir(paths_.dir).WithContext("dirty marker"));
   marked_.store(true, std::memory_order_release);
   return OkStatus();
@@ -437,7 +444,8 @@ Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
 
   // 2. Temporary file, written and made durable.
   RANGEKV_RETURN_IF_ERROR(
-      WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(), [this] {
+      WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(),
+                   options_.file_permissions, [this] {
         return Step(ShutdownStep::kTempWritten);
       }).WithContext(ctx("write snapshot")));
   RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kTempSynced));
@@ -530,7 +538,8 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
 
   // Durable before anything of this session can be handed out.
   RANGEKV_RETURN_IF_ERROR(ReplaceFileDurably(env, paths.dir, paths.epoch_temp(), paths.epoch(),
-                                             EncodeEpochFile(epoch, pack.uuid()))
+                                             EncodeEpochFile(epoch, pack.uuid()),
+                                             options.file_permissions)
                               .WithContext("store " + store_dir + ": epoch file"));
 
   report.store_epoch = epoch;

@@ -145,6 +145,9 @@ struct PersistenceOptions {
   // Test seam: wall clock in Unix nanoseconds (snapshot timestamps, the epoch fallback).
   // Null = the system clock.
   std::function<uint64_t()> now_unix_ns;
+  // Permission bits of the files the store creates (snapshot, epoch file, dirty marker);
+  // persist::StorePermissions (store_access.h).
+  uint32_t file_permissions = 0600;
 };
 
 // The dirty marker and the clean-shutdown sequence of one open store.

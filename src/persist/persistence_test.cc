@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "base/coding.h"
 #include "base/digest.h"
 #include "base/log.h"
 #include "env/posix_env.h"
-#include "persist/codec.h"
 #include "persist/persist_test_util.h"
 #include "persist/snapshot_format.h"
 #include "persist/store_layout.h"

@@ -3,17 +3,17 @@
 #include <cstring>
 #include <string>
 
+#include "base/coding.h"
 #include "base/digest.h"
 #include "pack/pack_layout.h"
-#include "persist/codec.h"
 #include "persist/snapshot_format.h"
 
 namespace rangekv::persist {
 namespace {
 
 namespace sf = snapshot_format;
-using codec::ByteReader;
-using codec::ByteWriter;
+using coding::ByteReader;
+using coding::ByteWriter;
 
 std::string Num(uint64_t v) { return std::to_string(v); }
 
@@ -276,7 +276,7 @@ Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> bytes, SnapshotDefect* 
   if (bytes.size() < sf::kVersionField.end()) {
     return fail(SnapshotDefect::kTruncated, Num(bytes.size()) + " bytes");
   }
-  const uint32_t version = codec::LoadU32(bytes.data() + sf::kVersionField.offset);
+  const uint32_t version = coding::LoadU32(bytes.data() + sf::kVersionField.offset);
   if (version != sf::kSnapshotVersion) {
     return fail(
         SnapshotDefect::kWrongVersion,
@@ -286,7 +286,7 @@ Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> bytes, SnapshotDefect* 
     return fail(SnapshotDefect::kTruncated, Num(bytes.size()) + " bytes, less than the " +
                                                 Num(sf::kMinSnapshotBytes) + " of an empty one");
   }
-  const uint64_t total = codec::LoadU64(bytes.data() + sf::kTotalBytesField.offset);
+  const uint64_t total = coding::LoadU64(bytes.data() + sf::kTotalBytesField.offset);
   if (total > sf::kMaxSnapshotBytes) {
     return fail(SnapshotDefect::kTooLarge,
                 "length field " + Num(total) + " above the bound " + Num(sf::kMaxSnapshotBytes));
@@ -298,7 +298,7 @@ Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> bytes, SnapshotDefect* 
     return fail(SnapshotDefect::kChecksum,
                 "length field " + Num(total) + " != file size " + Num(bytes.size()));
   }
-  const uint64_t stored_sum = codec::LoadU64(bytes.data() + total - sf::kChecksumBytes);
+  const uint64_t stored_sum = coding::LoadU64(bytes.data() + total - sf::kChecksumBytes);
   if (Hash64(bytes.data(), total - sf::kChecksumBytes, sf::kChecksumSeed) != stored_sum) {
     return fail(SnapshotDefect::kChecksum, "checksum mismatch");
   }

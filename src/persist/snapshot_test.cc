@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
+#include "base/coding.h"
 #include "base/digest.h"
-#include "persist/codec.h"
 #include "persist/snapshot_format.h"
 
 namespace rangekv::persist {
@@ -72,7 +72,7 @@ TEST(SnapshotTest, RoundTrip) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(defect, SnapshotDefect::kNone);
   EXPECT_EQ(*back, s);
-  EXPECT_EQ(codec::LoadU64(bytes.data() + sf::kTotalBytesField.offset), bytes.size());
+  EXPECT_EQ(coding::LoadU64(bytes.data() + sf::kTotalBytesField.offset), bytes.size());
 }
 
 TEST(SnapshotTest, EmptyStoreRoundTrip) {

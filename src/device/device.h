@@ -367,6 +367,14 @@ struct HostDeviceOptions {
   // Fill new device allocations with this byte (memory from a GPU is not zeroed either);
   // unset = leave as the allocator returns it.
   int poison_allocations = -1;  // -1 or 0..255
+  // Copies, fills, scatters, gathers and digests are split into chunks of about split_bytes
+  // (whole tokens for scatters and gathers, whole 8-byte words for digests) that run on a fixed
+  // pool of worker_threads threads created with the device and shared by all its streams; the
+  // stream's own worker takes part, and the operation completes when its last chunk did, so
+  // streams keep their FIFO order. worker_threads: 0 = one per hardware thread (at most 16);
+  // 1 = no pool (each stream runs its operations alone). split_bytes must be > 0.
+  uint32_t worker_threads = 0;
+  uint64_t split_bytes = uint64_t{1} << 20;
 };
 
 struct DeviceOptions {

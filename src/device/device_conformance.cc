@@ -19,6 +19,8 @@ std::string DeviceParam::Name() const {
   if (max_op_delay_us > 0) {
     name += "_jitter" + std::to_string(max_op_delay_us) + "us_seed" + std::to_string(jitter_seed);
   }
+  if (worker_threads > 0) name += "_threads" + std::to_string(worker_threads);
+  if (split_bytes > 0) name += "_split" + std::to_string(split_bytes);
   return name;
 }
 
@@ -28,6 +30,8 @@ std::unique_ptr<Device> MakeTestDevice(const DeviceParam& param, std::string* wh
   o.host.max_op_delay_us = param.max_op_delay_us;
   o.host.jitter_seed = param.jitter_seed;
   o.host.poison_allocations = 0xEE;
+  if (param.worker_threads > 0) o.host.worker_threads = param.worker_threads;
+  if (param.split_bytes > 0) o.host.split_bytes = param.split_bytes;
   Result<std::unique_ptr<Device>> d = MakeDevice(o);
   if (!d.ok()) {
     *why = d.status().ToString();

@@ -21,6 +21,10 @@ struct DeviceParam {
   uint32_t max_op_delay_us = 0;  // HostDevice jitter
   uint64_t jitter_seed = 0;
   uint32_t case_scale = 1;  // multiplies kernel test sizes (larger on a GPU)
+  // HostDevice worker pool (0: the device's defaults), so small splits put every kernel test
+  // through many chunks on several threads.
+  uint32_t worker_threads = 0;
+  uint64_t split_bytes = 0;
   std::string Name() const;
 };
 

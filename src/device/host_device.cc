@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -69,6 +70,247 @@ class HostFlag final : public DeviceFlag {
   mutable Mutex mu_;
   mutable CondVar changed_;
   uint32_t value_ GUARDED_BY(mu_) = 0;
+};
+
+// A fork-join task: `chunks` independent pieces of one stream operation. Lives on the stack of
+// the stream worker that runs the operation, which waits until every piece is done before the
+// task goes out of scope (so a pool thread that claimed a piece can still touch it).
+struct ParallelTask {
+  void (*run)(const void* ctx, uint32_t chunk) = nullptr;
+  const void* ctx = nullptr;
+  uint32_t chunks = 0;
+  // Guarded by the pool's mutex.
+  uint32_t next_chunk = 0;
+  uint32_t done_chunks = 0;
+  bool queued = false;
+  ParallelTask* next = nullptr;  // the pool's queue (intrusive: queueing allocates nothing)
+};
+
+// The fixed worker pool HostDevice's streams split their data operations over. Threads take
+// one chunk at a time from the task at the queue's head and then move that task to the tail,
+// so concurrent operations of different streams are served round-robin, chunk by chunk. The
+// submitting stream worker claims chunks of its own task too, so a task progresses even when
+// every pool thread is busy elsewhere (no deadlock, whatever the number of streams).
+class WorkerPool {
+ public:
+  explicit WorkerPool(uint32_t threads) {
+    threads_.reserve(threads);
+    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~WorkerPool() {
+    {
+      MutexLock l(mu_);
+      stop_ = true;
+      work_.NotifyAll();
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  uint32_t threads() const { return static_cast<uint32_t>(threads_.size()); }
+
+  // Runs every chunk of `task` (on the pool and the calling thread) and returns when all are
+  // done.
+  void Run(ParallelTask& task) EXCLUDES(mu_) {
+    if (task.chunks == 0) return;
+    if (task.chunks == 1 || threads_.empty()) {
+      for (uint32_t c = 0; c < task.chunks; ++c) task.run(task.ctx, c);
+      return;
+    }
+    {
+      MutexLock l(mu_);
+      Push(&task);
+      if (task.chunks - 1 >= threads_.size()) {
+        work_.NotifyAll();
+      } else {
+        for (uint32_t i = 0; i + 1 < task.chunks; ++i) work_.NotifyOne();
+      }
+    }
+    for (;;) {
+      uint32_t chunk;
+      {
+        MutexLock l(mu_);
+        if (task.next_chunk == task.chunks) {
+          while (task.done_chunks < task.chunks) done_.Wait(l);
+          return;
+        }
+        chunk = task.next_chunk++;
+        if (task.next_chunk == task.chunks) Unlink(&task);  // pool threads find only work left
+      }
+      task.run(task.ctx, chunk);
+      MutexLock l(mu_);
+      ++task.done_chunks;
+    }
+  }
+
+ private:
+  void Loop() EXCLUDES(mu_) {
+    for (;;) {
+      ParallelTask* task;
+      uint32_t chunk;
+      {
+        MutexLock l(mu_);
+        while (head_ == nullptr && !stop_) work_.Wait(l);
+        if (head_ == nullptr) return;
+        task = head_;  // a queued task always has a chunk left
+        chunk = task->next_chunk++;
+        // Round-robin: the task goes to the back while it has chunks left, or leaves.
+        Unlink(task);
+        if (task->next_chunk < task->chunks) Push(task);
+      }
+      task->run(task->ctx, chunk);
+      MutexLock l(mu_);
+      if (++task->done_chunks == task->chunks) done_.NotifyAll();
+    }
+  }
+
+  void Push(ParallelTask* task) REQUIRES(mu_) {
+    task->next = nullptr;
+    task->queued = true;
+    if (tail_ == nullptr) {
+      head_ = tail_ = task;
+    } else {
+      tail_->next = task;
+      tail_ = task;
+    }
+  }
+  void Unlink(ParallelTask* task) REQUIRES(mu_) {
+    if (!task->queued) return;
+    ParallelTask* prev = nullptr;
+    for (ParallelTask* t = head_; t != task; t = t->next) prev = t;
+    (prev == nullptr ? head_ : prev->next) = task->next;
+    if (tail_ == task) tail_ = prev;
+    task->next = nullptr;
+    task->queued = false;
+  }
+
+  Mutex mu_;
+  CondVar work_;  // pool threads: a task was queued, or stop
+  CondVar done_;  // submitters: a chunk of some task completed
+  ParallelTask* head_ GUARDED_BY(mu_) = nullptr;
+  ParallelTask* tail_ GUARDED_BY(mu_) = nullptr;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+// How a data operation is split: chunks of about `split_bytes`, on `pool` (null: no pool).
+struct Splitter {
+  WorkerPool* pool = nullptr;
+  uint64_t split_bytes = uint64_t{1} << 20;
+
+  static uint32_t ChunkCount(uint64_t units, uint64_t units_per_chunk) {
+    return static_cast<uint32_t>((units + units_per_chunk - 1) / units_per_chunk);
+  }
+
+  void Copy(void* dst, const void* src, uint64_t bytes) const {
+    struct Ctx {
+      uint8_t* dst;
+      const uint8_t* src;
+      uint64_t bytes, chunk;
+    } ctx{static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes, ChunkBytes()};
+    Run(ChunkCount(bytes, ctx.chunk), &ctx, [](const void* p, uint32_t c) {
+      const Ctx& x = *static_cast<const Ctx*>(p);
+      const uint64_t off = uint64_t{c} * x.chunk;
+      std::memcpy(x.dst + off, x.src + off, std::min(x.chunk, x.bytes - off));
+    });
+  }
+
+  void Fill(void* dst, uint8_t value, uint64_t bytes) const {
+    struct Ctx {
+      uint8_t* dst;
+      uint8_t value;
+      uint64_t bytes, chunk;
+    } ctx{static_cast<uint8_t*>(dst), value, bytes, ChunkBytes()};
+    Run(ChunkCount(bytes, ctx.chunk), &ctx, [](const void* p, uint32_t c) {
+      const Ctx& x = *static_cast<const Ctx*>(p);
+      const uint64_t off = uint64_t{c} * x.chunk;
+      std::memset(x.dst + off, x.value, std::min(x.chunk, x.bytes - off));
+    });
+  }
+
+  // Token ranges: a slot mapping has no duplicates (ValidateSlotMapping), so ranges of tokens
+  // write disjoint bytes.
+  void Scatter(const kernels::ScatterArgs& args) const {
+    struct Ctx {
+      const kernels::ScatterArgs* args;
+      uint32_t tokens_per_chunk;
+    } ctx{&args, TokensPerChunk(args.dst.token_bytes())};
+    Run(ChunkCount(args.num_tokens, ctx.tokens_per_chunk), &ctx, [](const void* p, uint32_t c) {
+      const Ctx& x = *static_cast<const Ctx*>(p);
+      const uint32_t begin = c * x.tokens_per_chunk;
+      kernels::ScatterReference(*x.args, begin,
+                                std::min(x.args->num_tokens, begin + x.tokens_per_chunk));
+    });
+  }
+
+  void Gather(const kernels::GatherArgs& args) const {
+    uint64_t row_bytes = 0;
+    for (uint32_t g = 0; g < args.num_layers; ++g) row_bytes += args.src[g].token_bytes();
+    struct Ctx {
+      const kernels::GatherArgs* args;
+      uint32_t tokens_per_chunk;
+    } ctx{&args, TokensPerChunk(row_bytes)};
+    Run(ChunkCount(args.num_tokens, ctx.tokens_per_chunk), &ctx, [](const void* p, uint32_t c) {
+      const Ctx& x = *static_cast<const Ctx*>(p);
+      const uint32_t begin = c * x.tokens_per_chunk;
+      kernels::GatherReference(*x.args, begin,
+                               std::min(x.args->num_tokens, begin + x.tokens_per_chunk));
+    });
+  }
+
+  // Every span is cut into word-aligned parts whose word sums add up (span_digest.h).
+  void Digest(const kernels::DigestArgs& args) const {
+    struct Ctx {
+      const kernels::DigestArgs* args;
+      uint64_t chunk;
+      uint32_t first_chunk[kernels::kMaxDigestSpans + 1];
+      std::atomic<uint64_t> sums[kernels::kMaxDigestSpans];
+    } ctx;
+    ctx.args = &args;
+    ctx.chunk = ChunkBytes();
+    uint32_t chunks = 0;
+    for (uint32_t i = 0; i < args.num_spans; ++i) {
+      ctx.first_chunk[i] = chunks;
+      chunks += std::max<uint32_t>(1, ChunkCount(args.spans[i].bytes, ctx.chunk));
+      ctx.sums[i].store(0, std::memory_order_relaxed);
+    }
+    ctx.first_chunk[args.num_spans] = chunks;
+    Run(chunks, &ctx, [](const void* p, uint32_t c) {
+      Ctx& x = *const_cast<Ctx*>(static_cast<const Ctx*>(p));
+      uint32_t span = 0;
+      while (x.first_chunk[span + 1] <= c) ++span;
+      const kernels::DigestSpan& s = x.args->spans[span];
+      const uint64_t off = uint64_t{c - x.first_chunk[span]} * x.chunk;
+      if (off >= s.bytes) return;  // the one chunk of an empty span
+      const uint64_t sum = kernels::SpanDigestWordSum(s.data + off, std::min(x.chunk, s.bytes - off),
+                                                      off / 8, x.args->seed);
+      x.sums[span].fetch_add(sum, std::memory_order_relaxed);  // mod 2^64, in any order
+    });
+    for (uint32_t i = 0; i < args.num_spans; ++i) {
+      args.digests[i] = kernels::DigestLengthTerm(args.spans[i].bytes, args.seed) +
+                        ctx.sums[i].load(std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  // A multiple of 64 bytes (whole words and cache lines).
+  uint64_t ChunkBytes() const { return std::max<uint64_t>(64, split_bytes / 64 * 64); }
+  uint32_t TokensPerChunk(uint64_t row_bytes) const {
+    const uint64_t t = split_bytes / std::max<uint64_t>(1, row_bytes);
+    return static_cast<uint32_t>(std::clamp<uint64_t>(t, 1, UINT32_MAX));
+  }
+  void Run(uint32_t chunks, const void* ctx, void (*run)(const void*, uint32_t)) const {
+    ParallelTask task;
+    task.run = run;
+    task.ctx = ctx;
+    task.chunks = chunks;
+    if (pool == nullptr) {
+      for (uint32_t c = 0; c < chunks; ++c) run(ctx, c);
+    } else {
+      pool->Run(task);
+    }
+  }
 };
 
 enum class OpKind : uint8_t {
@@ -162,8 +404,10 @@ class HostEvent final : public Event {
 class HostStream final : public Stream {
  public:
   HostStream(const Device* device, uint32_t capacity, const HostDeviceOptions& options,
-             uint64_t index)
+             uint64_t index, std::shared_ptr<WorkerPool> pool)
       : Stream(device),
+        pool_(std::move(pool)),
+        splitter_{pool_.get(), options.split_bytes},
         state_(std::make_shared<StreamState>(capacity)),
         capacity_(capacity),
         max_delay_us_(options.max_op_delay_us),
@@ -366,13 +610,13 @@ class HostStream final : public Stream {
     }
   }
 
-  static void Execute(const Op& op) {
+  void Execute(const Op& op) const {
     switch (op.kind) {
       case OpKind::kCopy:
-        std::memcpy(op.dst, op.src, op.bytes);
+        splitter_.Copy(op.dst, op.src, op.bytes);
         break;
       case OpKind::kFill:
-        std::memset(op.dst, op.fill, op.bytes);
+        splitter_.Fill(op.dst, op.fill, op.bytes);
         break;
       case OpKind::kHostFn:
         op.fn(op.arg);
@@ -396,17 +640,19 @@ class HostStream final : public Stream {
         break;
       }
       case OpKind::kScatter:
-        kernels::ScatterReference(std::get<kernels::ScatterArgs>(op.kernel));
+        splitter_.Scatter(std::get<kernels::ScatterArgs>(op.kernel));
         break;
       case OpKind::kGather:
-        kernels::GatherReference(std::get<kernels::GatherArgs>(op.kernel));
+        splitter_.Gather(std::get<kernels::GatherArgs>(op.kernel));
         break;
       case OpKind::kDigest:
-        kernels::DigestReference(std::get<kernels::DigestArgs>(op.kernel));
+        splitter_.Digest(std::get<kernels::DigestArgs>(op.kernel));
         break;
     }
   }
 
+  const std::shared_ptr<WorkerPool> pool_;  // the device's; null without a pool
+  const Splitter splitter_;
   const std::shared_ptr<StreamState> state_;
   const uint32_t capacity_;
   const uint32_t max_delay_us_;
@@ -417,6 +663,10 @@ class HostStream final : public Stream {
 class HostDevice final : public Device {
  public:
   explicit HostDevice(const HostDeviceOptions& options) : options_(options) {
+    uint32_t threads = options.worker_threads;
+    if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+    // The stream worker running an operation is one of its threads: the pool adds the rest.
+    if (threads > 1) pool_ = std::make_shared<WorkerPool>(threads - 1);
     caps_.kind = DeviceKind::kHost;
     caps_.name = "host";
     caps_.ordinal = 0;
@@ -453,7 +703,7 @@ class HostDevice final : public Device {
   Result<std::unique_ptr<Stream>> CreateStream(const StreamOptions&) override {
     const uint64_t index = next_stream_index_.fetch_add(1);
     return std::unique_ptr<Stream>(
-        new HostStream(this, options_.stream_queue_capacity, options_, index));
+        new HostStream(this, options_.stream_queue_capacity, options_, index, pool_));
   }
 
   Result<std::unique_ptr<Stream>> WrapNativeStream(void*) override {
@@ -519,6 +769,7 @@ class HostDevice final : public Device {
   void UnregisterHostMemory(void*, uint64_t) override {}
 
   const HostDeviceOptions options_;
+  std::shared_ptr<WorkerPool> pool_;  // shared with the streams, which may outlive the device
   DeviceCapabilities caps_;
   std::atomic<uint64_t> next_stream_index_{0};
 };
@@ -532,6 +783,7 @@ Result<std::unique_ptr<Device>> CreateHostDevice(const HostDeviceOptions& option
   if (options.poison_allocations < -1 || options.poison_allocations > 255) {
     return InvalidArgument("HostDevice poison_allocations must be -1 or a byte value");
   }
+  if (options.split_bytes == 0) return InvalidArgument("HostDevice split_bytes must be > 0");
   return std::unique_ptr<Device>(new HostDevice(options));
 }
 

@@ -12,7 +12,14 @@
 //     the other stream's count is reached (no host thread blocks).
 //   - A DeviceFlag is a mutex-guarded 32-bit value with a condition variable; WaitFlag blocks
 //     the stream's worker, WriteFlag sets it in stream order.
-//   - Kernels are the CPU references (kernels/reference.h), run on the stream's worker.
+//   - Kernels are the CPU references (kernels/reference.h). Data operations (copies, fills,
+//     scatters, gathers, digests) are split into chunks of about HostDeviceOptions::split_bytes
+//     (whole tokens; whole words for digests, whose parts add up, span_digest.h) that the
+//     stream's worker runs together with a fixed pool of worker_threads - 1 threads created
+//     with the device and shared by all its streams (round-robin over the operations in
+//     flight, chunk by chunk). An operation completes when all its chunks did, so each stream
+//     stays FIFO; the stream's worker always takes chunks of its own operation, so progress
+//     never depends on a free pool thread.
 //   - Host callbacks run on the stream's worker, in order.
 // With HostDeviceOptions::max_op_delay_us > 0 every operation starts after a seeded random
 // delay, which widens the windows in which a missing wait or an early buffer reuse corrupts
@@ -29,7 +36,7 @@
 namespace rangekv {
 
 // A HostDevice. Fails only with kInvalidArgument (stream_queue_capacity == 0, poison value
-// outside [-1, 255]).
+// outside [-1, 255], split_bytes == 0).
 Result<std::unique_ptr<Device>> CreateHostDevice(const HostDeviceOptions& options = {});
 
 }  // namespace rangekv

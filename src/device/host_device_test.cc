@@ -9,6 +9,7 @@
 
 #include "base/thread_annotations.h"
 #include "device/device_conformance.h"
+#include "kernels/span_digest.h"
 
 namespace rangekv {
 namespace {
@@ -23,7 +24,16 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         DeviceParam{.kind = DeviceKind::kHost},
         DeviceParam{.kind = DeviceKind::kHost, .max_op_delay_us = 40, .jitter_seed = 1},
-        DeviceParam{.kind = DeviceKind::kHost, .max_op_delay_us = 40, .jitter_seed = 2}),
+        DeviceParam{.kind = DeviceKind::kHost, .max_op_delay_us = 40, .jitter_seed = 2},
+        // The worker pool: every kernel and copy split into many chunks over 4 threads, and
+        // with no pool at all.
+        DeviceParam{.kind = DeviceKind::kHost, .worker_threads = 4, .split_bytes = 200},
+        DeviceParam{.kind = DeviceKind::kHost,
+                    .max_op_delay_us = 40,
+                    .jitter_seed = 3,
+                    .worker_threads = 3,
+                    .split_bytes = 4096},
+        DeviceParam{.kind = DeviceKind::kHost, .worker_threads = 1}),
     [](const auto& p) { return p.param.Name(); });
 
 TEST(HostDeviceTest, RejectsBadOptions) {
@@ -33,6 +43,61 @@ TEST(HostDeviceTest, RejectsBadOptions) {
   o = {};
   o.poison_allocations = 256;
   EXPECT_EQ(CreateHostDevice(o).status().code(), StatusCode::kInvalidArgument);
+  o = {};
+  o.split_bytes = 0;
+  EXPECT_EQ(CreateHostDevice(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Many streams share the pool at once: each stream's split copies and digests still complete in
+// its own FIFO order and produce exactly the bytes and digests of an unsplit run.
+TEST(HostDeviceTest, WorkerPoolServesManyStreamsInOrder) {
+  HostDeviceOptions o;
+  o.worker_threads = 3;
+  o.split_bytes = 1000;
+  Result<std::unique_ptr<Device>> device = CreateHostDevice(o);
+  ASSERT_TRUE(device.ok());
+  constexpr int kStreams = 6;
+  constexpr uint64_t kBytes = 300'007;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int s = 0; s < kStreams; ++s) {
+    threads.emplace_back([&, s] {
+      Result<std::unique_ptr<Stream>> stream = (*device)->CreateStream();
+      Result<DeviceBuffer> a = (*device)->AllocateDevice(kBytes);
+      Result<DeviceBuffer> b = (*device)->AllocateDevice(kBytes);
+      Result<DeviceBuffer> digests = (*device)->AllocateDevice(2 * sizeof(uint64_t));
+      if (!stream.ok() || !a.ok() || !b.ok() || !digests.ok()) {
+        ++failures;
+        return;
+      }
+      for (int round = 0; round < 5; ++round) {
+        const uint8_t v = static_cast<uint8_t>(s * 16 + round);
+        // fill a, copy a -> b, overwrite b's tail, digest both: each step needs the previous.
+        bool ok = (*stream)->Fill(a->data(), v, kBytes).ok() &&
+                  (*stream)->CopyDeviceToDevice(b->data(), a->data(), kBytes).ok() &&
+                  (*stream)->Fill(b->bytes() + kBytes / 2, static_cast<uint8_t>(v + 1),
+                                  kBytes - kBytes / 2).ok();
+        kernels::DigestArgs d;
+        d.num_spans = 2;
+        d.spans[0] = {a->bytes(), kBytes};
+        d.spans[1] = {b->bytes(), kBytes};
+        d.seed = static_cast<uint64_t>(round);
+        d.digests = static_cast<uint64_t*>(digests->data());
+        ok = ok && (*stream)->Digest(d).ok() && (*stream)->Synchronize().ok();
+        std::vector<uint8_t> want_a(kBytes, v), want_b(kBytes, v);
+        std::memset(want_b.data() + kBytes / 2, v + 1, kBytes - kBytes / 2);
+        const uint64_t* got = static_cast<const uint64_t*>(digests->data());
+        if (!ok || std::memcmp(a->data(), want_a.data(), kBytes) != 0 ||
+            std::memcmp(b->data(), want_b.data(), kBytes) != 0 ||
+            got[0] != kernels::SpanDigest(want_a.data(), kBytes, d.seed) ||
+            got[1] != kernels::SpanDigest(want_b.data(), kBytes, d.seed)) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST(HostDeviceTest, PoisonsNewDeviceMemory) {

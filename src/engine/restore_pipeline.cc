@@ -110,9 +110,13 @@ Status RestorePipeline::Init() {
     for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) free_slots_.push_back(it->get());
     slot_owner_.assign(slots_.size(), nullptr);
     fences_.resize(o.read_banks);
+    if (verify_) verify_queue_.resize(o.read_banks);
     publish_scratch_.reserve(layers_);
   }
   for (uint32_t w = 0; w < o.read_workers; ++w) workers_.emplace_back([this, w] { ReadWorker(w); });
+  for (uint32_t v = 0; v < verifiers_.size(); ++v) {
+    verify_workers_.emplace_back([this, v] { VerifyWorker(v); });
+  }
   reaper_ = std::thread([this] { Reaper(); });
   return OkStatus();
 }
@@ -564,19 +568,48 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
       status = batch.status();
       bytes = batch.bytes_moved();
     }
-    bool unproven = false;
     banks_[pick.bank].device_loaded = false;
+    MutexLock l(mu_);
     if (status.ok() && verify_) {
-      bool mismatch = false;
-      status = VerifyStripe(verifiers_[worker], *pick.job, span, banks_[pick.bank], &unproven,
-                            &mismatch);
-      if (mismatch) {
-        Count(pick.job.get(), &Counters::checksum_failures);
-        context_.integrity->OnCorruption(span);
+      // The bank stays owned by the stripe until its verify worker completes it; the queue has
+      // one entry per bank, so it never overflows.
+      RANGEKV_CHECK(verify_count_ < verify_queue_.size());
+      verify_queue_[(verify_head_ + verify_count_) % verify_queue_.size()] = {std::move(pick),
+                                                                              bytes};
+      ++verify_count_;
+      verify_cv_.NotifyOne();
+      continue;
+    }
+    CompleteRead(pick, status, bytes, /*unproven=*/false);
+  }
+}
+
+void RestorePipeline::VerifyWorker(uint32_t verifier) {
+  while (true) {
+    VerifyEntry entry;
+    {
+      MutexLock l(mu_);
+      while (verify_count_ == 0) {
+        if (stopping_) return;
+        verify_cv_.Wait(l);
       }
+      entry = std::move(verify_queue_[verify_head_]);
+      verify_head_ = (verify_head_ + 1) % verify_queue_.size();
+      --verify_count_;
+    }
+    // As for the read worker: the plan and the bank are this stripe's until CompleteRead.
+    const ReadPick& pick = entry.pick;
+    const Span& span = pick.job->slot->plan[pick.stripe];
+    bool unproven = false;
+    bool mismatch = false;
+    Status status = VerifyStripe(verifiers_[verifier], *pick.job, span, banks_[pick.bank],
+                                 &unproven, &mismatch);
+    if (mismatch) {
+      Count(pick.job.get(), &Counters::checksum_failures);
+      context_.integrity->OnCorruption(span);
     }
     MutexLock l(mu_);
-    CompleteRead(pick, status, bytes, unproven);
+    CompleteRead(pick, status, entry.bytes, unproven);
   }
 }
 
@@ -692,7 +725,9 @@ void RestorePipeline::DrainAll() {
     owner->handle_done = true;  // surviving handles become inert
   }
   job_cv_.NotifyAll();
-  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return active_.empty() && fence_count_ == 0; });
+  job_cv_.Wait(l, [&]() REQUIRES(mu_) {
+    return active_.empty() && fence_count_ == 0 && verify_count_ == 0;
+  });
   for (RestoreJob* owner : slot_owner_) {
     if (owner != nullptr) MaybeReturnSlot(*owner);
   }
@@ -710,10 +745,13 @@ void RestorePipeline::Stop() {
     stopped_ = true;
     work_cv_.NotifyAll();
     reaper_cv_.NotifyAll();
+    verify_cv_.NotifyAll();
   }
   for (std::thread& t : workers_) t.join();
+  for (std::thread& t : verify_workers_) t.join();
   if (reaper_.joinable()) reaper_.join();
   workers_.clear();
+  verify_workers_.clear();
   // Readiness records and flag writes of drained jobs may still be queued on the job streams.
   for (auto& slot : slots_) {
     if (slot->stream == nullptr) continue;

@@ -8,17 +8,18 @@
 //     one readiness event (and, where the device has stream memory operations, one DeviceFlag)
 //     per layer, a device slot-mapping buffer of max_request_tokens entries with its pinned
 //     upload staging, and plan / view vectors reserved to their bounds;
-//   - `read_workers` threads, each with one preallocated IoBatch (and, when restores verify
-//     payload digests, a stream and device + pinned digest buffers of one stripe's blocks),
-//     and one fence reaper thread.
+//   - `read_workers` threads, each with one preallocated IoBatch; when restores verify payload
+//     digests, as many verify worker threads, each with a stream and device + pinned digest
+//     buffers of one stripe's blocks; one fence reaper thread.
 //
 // Flow of one stripe (stripe = one read span = one layer of one pack run):
 //   read worker: picks the oldest job with a stripe inside its lookahead window and a bank it
 //     may take (unbound jobs only within the prefetch budget), marks it reading, submits the
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
-//   verify (checksum=always, still outside the lock, before anything is scattered): the read
-//     was widened to whole digest blocks by the planner; the worker digests the blocks on its
-//     own stream ([H2D copy from staging first], Digest launches, D2H of the digests),
+//   verify (checksum=always, before anything is scattered): the read worker hands the stripe
+//     (with its bank) to a verify worker through a queue and picks its next read at once; the
+//     read was widened to whole digest blocks by the planner; the verify worker digests the
+//     blocks on its own stream, outside the lock ([H2D copy from staging first], Digest launches, D2H of the digests),
 //     synchronises it and compares (PayloadIntegrity::Verify). A mismatch fails the stripe
 //     (checksum failure; the pack is dropped by OnCorruption); a device error that leaves the
 //     bank's use unproven quarantines the bank;
@@ -203,10 +204,18 @@ class RestorePipeline {
     uint32_t stripe = 0;
     uint32_t bank = 0;
   };
+  // A stripe whose read returned, awaiting its digest check on a verifier thread.
+  struct VerifyEntry {
+    ReadPick pick;
+    uint64_t bytes = 0;
+  };
 
   explicit RestorePipeline(const EngineContext& context);
   Status Init();
   void ReadWorker(uint32_t worker);
+  // Checks the digests of stripes the read workers handed over (checksum=always), so a read
+  // worker issues its next read as soon as its read returned.
+  void VerifyWorker(uint32_t verifier);
   void Reaper();
 
   bool PickRead(ReadPick* pick) REQUIRES(mu_);
@@ -240,12 +249,13 @@ class RestorePipeline {
   std::vector<Bank> banks_;  // fixed after Init
   std::vector<std::unique_ptr<RestoreSlot>> slots_;
   std::vector<std::unique_ptr<IoBatch>> batches_;  // one per read worker
-  std::vector<Verifier> verifiers_;                // one per read worker, when verifying
+  std::vector<Verifier> verifiers_;                // one per verify worker, when verifying
   const bool verify_;                              // checksum=always with an integrity hook
 
   mutable Mutex mu_;
   CondVar work_cv_;    // read workers: a stripe or a bank may have become available
   CondVar reaper_cv_;  // reaper: a fence was queued
+  CondVar verify_cv_;  // verify workers: a read returned
   CondVar job_cv_;     // waiters: a layer was published or a job drained
   BankPool pool_ GUARDED_BY(mu_);
   std::vector<RestoreSlot*> free_slots_ GUARDED_BY(mu_);
@@ -254,6 +264,10 @@ class RestorePipeline {
   std::vector<FenceEntry> fences_ GUARDED_BY(mu_);
   size_t fence_head_ GUARDED_BY(mu_) = 0;
   size_t fence_count_ GUARDED_BY(mu_) = 0;
+  // Reads awaiting verification, a ring with one entry per bank at most (no allocation).
+  std::vector<VerifyEntry> verify_queue_ GUARDED_BY(mu_);
+  size_t verify_head_ GUARDED_BY(mu_) = 0;
+  size_t verify_count_ GUARDED_BY(mu_) = 0;
   // The job holding each slot (until the slot is returned), so Close can make every
   // surviving handle inert.
   std::vector<RestoreJob*> slot_owner_ GUARDED_BY(mu_);
@@ -263,6 +277,7 @@ class RestorePipeline {
   bool stopped_ GUARDED_BY(mu_) = false;
 
   std::vector<std::thread> workers_;
+  std::vector<std::thread> verify_workers_;
   std::thread reaper_;
 };
 

@@ -51,6 +51,11 @@ RANGEKV_HD uint64_t DigestLengthTerm(uint64_t span_bytes, uint64_t seed) {
 
 // The digest of bytes [0, bytes) at `data` (any alignment). CPU reference.
 uint64_t SpanDigest(const void* data, uint64_t bytes, uint64_t seed);
+// The word terms alone of the part [data, data + bytes) of a span whose word `first_word`
+// begins at `data` (the length term is not included): a span of n bytes split at multiples of
+// 8 bytes into parts has digest LengthTerm(n) + the sum of its parts' word sums, so a digest
+// may be computed in pieces on several threads. The last part may end mid-word (zero-padded).
+uint64_t SpanDigestWordSum(const void* data, uint64_t bytes, uint64_t first_word, uint64_t seed);
 // The portable (non-dispatched) implementation, so tests can check that the CPU-specific
 // variant SpanDigest picks gives identical results.
 uint64_t SpanDigestPortableForTesting(const void* data, uint64_t bytes, uint64_t seed);

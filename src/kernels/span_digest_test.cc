@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -59,6 +60,22 @@ TEST(SpanDigestTest, DispatchedImplementationMatchesPortable) {
     EXPECT_EQ(SpanDigest(buf.data(), n, 11), SpanDigestPortableForTesting(buf.data(), n, 11))
         << "n=" << n;
     EXPECT_EQ(SpanDigest(buf.data(), n, 11), NaiveDigest(buf.data(), n, 11)) << "n=" << n;
+  }
+}
+
+// A digest computed in word-aligned parts (as HostDevice's worker pool does) equals the whole.
+TEST(SpanDigestTest, WordSumsOfPartsAddUpToTheDigest) {
+  std::mt19937_64 rng(4);
+  std::vector<uint8_t> buf(10007);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (uint64_t n : {uint64_t{0}, uint64_t{5}, uint64_t{64}, uint64_t{4099}, uint64_t{10007}}) {
+    for (uint64_t part : {uint64_t{8}, uint64_t{24}, uint64_t{1024}}) {
+      uint64_t sum = DigestLengthTerm(n, 5);
+      for (uint64_t off = 0; off < n; off += part) {
+        sum += SpanDigestWordSum(buf.data() + off, std::min(part, n - off), off / 8, 5);
+      }
+      EXPECT_EQ(sum, SpanDigest(buf.data(), n, 5)) << "n=" << n << " part=" << part;
+    }
   }
 }
 

@@ -136,7 +136,7 @@ def token_rows(layout: str, layer, slots) -> np.ndarray:
         else:  # NHBP
             r = p[b, :, o]
         rows.append(np.ascontiguousarray(r).view(np.uint8).ravel())
-    return np.stack(rows)
+    return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.uint8)
 
 
 def block_bytes(layer, blocks) -> np.ndarray:

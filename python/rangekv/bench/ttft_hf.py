@@ -41,10 +41,12 @@ from dataclasses import dataclass, field
 SHAPES = {
     # CPU/CI: 4 KiB per token per layer like the 8B shape (4 KV heads x 128 x fp32).
     "small": dict(layers=4, hidden=512, heads=4, kv_heads=4, head_size=128, intermediate=1024,
-                  vocab=1024, prefix=1024, suffix=352, dtype="float32", block_size=16),
+                  vocab=1024, prefix=1024, suffix=352, dtype="float32", block_size=16,
+                  stripe_mib=4),  # 1,024 tokens per stripe; banks of 32 MiB stripes cost 2.3 GiB per engine
     # Llama-3.1-8B's shape (random weights), the paper's request: 49,152 cached + 16,128 new.
     "8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_size=128, intermediate=14336,
-               vocab=128256, prefix=49152, suffix=16128, dtype="bfloat16", block_size=16),
+               vocab=128256, prefix=49152, suffix=16128, dtype="bfloat16", block_size=16,
+               stripe_mib=32),
 }
 ABLATIONS = ("index=scalar", "read_issue=object", "delivery=barrier", "prefetch=dispatch")
 
@@ -160,8 +162,7 @@ def run(args) -> dict:
     engine_opts = dict(device="cuda" if device == "cuda" else "host", checksum=args.checksum,
                        capacity_bytes=capacity, max_request_tokens=max(total, 8192),
                        direct_io=not args.buffered)
-    if args.stripe_mib:
-        engine_opts["stripe_bytes"] = int(args.stripe_mib * (1 << 20))
+    engine_opts["stripe_bytes"] = int((args.stripe_mib or shape["stripe_mib"]) * (1 << 20))
 
     def open_engine(key: str):
         opts = dict(engine_opts)
@@ -178,7 +179,7 @@ def run(args) -> dict:
                "config": {**shape, "device": device, "reps": args.reps, "output_tokens": out_tokens,
                           "granularities": grans, "checksum": args.checksum, "store_dir": store_dir,
                           "capacity_bytes": capacity, "direct_io": not args.buffered,
-                          "check": args.check, "prefix_bytes": geometry_bytes * prefix_n},
+                          "check": args.check, "stripe_bytes": engine_opts["stripe_bytes"], "prefix_bytes": geometry_bytes * prefix_n},
                "per_object_baseline": "not measured: the stock per-object store (src/baseline) has no "
                                       "Python binding; `rangekv bench restore` measures it in C++"}
     try:

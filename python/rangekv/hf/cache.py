@@ -24,6 +24,7 @@ KV is never read: attention only sees a restored layer after its wait succeeded.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 
 import torch
@@ -214,6 +215,8 @@ class RangeKVCache(Cache):
         self.produce_until = produce_until
         self._waited: set[int] = set()
         self._produced: set[int] = set()
+        # Restore phase marks (ms since `t0`, set by the driver): first / last layer ready.
+        self.t0: float | None = None
         self.phases: dict[str, float] = {}
         super().__init__(layers=[_PagedLayer(self, l) for l in range(pool.layers)])
 
@@ -279,6 +282,11 @@ class RangeKVCache(Cache):
         except Exception as e:  # the layer's error (rangekv.Error): recompute its tokens
             raise RestoreFailed(layer_idx, e) from e
         self._waited.add(layer_idx)
+        if self.t0 is not None:
+            now = (time.perf_counter() - self.t0) * 1e3
+            self.phases.setdefault("first_layer_ready", now)
+            if len(self._waited) == self.pool.layers:
+                self.phases["last_layer_ready"] = now
 
     def produce(self, layer_idx: int) -> None:
         """Hands layer `layer_idx` (written into the prompt's slots) to the store."""

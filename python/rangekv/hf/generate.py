@@ -124,6 +124,7 @@ def generate(
 
     env = rangekv.Envelope(request_id) if engine is not None else None
     handle = None
+    cache = None
     past = resident_tokens
     try:
         if engine is not None and restore and resident_blocks is None:
@@ -150,12 +151,14 @@ def generate(
             pool, slots, past_tokens=past, restore=handle, store=store_h, store_mode=store_mode,
             stream=stream, produce_until=n,
         )
+        cache.t0 = t0
         ids = prompt_t[past:].to(device).unsqueeze(0)
         failed_at = None
         try:
             logits = _forward(model, ids, cache)
         except RestoreFailed:
             failed_at = "wait"
+        mark("forward_done")
         if handle is not None:
             out = handle.finish()
             handle = None
@@ -211,6 +214,8 @@ def generate(
             handle.cancel()
             handle.finish()
         gen.phases_ms = phases
+        if cache is not None:
+            phases.update(cache.phases)
         if keep_blocks:
             gen.blocks = blocks  # type: ignore[attr-defined]
         else:

@@ -350,3 +350,24 @@ def test_every_status_code_has_a_class():
     assert issubclass(rangekv.InvalidArgument, ValueError)
     assert issubclass(rangekv.ClosedError, rangekv.FailedPrecondition)
     assert rangekv.StaleTicket.code == "stale_generation"
+
+
+def test_streams_on_the_host_device(stored):
+    """The host device has no native streams: stream arguments are refused clearly."""
+    eng, src, check = stored
+    e, hit, ticket, h = claim(eng)
+    h.bind_slots(zero_layers(LAYOUT, N), np.arange(hit))
+    with pytest.raises(rangekv.Unimplemented):
+        h.stream_wait_layer(0, 12345)
+    with pytest.raises(rangekv.InvalidArgument, match="stream"):
+        h.stream_wait_layer(0, "default")
+    for layer in range(L):
+        h.wait_layer(layer)
+    assert h.finish().ok
+    s = eng.begin_store(env("s"), list(range(8000, 8040)), src, np.arange(40))
+    with pytest.raises(rangekv.Unimplemented):
+        s.layer_produced(0, 12345)
+    for layer in range(L):
+        s.layer_produced(layer)
+    assert s.finish().ok
+    check()

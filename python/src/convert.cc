@@ -101,7 +101,11 @@ std::vector<Out> ToInts(nb::handle obj, std::string_view what, int64_t lo, int64
     }
     out.push_back(static_cast<Out>(v));
   };
-  if (IsSequence(obj)) {
+  nb::ndarray<nb::ro> arr;
+  const bool is_array = !IsSequence(obj) && nb::try_cast(obj, arr, /*convert=*/false);
+  const bool is_text = PyUnicode_Check(obj.ptr()) || PyBytes_Check(obj.ptr()) ||
+                       PyByteArray_Check(obj.ptr());
+  if (!is_array && !is_text && PySequence_Check(obj.ptr())) {  // list, tuple, range, ...
     nb::sequence seq = nb::borrow<nb::sequence>(obj);
     const size_t n = nb::len(seq);
     out.reserve(n);
@@ -123,11 +127,10 @@ std::vector<Out> ToInts(nb::handle obj, std::string_view what, int64_t lo, int64
     }
     return out;
   }
-  nb::ndarray<nb::ro> arr;
-  if (!nb::try_cast(obj, arr, /*convert=*/false)) {
+  if (!is_array) {
     Throw(StatusCode::kInvalidArgument,
-          std::string(what) + " must be a 1-D sequence of ints (list, numpy array or CPU "
-                              "tensor), got " + TypeName(obj));
+          std::string(what) + " must be a 1-D sequence of ints (list, range, numpy array or "
+                              "CPU tensor), got " + TypeName(obj));
   }
   if (!OnHost(arr.device_type())) {
     Throw(StatusCode::kInvalidArgument,

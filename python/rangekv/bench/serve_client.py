@@ -21,6 +21,7 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
     body = json.dumps({
         "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
         "stream": True, "logprobs": 1, "ignore_eos": True, "return_token_ids": True,
+        "return_tokens_as_token_ids": True,  # logprobs without a tokenizer
     }).encode()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     out = {"ttft_s": None, "total_s": None, "token_ids": [], "logprobs": [], "error": None}
@@ -43,6 +44,9 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
             if data == b"[DONE]":
                 break
             chunk = json.loads(data)
+            if "error" in chunk:
+                out["error"] = json.dumps(chunk["error"])[:500]
+                break
             for choice in chunk.get("choices", []):
                 ids = choice.get("token_ids") or []
                 lp = (choice.get("logprobs") or {}).get("token_logprobs") or []

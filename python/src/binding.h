@@ -96,7 +96,8 @@ std::string ToTicket(nb::handle obj);
 // device: the PagedKv to hand the engine and the arrays that keep the memory alive.
 struct BoundLayers {
   PagedKv kv;
-  std::vector<nb::object> keep;  // the caller's objects and their DLPack views
+  std::vector<nb::object> keep;             // the caller's objects
+  std::vector<nb::ndarray<nb::ro>> views;   // their imported DLPack views (own the memory)
 };
 // `writable`: the engine writes into them (restore): read-only arrays are refused and the
 // layers must not overlap each other.

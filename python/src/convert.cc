@@ -426,7 +426,7 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
                         reinterpret_cast<uintptr_t>(base) + arr.nbytes());
     out.kv.layer_base.push_back(base);
     out.keep.push_back(item);
-    out.keep.push_back(nb::cast(arr));
+    out.views.push_back(std::move(arr));
   }
   out.kv.num_blocks = static_cast<uint64_t>(blocks);
   if (writable) {

@@ -101,7 +101,7 @@ class PyRestore {
       std::unique_lock lock(use_);
       return h_.Finish();
     })};
-    keep_.clear();
+    bound_layers_ = BoundLayers{};
     return o;
   }
   void Cancel() {
@@ -136,16 +136,16 @@ class PyRestore {
   nb::object owner_;  // the Python Engine: keeps it (and its stream refs) alive
   PyEngine* eng_;
   TokenInterval tokens_;
-  std::vector<nb::object> keep_;  // the bound tensors, until finish
-  std::shared_mutex use_;         // wait_* shared, finish exclusive
+  BoundLayers bound_layers_;  // the bound tensors, until finish
+  std::shared_mutex use_;     // wait_* shared, finish exclusive
   std::atomic<bool> bound_{false};
   std::atomic<bool> finished_{false};
 };
 
 class PyStore {
  public:
-  PyStore(StoreHandle h, nb::object owner, PyEngine* eng, std::vector<nb::object> keep)
-      : h_(std::move(h)), owner_(std::move(owner)), eng_(eng), keep_(std::move(keep)) {
+  PyStore(StoreHandle h, nb::object owner, PyEngine* eng, BoundLayers layers)
+      : h_(std::move(h)), owner_(std::move(owner)), eng_(eng), layers_(std::move(layers)) {
     disposition_ = h_.disposition();
     stored_ = h_.stored_tokens();
   }
@@ -178,7 +178,7 @@ class PyStore {
       std::unique_lock lock(use_);
       return h_.Finish(detach ? StoreWait::kDetach : StoreWait::kUntilVisible);
     })};
-    keep_.clear();
+    layers_ = BoundLayers{};
     return o;
   }
 
@@ -204,7 +204,7 @@ class PyStore {
   StoreHandle h_;
   nb::object owner_;
   PyEngine* eng_;
-  std::vector<nb::object> keep_;  // the source tensors, until finish
+  BoundLayers layers_;  // the source tensors, until finish
   StoreDisposition disposition_;
   TokenInterval stored_;
   std::shared_mutex use_;
@@ -382,7 +382,7 @@ class PyEngine {
     req.slot_mapping = slots;
     auto h = WithoutGil([&] { return e.BeginStore(req); });
     if (!h.ok()) ThrowStatus(h.status());
-    return new PyStore(std::move(h).value(), nb::borrow(self), this, std::move(layers.keep));
+    return new PyStore(std::move(h).value(), nb::borrow(self), this, std::move(layers));
   }
 
   nb::dict Stats() { return StatsDict(Get("stats").GetStats()); }
@@ -434,7 +434,7 @@ void PyRestore::BindSlots(nb::handle kv_layers, nb::handle slot_mapping) {
   std::vector<int64_t> slots = ToInt64s(slot_mapping, "slot_mapping");
   CheckSlots(eng_->info(), layers.kv, slots, tokens_.size(), /*unique=*/true, "slot_mapping");
   Run("bind_slots", [&] { return h_.BindSlots(layers.kv, slots); });
-  keep_ = std::move(layers.keep);
+  bound_layers_ = std::move(layers);
   bound_.store(true);
 }
 

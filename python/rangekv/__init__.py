@@ -1,17 +1,18 @@
 """RangeKV: a KV-cache storage engine for LLM serving (Python binding).
 
-Quick start::
+Quick start (README.md "Python" has the full, tested example)::
 
     import numpy as np, rangekv
-    with rangekv.Engine("/tmp/store", layers=2, kv_heads=2, head_size=16, dtype="bfloat16",
+    with rangekv.Engine("/tmp/store", layers=4, kv_heads=2, head_size=16, dtype="bfloat16",
                         layout="flash_attn_nhd", stripe_bytes=4096, capacity_bytes=1 << 20,
                         device="host") as eng:
-        kv = [np.random.randint(0, 1 << 16, (2, 8, 16, 2, 16), dtype=np.uint16) for _ in range(2)]
-        tokens = list(range(100))
-        s = eng.begin_store(rangekv.Envelope("req-1"), tokens, kv, list(range(100)))
-        for layer in range(2):
+        kv = [np.random.randint(0, 1 << 16, (2, 8, 16, 2, 16), dtype=np.uint16)
+              for _ in range(4)]
+        s = eng.begin_store(rangekv.Envelope("req-1"), range(100), kv, range(100))
+        for layer in range(4):
             s.layer_produced(layer)
         assert s.finish().ok
+        hit, ticket = eng.lookup(range(100), rangekv.Envelope("req-2"))  # 96
 
 See ``rangekv.Engine`` and README.md "Python". Tensors: torch, numpy or any DLPack array (no
 framework is linked); bf16 accepts ``torch.bfloat16`` or ``uint16`` holding the bits (numpy

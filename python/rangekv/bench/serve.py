@@ -16,9 +16,11 @@ Arms:
               only the prefix puts the prefix in vLLM's cache (the paper's resident control)
   rangekv G   the RangeKV connector (``--connector-module`` / ``--connector-class``), vLLM's
               prefix cache off: a setup request stores the prefix once, then every measured
-              prompt (the same prefix, a fresh suffix) restores it from RangeKV at reuse
-              granularity G; ``rangekv LW`` the connector's layerwise mode; ablations through
-              the connector's engine options
+              prompt (the same prefix, a fresh suffix) restores it from RangeKV. The connector
+              looks up at vLLM's block size, so the reuse granularity G (prefix / G logical
+              objects) is the server's ``--block-size`` (32..256 on the CPU backend; the resident
+              and recompute arms run at 32); ``rangekv LW`` the connector's layerwise mode;
+              ablations through the connector's ``ablations`` option
   lmcache / offloading  LMCache's connector and vLLM's OffloadingConnector, tried: each row
               shows TTFT or the error with which the server or the requests failed
 
@@ -68,12 +70,12 @@ class Server:
     """One vLLM OpenAI server process; its log goes to `log_path`."""
 
     def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str, max_len: int,
-                 kv_gib: float, python: str):
+                 kv_gib: float, python: str, block_size: int = 32):
         self.port = _free_port()
         self.log_path = log_path
         cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
                "--served-model-name", "bench", "--skip-tokenizer-init", "--enforce-eager",
-               "--block-size", "32", "--host", "127.0.0.1", "--port", str(self.port),
+               "--block-size", str(block_size), "--host", "127.0.0.1", "--port", str(self.port),
                "--max-model-len", str(max_len), "--seed", "0", "--max-num-seqs", "1",
                "--max-num-batched-tokens", str(max_len)] + extra_args
         full_env = dict(os.environ)
@@ -143,23 +145,25 @@ def arm_configs(args, store_root: str) -> list[dict]:
     arms = [{"name": "recompute", "kind": "recompute", "args": ["--no-enable-prefix-caching"]},
             {"name": "resident", "kind": "resident", "args": []}]
 
-    def connector(name, extra, kind="rangekv", gran=None, layerwise=False):
+    # The connector looks up at vLLM's block size: the reuse granularity (and so the prefix's
+    # logical object count) is the server's --block-size.
+    def connector(name, extra, kind="rangekv", gran=32, layerwise=False):
         cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
-               "kv_role": "kv_both",
+               "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                "kv_connector_extra_config": {"store_dir": os.path.join(store_root, name.replace(" ", "_")),
+                                             "save_mode": "visible",
                                              **json.loads(args.connector_extra), **extra}}
-        arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise,
+        arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise, "block_size": gran,
                      "args": ["--no-enable-prefix-caching", "--kv-transfer-config", json.dumps(cfg)]})
 
     if not args.skip_rangekv:
         for g in grans:
-            connector(f"rangekv {args.prefix // g}", {"granularity": g}, gran=g)
-        connector(f"rangekv {args.prefix // grans[0] * args.layers} LW",
-                  {"granularity": grans[0], "use_layerwise": True}, gran=grans[0], layerwise=True)
+            connector(f"rangekv {args.prefix // g}", {}, gran=g)
+        connector(f"rangekv {args.prefix // grans[0] * args.layers} LW", {"layerwise": True}, gran=grans[0],
+                  layerwise=True)
         if not args.no_ablations:
             for ab in ABLATIONS:
-                connector(f"{ab} @ {args.prefix // grans[0]}",
-                          {"granularity": grans[0], "ablations": f"{ab},object_tokens={grans[0]}"},
+                connector(f"{ab} @ {args.prefix // grans[0]}", {"ablations": f"{ab},object_tokens={grans[0]}"},
                           kind="ablation", gran=grans[0])
     if args.peers:
         arms.append({"name": "lmcache", "kind": "peer", "args": [
@@ -213,7 +217,7 @@ def run(args) -> dict:
         row = {"name": arm["name"], "kind": arm["kind"], "granularity": arm.get("granularity"),
                "layerwise": arm.get("layerwise", False), "ttft_s": [], "error": None}
         server = Server(model_dir, arm["args"], {}, os.path.join(work, f"server-{ai}.log"), max_len,
-                        args.kv_cache_gib, python)
+                        args.kv_cache_gib, python, block_size=arm.get("block_size", 32))
         try:
             err = server.wait_ready(args.start_timeout)
             if err:
@@ -287,12 +291,13 @@ def add_parser(sub) -> None:
     p.add_argument("--suffix", type=int, default=2720, help="new tokens (about a third of the prefix)")
     p.add_argument("--output-tokens", type=int, default=2)
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--granularities", default="256,64,32", help="reuse granularities, coarse first")
+    p.add_argument("--granularities", default="256,128,64,32",
+                   help="vLLM block sizes of the RangeKV arms (the connector's reuse granularity), coarse first")
     p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep")
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--skip-rangekv", action="store_true", help="only the recompute and resident arms")
     p.add_argument("--peers", action="store_true", help="also try LMCache's and vLLM's offloading connectors")
-    p.add_argument("--connector-module", default="rangekv.vllm.connector")
+    p.add_argument("--connector-module", default="rangekv.vllm")
     p.add_argument("--connector-class", default="RangeKVConnector")
     p.add_argument("--connector-extra", default="{}", help="JSON merged into kv_connector_extra_config")
     p.add_argument("--kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE")

@@ -101,6 +101,62 @@ def _tokens(seed: int, n: int, vocab: int):
     return torch.randint(0, vocab, (n,), generator=g)
 
 
+def read_ceiling(path: str, nbytes: int, direct: bool, threads: int = 4, block: int = 32 << 20,
+                 reps: int = 3) -> dict:
+    """The medium's ceiling for `nbytes` of the pack file: plain preads by `threads` threads of
+    `block` bytes each (O_DIRECT when the run used it and the file system allows), no engine.
+    Reads the pack region from its start (the same byte count as the prefix, not the same
+    packs). Median seconds of `reps` passes."""
+    import mmap
+    import struct
+    import threading
+
+    with open(path, "rb") as f:
+        data_offset = struct.unpack_from("<Q", f.read(128), 112)[0]
+    flags = os.O_RDONLY
+    used_direct = False
+    if direct and hasattr(os, "O_DIRECT"):
+        try:
+            os.close(os.open(path, flags | os.O_DIRECT))
+            flags |= os.O_DIRECT
+            used_direct = True
+        except OSError:
+            pass
+    nbytes = (nbytes + 4095) // 4096 * 4096
+    times = []
+    for _ in range(reps):
+        fd = os.open(path, flags)
+        try:
+            if not used_direct:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            next_off = [0]
+            lock = threading.Lock()
+
+            def worker():
+                buf = mmap.mmap(-1, block)
+                while True:
+                    with lock:
+                        off = next_off[0]
+                        next_off[0] += block
+                    if off >= nbytes:
+                        break
+                    n = min(block, nbytes - off)
+                    os.preadv(fd, [memoryview(buf)[:n]], data_offset + off)
+                buf.close()
+
+            t0 = time.perf_counter()
+            ts = [threading.Thread(target=worker) for _ in range(threads)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            times.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+    return {"seconds": statistics.median(times), "samples_s": times, "bytes": nbytes, "direct": used_direct,
+            "threads": threads, "block_bytes": block}
+
+
 def _logit_diff(a, b) -> float:
     return max(float((x - y).abs().max()) for x, y in zip(a.logits, b.logits))
 
@@ -264,6 +320,12 @@ def run(args) -> dict:
                 finally:
                     if eng is not None:
                         eng.close()
+            try:
+                results["prefix_read_ceiling"] = read_ceiling(os.path.join(store_dir, "packs.rkv"),
+                                                              geometry_bytes * prefix_n, not args.buffered,
+                                                              block=engine_opts["stripe_bytes"])
+            except OSError as e:
+                results["prefix_read_ceiling"] = {"error": str(e)}
     finally:
         if own_dir and not args.keep_store:
             shutil.rmtree(store_dir, ignore_errors=True)
@@ -287,6 +349,18 @@ def run(args) -> dict:
             row["median_phases_ms"] = {k: _median([p[k] for p in a.phases if k in p]) for k in keys}
         rows.append(row)
     results["arms"] = rows
+    ceiling = (results.get("prefix_read_ceiling") or {}).get("seconds")
+    for row in rows:
+        if row["kind"] not in ("rangekv", "ablation") or row["median_s"] is None:
+            continue
+        res_med = _median(row["paired_resident_s"])
+        rec_med = row["median_recompute_s"] or _median(next((a.samples for a in arms if a.kind == "recompute"), []))
+        if ceiling and row["median_minus_resident_ms"] is not None:
+            # Acceptance: RangeKV - resident <= 30% of the prefix's read time at the ceiling.
+            row["minus_resident_over_ceiling_read"] = row["median_minus_resident_ms"] / 1e3 / ceiling
+        if rec_med and res_med:
+            # recompute / RangeKV as a fraction of recompute / resident (acceptance: >= 0.9).
+            row["speedup_kept"] = (rec_med / row["median_s"]) / (rec_med / res_med)
     results["all_tokens_match"] = all(all(r["tokens_match"]) for r in rows if r["tokens_match"])
     results["wall_s"] = time.time() - t_start
     return results
@@ -298,6 +372,10 @@ def _fmt_s(x):
 
 def _fmt_ms(x):
     return "-" if x is None else f"{x:.0f}" if abs(x) >= 10 else f"{x:.1f}"
+
+
+def _fmt_ratio(x):
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _fmt_bytes(b):
@@ -328,10 +406,17 @@ def table(results: dict) -> str:
     line("Resident", [_fmt_s(_median(c["paired_resident_s"])) for c in cols])
     line("RangeKV", [_fmt_s(c["median_s"]) for c in cols])
     line("RangeKV - resident (ms)", [_fmt_ms(c["median_minus_resident_ms"]) for c in cols])
+    line("(RangeKV - resident) / ceiling read", [_fmt_ratio(c.get("minus_resident_over_ceiling_read")) for c in cols])
+    line("Speedup kept vs resident", [_fmt_ratio(c.get("speedup_kept")) for c in cols])
     line("Tokens = recompute", [f"{sum(c['tokens_match'])}/{len(c['tokens_match'])}" for c in cols])
     out = "\n".join(lines)
     extra = [f"Unpaired arms: recompute median {_fmt_s(rec and rec['median_s'])} s, "
              f"resident median {_fmt_s(resident and resident['median_s'])} s."]
+    ceil = results.get("prefix_read_ceiling") or {}
+    if "seconds" in ceil:
+        extra.append(f"Prefix read at the medium's ceiling ({_fmt_bytes(ceil['bytes'])}, {ceil['threads']} threads, "
+                     f"{'O_DIRECT' if ceil['direct'] else 'buffered, page cache dropped'}): "
+                     f"{ceil['seconds'] * 1e3:.1f} ms.")
     abl = [r for r in rows if r["kind"] == "ablation"]
     if abl:
         full = {(c["granularity"], c["layerwise"]): c for c in cols}

@@ -40,7 +40,7 @@ logger = logging.getLogger("rangekv.vllm")
 
 STAT_KEYS = ("lookups", "lookup_hit_tokens", "restores", "restored_tokens", "restored_bytes",
              "stores", "stored_tokens", "stored_bytes", "load_failures", "failed_tokens",
-             "checksum_failures", "lookup_s", "restore_s", "store_s")
+             "checksum_failures", "preempted_requests", "lookup_s", "restore_s", "store_s")
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,6 +421,7 @@ class RangeKVConnector(KVConnectorBase_V1):
         with self._lock:
             for rid in pre:
                 self._lookups.pop(rid, None)
+            self._stats.data["preempted_requests"] += len(pre)
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()

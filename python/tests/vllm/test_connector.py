@@ -25,8 +25,10 @@ def req(p, **kw):
     return {"prompt": p, "max_tokens": 8, **kw}
 
 
-ROUNDS = [[req(P1)], [req(P2)], [req(P3)], [req(P4)], [req(P2), req(P5), req(P6), req(P7)]]
-CACHED = [[0], [2080], [992], [2080], [2080, 0, 512, 0]]
+# P2 again after its own store: its 67 whole blocks (2144 tokens) are in both caches.
+ROUNDS = [[req(P1)], [req(P2)], [req(P3)], [req(P4)], [req(P2), req(P5), req(P6), req(P7)],
+          [req(P2)]]
+CACHED = [[0], [2080], [992], [2080], [2144, 0, 512, 0], [2144]]
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +65,14 @@ def test_store_then_restore_matches_no_connector(base, plain):
 def test_restart_survives_and_negative_control(work, model_dir, base, plain):
     r = run_engine(work, "restart", model_dir, [[req(P2)], [req(P2, corrupt=True)]],
                    kv_config(work / "store"))
-    assert r.rounds[0][0]["num_cached_tokens"] == 2080
-    same(r.rounds[0][0], base.rounds[1][0])
+    assert r.rounds[0][0]["num_cached_tokens"] == 2144
+    same(r.rounds[0][0], base.rounds[-1][0])
     # Negative control: scrambled restored bytes must change what the model says.
     bad = r.rounds[1][0]
-    assert bad["num_cached_tokens"] == 2080
-    assert (bad["tokens"], bad["logprobs"]) != (base.rounds[1][0]["tokens"],
-                                                base.rounds[1][0]["logprobs"])
-    assert r.stats["restored_tokens"] == 2 * 2080
+    assert bad["num_cached_tokens"] == 2144
+    assert (bad["tokens"], bad["logprobs"]) != (base.rounds[-1][0]["tokens"],
+                                                base.rounds[-1][0]["logprobs"])
+    assert r.stats["restored_tokens"] == 2 * 2144
 
 
 def test_layerwise(work, model_dir, base):
@@ -102,8 +104,15 @@ def test_flipped_byte_with_checksum_is_recomputed(work, model_dir, base, plain):
     shutil.copytree(work / "store", store)
     _flip_payload_byte(store / "rank-0")
     r = run_engine(work, "flip", model_dir, [[req(P2)]], kv_config(store, checksum="always"))
-    same(r.rounds[0][0], base.rounds[1][0])
+    # vLLM recomputes from the first failed block, a different split of the same arithmetic
+    # than the reference run: the tokens are equal, the logprobs equal up to rounding.
+    got, ref = r.rounds[0][0], base.rounds[-1][0]
+    assert got["tokens"] == ref["tokens"]
+    for a, b in zip(got["logprobs"], ref["logprobs"]):
+        assert [t for t, _ in a] == [t for t, _ in b]
+        assert max(abs(x - y) for (_, x), (_, y) in zip(a, b)) < 0.05
     assert r.stats["load_failures"] >= 1 and r.stats["failed_tokens"] > 0, r.stats
+    assert r.stats["checksum_failures"] >= 1, r.stats
     assert "blocks [" in r.log and "recomputed" in r.log
 
 
@@ -112,3 +121,19 @@ def test_bad_config_fails_at_start(work, model_dir):
                    kv_config(work / "store-bad", bogus_key=1), expect_fail=True)
     assert r.rc != 0
     assert "unknown kv_connector_extra_config key(s) ['bogus_key']" in r.log
+
+
+def test_preemption_with_small_kv_cache(work, model_dir, base):
+    """Four requests in 72 blocks of KV cache: vLLM preempts, the resumed requests look
+    up again and restore what was stored; every request completes with the tokens vLLM
+    computes without the connector."""
+    batch = [req(SHARED[:512] + rand_tokens(10 + i, 300), max_tokens=48) for i in range(4)]
+    rounds = [[req(SHARED[:700])], batch]
+    kw = {"num_gpu_blocks_override": 72, "max_num_seqs": 4, "max_model_len": 1024}
+    b = run_engine(work, "preempt-base", model_dir, rounds, llm_kwargs=kw)
+    r = run_engine(work, "preempt", model_dir, rounds, kv_config(work / "store-pre"),
+                   llm_kwargs=kw)
+    assert r.stats["preempted_requests"] >= 1, r.stats
+    for ob, op in zip(b.rounds[1], r.rounds[1]):
+        assert len(op["tokens"]) == 48
+        assert op["tokens"] == ob["tokens"]

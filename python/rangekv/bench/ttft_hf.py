@@ -1,0 +1,481 @@
+"""``rangekv bench ttft-hf``: time to first token of one request through a transformers Llama.
+
+The Range paper's fixed-payload workload (its Table 3) on ``rangekv.hf``: one request of a
+cached prefix plus a new suffix, 2 output tokens. Arms:
+
+  recompute          the whole prompt computed (no RangeKV)
+  resident           the prefix's KV already in the cache's paged memory (the GPU-resident
+                     control): only the suffix is computed
+  rangekv G          the prefix restored by RangeKV with reuse granularity G tokens (prefix / G
+                     logical objects), plain connector mode (store after the forward)
+  rangekv LW         layerwise: granularity = the coarsest G, one logical object per (chunk,
+                     layer), each layer handed to the store as it is written
+  ablation X @ P     one of the engine's four ablations (index=scalar, read_issue=object,
+                     delivery=barrier, prefetch=dispatch) at the coarse plain point and at the
+                     layerwise point, stock objects named as that point names them
+  per-object         the stock per-object baseline (src/baseline): not exposed to Python, so
+                     not measured here (the JSON says so)
+
+Every RangeKV and ablation run is paired with a resident run of the same prompt right before
+it (the paired difference is what the table's last row shows), and its generated tokens and
+logits are checked against a recompute of the same prompt. Each run's suffix is fresh (seeded
+by arm and repetition) so every request restores exactly the prefix and stores its own
+suffix, as in the paper; the store's capacity is bounded so old suffixes are evicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+
+SHAPES = {
+    # CPU/CI: 4 KiB per token per layer like the 8B shape (4 KV heads x 128 x fp32).
+    "small": dict(layers=4, hidden=512, heads=4, kv_heads=4, head_size=128, intermediate=1024,
+                  vocab=1024, prefix=1024, suffix=352, dtype="float32", block_size=16,
+                  stripe_mib=4),  # 1,024 tokens per stripe; banks of 32 MiB stripes cost 2.3 GiB per engine
+    # Llama-3.1-8B's shape (random weights), the paper's request: 49,152 cached + 16,128 new.
+    "8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_size=128, intermediate=14336,
+               vocab=128256, prefix=49152, suffix=16128, dtype="bfloat16", block_size=16,
+               stripe_mib=32),
+}
+ABLATIONS = ("index=scalar", "read_issue=object", "delivery=barrier", "prefetch=dispatch")
+
+
+@dataclass
+class Arm:
+    name: str
+    kind: str  # recompute | resident | rangekv | ablation
+    granularity: int = 0
+    layerwise: bool = False
+    ablation: str = ""
+    engine_key: str = ""  # which engine configuration serves it
+    samples: list = field(default_factory=list)  # TTFT s
+    paired_resident: list = field(default_factory=list)
+    recompute: list = field(default_factory=list)
+    tokens_match: list = field(default_factory=list)
+    max_logit_diff: list = field(default_factory=list)
+    phases: list = field(default_factory=list)
+    restore_work: dict | None = None
+    store_work: dict | None = None
+    hits: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def build_model(shape: dict, device: str, seed: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dtype = getattr(torch, shape["dtype"])
+    cfg = LlamaConfig(
+        vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"], head_dim=shape["head_size"],
+        max_position_embeddings=max(4096, shape["prefix"] + shape["suffix"] + 16),
+        initializer_range=0.05, dtype=dtype,
+    )
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg)  # random weights initialised where they will run
+    return model.to(dtype).eval()
+
+
+def _tokens(seed: int, n: int, vocab: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n,), generator=g)
+
+
+def read_ceiling(path: str, nbytes: int, direct: bool, threads: int = 4, block: int = 32 << 20,
+                 reps: int = 3) -> dict:
+    """The medium's ceiling for `nbytes` of the pack file: plain preads by `threads` threads of
+    `block` bytes each (O_DIRECT when the run used it and the file system allows), no engine.
+    Reads the pack region from its start (the same byte count as the prefix, not the same
+    packs). Median seconds of `reps` passes."""
+    import mmap
+    import struct
+    import threading
+
+    with open(path, "rb") as f:
+        data_offset = struct.unpack_from("<Q", f.read(128), 112)[0]
+    flags = os.O_RDONLY
+    used_direct = False
+    if direct and hasattr(os, "O_DIRECT"):
+        try:
+            os.close(os.open(path, flags | os.O_DIRECT))
+            flags |= os.O_DIRECT
+            used_direct = True
+        except OSError:
+            pass
+    nbytes = (nbytes + 4095) // 4096 * 4096
+    times = []
+    for _ in range(reps):
+        fd = os.open(path, flags)
+        try:
+            if not used_direct:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            next_off = [0]
+            lock = threading.Lock()
+
+            def worker():
+                buf = mmap.mmap(-1, block)
+                while True:
+                    with lock:
+                        off = next_off[0]
+                        next_off[0] += block
+                    if off >= nbytes:
+                        break
+                    n = min(block, nbytes - off)
+                    os.preadv(fd, [memoryview(buf)[:n]], data_offset + off)
+                buf.close()
+
+            t0 = time.perf_counter()
+            ts = [threading.Thread(target=worker) for _ in range(threads)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            times.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+    return {"seconds": statistics.median(times), "samples_s": times, "bytes": nbytes, "direct": used_direct,
+            "threads": threads, "block_bytes": block}
+
+
+def _logit_diff(a, b) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(a.logits, b.logits))
+
+
+def run(args) -> dict:
+    import torch
+
+    import rangekv
+    from rangekv.hf import PagedKvPool, engine_for_model, generate
+
+    shape = dict(SHAPES[args.shape])
+    for k in ("layers", "prefix", "suffix"):
+        if getattr(args, k) is not None:
+            shape[k] = getattr(args, k)
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device")
+    grans = [int(g) for g in args.granularities.split(",")]
+    prefix_n, suffix_n, B = shape["prefix"], shape["suffix"], shape["block_size"]
+    if prefix_n % B or any(prefix_n % g for g in grans):
+        raise SystemExit("prefix tokens must be a multiple of the block size and of every granularity")
+    out_tokens = args.output_tokens
+    t_start = time.time()
+
+    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not args.quiet else (lambda *a: None)
+    log(f"[ttft-hf] building model ({args.shape}: {shape['layers']} layers) on {device}")
+    model = build_model(shape, device, args.seed)
+    dtype = getattr(torch, shape["dtype"])
+    total = prefix_n + suffix_n + out_tokens
+    blocks_per_req = math.ceil(total / B)
+    pool = PagedKvPool.for_model(model.config, num_blocks=prefix_n // B + blocks_per_req + 1,
+                                 block_size=B, dtype=dtype, device=device)
+    prefix = _tokens(args.seed, prefix_n, shape["vocab"])
+
+    # ---- arms ----
+    arms: list[Arm] = [Arm("recompute", "recompute"), Arm("resident", "resident")]
+    coarse = grans[0]
+    for g in grans:
+        arms.append(Arm(f"rangekv {prefix_n // g}", "rangekv", granularity=g, engine_key="full"))
+    arms.append(Arm(f"rangekv {prefix_n // coarse * shape['layers']} LW", "rangekv", granularity=coarse,
+                    layerwise=True, engine_key="full"))
+    if not args.no_ablations:
+        for ab in ABLATIONS:
+            for lw in (False, True):
+                objs = prefix_n // coarse * (shape["layers"] if lw else 1)
+                arms.append(Arm(f"{ab} @ {objs}{' LW' if lw else ''}", "ablation", granularity=coarse,
+                                layerwise=lw, ablation=ab, engine_key=f"{ab}|{'lw' if lw else 'plain'}"))
+    if args.arms:
+        keep = set(args.arms.split(","))
+        arms = [a for a in arms if a.kind in keep or a.name in keep]
+
+    # ---- store ----
+    own_dir = args.store_dir is None
+    store_dir = args.store_dir or tempfile.mkdtemp(prefix="rangekv-ttft-hf-", dir=args.tmp_dir)
+    geometry_bytes = pool.token_bytes() * shape["layers"]
+    runs = sum(1 for a in arms if a.kind in ("rangekv", "ablation")) * args.reps
+    capacity = int(args.capacity_gib * (1 << 30)) if args.capacity_gib else \
+        geometry_bytes * (prefix_n + (runs + 2) * (suffix_n + 8192)) + (256 << 20)
+    engine_opts = dict(device="cuda" if device == "cuda" else "host", checksum=args.checksum,
+                       capacity_bytes=capacity, max_request_tokens=max(total, 8192),
+                       direct_io=not args.buffered)
+    engine_opts["stripe_bytes"] = int((args.stripe_mib or shape["stripe_mib"]) * (1 << 20))
+
+    def open_engine(key: str):
+        opts = dict(engine_opts)
+        if key != "full":
+            ab, point = key.split("|")
+            opts["ablations"] = ",".join([
+                ab, f"object_tokens={coarse}", "objects=chunk_layer" if point == "lw" else "objects=chunk"])
+        return engine_for_model(model.config, store_dir, block_size=B, dtype=dtype, **opts)
+
+    results = {"workload": "ttft-hf", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+               "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                           "torch": torch.__version__, "load_avg": os.getloadavg(),
+                           "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
+               "config": {**shape, "device": device, "reps": args.reps, "output_tokens": out_tokens,
+                          "granularities": grans, "checksum": args.checksum, "store_dir": store_dir,
+                          "capacity_bytes": capacity, "direct_io": not args.buffered,
+                          "check": args.check, "stripe_bytes": engine_opts["stripe_bytes"], "prefix_bytes": geometry_bytes * prefix_n},
+               "per_object_baseline": "not measured: the stock per-object store (src/baseline) has no "
+                                      "Python binding; `rangekv bench restore` measures it in C++"}
+    try:
+        with torch.no_grad():
+            # Setup: compute the prefix once; its KV stays resident in the pool (the resident
+            # control) and is stored by RangeKV (what every RangeKV arm restores).
+            log("[ttft-hf] setup: computing and storing the prefix")
+            with open_engine("full") as eng:
+                setup = generate(model, prefix, pool=pool, engine=eng, request_id="setup",
+                                 granularity=coarse, max_new_tokens=1, keep_blocks=True)
+                if not setup.store_ok:
+                    raise RuntimeError(f"storing the prefix failed: {setup.store_error}")
+                results["engine"] = {"backends": eng.backends, "geometry": eng.geometry}
+            resident_blocks = setup.blocks[: prefix_n // B]
+            pool.free(setup.blocks[prefix_n // B:])
+
+            def one(arm: Arm, prompt, eng, rid: str):
+                if arm.kind == "recompute":
+                    return generate(model, prompt, pool=pool, max_new_tokens=out_tokens)
+                if arm.kind == "resident":
+                    return generate(model, prompt, pool=pool, max_new_tokens=out_tokens,
+                                    resident_blocks=resident_blocks, resident_tokens=prefix_n)
+                return generate(model, prompt, pool=pool, engine=eng, request_id=rid,
+                                granularity=arm.granularity, store_mode="layer" if arm.layerwise else "forward",
+                                max_new_tokens=out_tokens, wait_store=not args.detach_store)
+
+            # Warm-up (allocator, kernels): one resident and one recompute run.
+            warm = torch.cat([prefix, _tokens(10**6, suffix_n, shape["vocab"])])
+            one(arms[0], warm, None, "warm")
+            one(arms[1], warm, None, "warm")
+
+            by_engine: dict[str, list[Arm]] = {}
+            for a in arms:
+                by_engine.setdefault(a.engine_key, []).append(a)
+            total_runs = sum((3 if a.kind in ("rangekv", "ablation") else 1) for a in arms) * args.reps
+            done = 0
+            t_loop = time.time()
+
+            def progress(label):
+                nonlocal done
+                done += 1
+                el = time.time() - t_loop
+                eta = el / done * (total_runs - done)
+                log(f"[ttft-hf] {done}/{total_runs} {label} (elapsed {el:.0f}s, ETA {eta:.0f}s)")
+
+            for key, group in by_engine.items():
+                eng = open_engine(key) if key else None
+                try:
+                    for rep in range(args.reps):
+                        for ai, arm in enumerate(group):
+                            seed = zlib.crc32(f"{arm.name}|{rep}".encode()) & 0x7FFFFFFF
+                            prompt = torch.cat([prefix, _tokens(seed, suffix_n, shape["vocab"])])
+                            if arm.kind in ("recompute", "resident"):
+                                g = one(arm, prompt, None, "")
+                                arm.samples.append(g.ttft_s)
+                                progress(f"{arm.name}: {g.ttft_s * 1e3:.1f} ms")
+                                continue
+                            ref = None
+                            if args.check == "all" or rep == 0:
+                                ref = one(Arm("", "recompute"), prompt, None, "")
+                                arm.recompute.append(ref.ttft_s)
+                            progress(f"{arm.name} check: recompute")
+                            res = one(Arm("", "resident"), prompt, None, "")
+                            arm.paired_resident.append(res.ttft_s)
+                            progress(f"{arm.name} pair: resident {res.ttft_s * 1e3:.1f} ms")
+                            g = one(arm, prompt, eng, f"{arm.name}-{rep}")
+                            arm.samples.append(g.ttft_s)
+                            arm.hits.append(g.hit_tokens)
+                            arm.phases.append(g.phases_ms)
+                            arm.restore_work = arm.restore_work or g.restore_work
+                            arm.store_work = arm.store_work or g.store_work
+                            target = ref or res
+                            arm.tokens_match.append(g.tokens == target.tokens)
+                            arm.max_logit_diff.append(_logit_diff(g, target))
+                            if g.hit_tokens != prefix_n or not g.restore_ok:
+                                arm.errors.append(f"rep {rep}: hit {g.hit_tokens}, restore_ok {g.restore_ok}, "
+                                                  f"{g.restore_error}")
+                            if g.store_ok is False:
+                                arm.errors.append(f"rep {rep}: store {g.store_error}")
+                            progress(f"{arm.name}: {g.ttft_s * 1e3:.1f} ms "
+                                     f"(minus resident {(g.ttft_s - res.ttft_s) * 1e3:+.1f} ms)")
+                finally:
+                    if eng is not None:
+                        eng.close()
+            try:
+                results["prefix_read_ceiling"] = read_ceiling(os.path.join(store_dir, "packs.rkv"),
+                                                              geometry_bytes * prefix_n, not args.buffered,
+                                                              block=engine_opts["stripe_bytes"])
+            except OSError as e:
+                results["prefix_read_ceiling"] = {"error": str(e)}
+    finally:
+        if own_dir and not args.keep_store:
+            shutil.rmtree(store_dir, ignore_errors=True)
+
+    rows = []
+    for a in arms:
+        diffs = [(s - r) * 1e3 for s, r in zip(a.samples, a.paired_resident)]
+        row = {"arm": a.name, "kind": a.kind, "granularity": a.granularity, "layerwise": a.layerwise,
+               "ablation": a.ablation, "objects": (prefix_n // a.granularity * (shape["layers"] if a.layerwise else 1))
+               if a.granularity else None,
+               "object_bytes": (geometry_bytes // (1 if not a.layerwise else shape["layers"])) * a.granularity
+               if a.granularity else None,
+               "median_s": _median(a.samples), "samples_s": a.samples,
+               "paired_resident_s": a.paired_resident, "minus_resident_ms": diffs,
+               "median_minus_resident_ms": _median(diffs), "recompute_s": a.recompute,
+               "median_recompute_s": _median(a.recompute), "tokens_match": a.tokens_match,
+               "max_logit_diff": a.max_logit_diff, "hits": a.hits, "errors": a.errors,
+               "restore_work": a.restore_work, "store_work": a.store_work}
+        if a.phases:
+            keys = sorted({k for p in a.phases for k in p})
+            row["median_phases_ms"] = {k: _median([p[k] for p in a.phases if k in p]) for k in keys}
+        rows.append(row)
+    results["arms"] = rows
+    ceiling = (results.get("prefix_read_ceiling") or {}).get("seconds")
+    for row in rows:
+        if row["kind"] not in ("rangekv", "ablation") or row["median_s"] is None:
+            continue
+        res_med = _median(row["paired_resident_s"])
+        rec_med = row["median_recompute_s"] or _median(next((a.samples for a in arms if a.kind == "recompute"), []))
+        if ceiling and row["median_minus_resident_ms"] is not None:
+            # Acceptance: RangeKV - resident <= 30% of the prefix's read time at the ceiling.
+            row["minus_resident_over_ceiling_read"] = row["median_minus_resident_ms"] / 1e3 / ceiling
+        if rec_med and res_med:
+            # recompute / RangeKV as a fraction of recompute / resident (acceptance: >= 0.9).
+            row["speedup_kept"] = (rec_med / row["median_s"]) / (rec_med / res_med)
+    results["all_tokens_match"] = all(all(r["tokens_match"]) for r in rows if r["tokens_match"])
+    results["wall_s"] = time.time() - t_start
+    return results
+
+
+def _fmt_s(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _fmt_ms(x):
+    return "-" if x is None else f"{x:.0f}" if abs(x) >= 10 else f"{x:.1f}"
+
+
+def _fmt_ratio(x):
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _fmt_bytes(b):
+    if b is None:
+        return "-"
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= div:
+            v = b / div
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{b} B"
+
+
+def table(results: dict) -> str:
+    """The paper's Table 3 form: one column per object count (plain) and the layerwise point."""
+    rows = results["arms"]
+    by = {r["arm"]: r for r in rows}
+    cols = [r for r in rows if r["kind"] == "rangekv"]
+    rec = by.get("recompute")
+    resident = by.get("resident")
+    head = ["Objects"] + [f"{c['objects']:,}" + (" LW" if c["layerwise"] else "") for c in cols]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+
+    def line(label, vals):
+        lines.append("| " + " | ".join([label] + vals) + " |")
+
+    line("Object size", [_fmt_bytes(c["object_bytes"]) for c in cols])
+    line("Recompute", [_fmt_s(c["median_recompute_s"] or (rec and rec["median_s"])) for c in cols])
+    line("Resident", [_fmt_s(_median(c["paired_resident_s"])) for c in cols])
+    line("RangeKV", [_fmt_s(c["median_s"]) for c in cols])
+    line("RangeKV - resident (ms)", [_fmt_ms(c["median_minus_resident_ms"]) for c in cols])
+    line("(RangeKV - resident) / ceiling read", [_fmt_ratio(c.get("minus_resident_over_ceiling_read")) for c in cols])
+    line("Speedup kept vs resident", [_fmt_ratio(c.get("speedup_kept")) for c in cols])
+    line("Tokens = recompute", [f"{sum(c['tokens_match'])}/{len(c['tokens_match'])}" for c in cols])
+    out = "\n".join(lines)
+    extra = [f"Unpaired arms: recompute median {_fmt_s(rec and rec['median_s'])} s, "
+             f"resident median {_fmt_s(resident and resident['median_s'])} s."]
+    ceil = results.get("prefix_read_ceiling") or {}
+    if "seconds" in ceil:
+        extra.append(f"Prefix read at the medium's ceiling ({_fmt_bytes(ceil['bytes'])}, {ceil['threads']} threads, "
+                     f"{'O_DIRECT' if ceil['direct'] else 'buffered, page cache dropped'}): "
+                     f"{ceil['seconds'] * 1e3:.1f} ms.")
+    abl = [r for r in rows if r["kind"] == "ablation"]
+    if abl:
+        full = {(c["granularity"], c["layerwise"]): c for c in cols}
+        extra.append("")
+        extra.append("| Ablation | Median TTFT (s) | minus resident (ms) | minus RangeKV (ms) | tokens |")
+        extra.append("| --- | --- | --- | --- | --- |")
+        for r in abl:
+            ref = full.get((r["granularity"], r["layerwise"]))
+            d = None if ref is None or r["median_s"] is None else (r["median_s"] - ref["median_s"]) * 1e3
+            extra.append(f"| {r['arm']} | {_fmt_s(r['median_s'])} | {_fmt_ms(r['median_minus_resident_ms'])} | "
+                         f"{_fmt_ms(d)} | {sum(r['tokens_match'])}/{len(r['tokens_match'])} |")
+    extra.append("")
+    extra.append("Per-object baseline: " + results["per_object_baseline"] + ".")
+    errs = [f"{r['arm']}: {e}" for r in rows for e in r["errors"]]
+    if errs:
+        extra.append("Errors: " + "; ".join(errs))
+    return out + "\n\n" + "\n".join(extra)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("ttft-hf", help="TTFT of one prefix+suffix request through rangekv.hf (paper Table 3)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--shape", choices=tuple(SHAPES), default=None,
+                   help="model and request shape (default: small on cpu, 8b on cuda)")
+    p.add_argument("--layers", type=int, help="override the shape's layer count")
+    p.add_argument("--prefix", type=int, help="cached prefix tokens (override)")
+    p.add_argument("--suffix", type=int, help="new suffix tokens (override)")
+    p.add_argument("--granularities", default="256,64,16,8",
+                   help="reuse granularities in tokens, coarse first (objects = prefix / G)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--output-tokens", type=int, default=2)
+    p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep (default all)")
+    p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--check", choices=("all", "first"), default="all",
+                   help="recompute every RangeKV run's prompt to check its tokens (all), or only at rep 0 "
+                        "(first; later reps are checked against the paired resident run)")
+    p.add_argument("--store-dir", help="store directory (default: a fresh temporary one, removed after)")
+    p.add_argument("--tmp-dir", default=None, help="where the temporary store goes (default /var/tmp)")
+    p.add_argument("--keep-store", action="store_true")
+    p.add_argument("--capacity-gib", type=float, default=0.0, help="store capacity (default: what the run needs)")
+    p.add_argument("--stripe-mib", type=float, default=0.0, help="stripe bytes W in MiB (default: the engine's)")
+    p.add_argument("--checksum", choices=("always", "off"), default="always")
+    p.add_argument("--buffered", action="store_true", help="no O_DIRECT")
+    p.add_argument("--detach-store", action="store_true", help="do not wait for stores to become visible")
+    p.add_argument("--seed", type=int, default=2024)
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    if args.shape is None:
+        args.shape = "8b" if args.device == "cuda" else "small"
+    if args.tmp_dir is None:
+        args.tmp_dir = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    results = run(args)
+    results["table"] = table(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    print(results["table"])
+    return 0 if results["all_tokens_match"] else 1

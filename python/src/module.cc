@@ -1,0 +1,22 @@
+// rangekv._core: the private extension module of the rangekv package (python/rangekv/).
+#include <nanobind/stl/string.h>
+
+#include "binding.h"
+
+namespace nb = nanobind;
+
+NB_MODULE(_core, m) {
+  m.doc() = "RangeKV engine binding (private: use the rangekv package).";
+  m.attr("__version__") = RANGEKV_PY_VERSION;
+  m.attr("HAVE_PACKED_LAYOUTS") = bool(RANGEKV_PY_HAVE_PACKED_LAYOUTS);
+  m.def("layouts", [] { return rangekv::py::LayoutNames(); },
+        "The layout names, comma-separated.");
+  m.def("status_code_names", [] {
+    nb::list l;
+    for (int c = 0; c <= static_cast<int>(rangekv::StatusCode::kInternal); ++c) {
+      l.append(std::string(rangekv::StatusCodeName(static_cast<rangekv::StatusCode>(c))));
+    }
+    return l;
+  }, "Every StatusCode's name, in code order.");
+  rangekv::py::RegisterEngine(m);
+}

@@ -63,5 +63,12 @@ rc=${PIPESTATUS[0]}
 set -e
 summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' /tmp/python_test.$$.log | tail -1)
 rm -f /tmp/python_test.$$.log
+# Case counts for scripts/test.sh's closing line (build/test-counts/*.txt: "passed failed skipped").
+if [ -n "${RANGEKV_TEST_COUNTS_DIR:-}" ]; then
+  n() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }
+  failed=$(( $(n failed) + $(n error) ))
+  [ -n "$summary" ] || failed=1
+  echo "$(n passed) $failed $(n skipped)" > "$RANGEKV_TEST_COUNTS_DIR/pytest.txt"
+fi
 echo "python_test: ${summary:-no pytest summary} ($(( $(date +%s) - start ))s)"
 exit "$rc"

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   cmake ninja-build pkg-config clang clang-14 libclang-rt-14-dev g++ git
   libgtest-dev libgmock-dev libbenchmark-dev liburing-dev libxxhash-dev
-  nlohmann-json3-dev libcli11-dev python3
+  nlohmann-json3-dev libcli11-dev python3 python3-dev python3-venv ccache
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -19,6 +19,13 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# ccache makes rebuilds on the same machine (CI reruns, the Python package's second build of the
+# same sources) cheap; a fresh machine builds everything once.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+  export CMAKE_CUDA_COMPILER_LAUNCHER="${CMAKE_CUDA_COMPILER_LAUNCHER:-ccache}"
 fi
 
 preset="${RANGEKV_PRESET:-default}"

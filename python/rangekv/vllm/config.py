@@ -1,0 +1,184 @@
+"""The connector's configuration: vLLM's ``kv_connector_extra_config``, validated at start-up.
+
+Every key has a unit and a default (docs/integrations/vllm.md lists them). Unknown keys and bad
+values raise :class:`ConfigError` naming them, so a typo fails the server's start instead of
+silently running with a default. Pure Python: importable and testable without vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Mapping
+
+
+class ConfigError(ValueError):
+    """A bad ``kv_connector_extra_config``: the message names the key and the value."""
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kb": 1000, "kib": 1 << 10,
+    "m": 1 << 20, "mb": 1000**2, "mib": 1 << 20,
+    "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30,
+    "t": 1 << 40, "tb": 1000**4, "tib": 1 << 40,
+}
+
+
+def parse_size(key: str, value: Any) -> int:
+    """Bytes from an int or a string such as ``"512GiB"``, ``"32MiB"``, ``"1.5TB"``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a size (bytes or e.g. '32MiB'), got {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ConfigError(f"{key}: expected a size such as '512GiB' or '32MiB', got {value!r}")
+        n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    else:
+        raise ConfigError(f"{key}: expected a size (bytes or e.g. '32MiB'), got {value!r}")
+    if n <= 0:
+        raise ConfigError(f"{key}: must be positive, got {value!r}")
+    return n
+
+
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    default: Any
+    kind: str  # "str", "size", "bool", "int", "choice"
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: int = 0
+
+
+# name -> (default, kind, doc). The single list the parser, the docs table and the tests use.
+KEYS: dict[str, _Key] = {
+    "store_dir": _Key(None, "str", "directory of the store (required); rank r uses <store_dir>/rank-<r>"),
+    "store": _Key("embedded", "choice", "where the directory lives: 'embedded' (in the worker process)",
+                  ("embedded",)),
+    "capacity": _Key(16 << 30, "size", "capacity bound of each rank's pack file (bytes or '512GiB')"),
+    "stripe_bytes": _Key(32 << 20, "size", "stripe size W (bytes); a pack is layers x W"),
+    "io_engine": _Key("auto", "choice", "I/O engine", ("auto", "posix", "uring")),
+    "direct_io": _Key(True, "bool", "O_DIRECT where the file system supports it"),
+    "device": _Key("auto", "choice", "engine device: 'auto' follows the KV tensors' device",
+                   ("auto", "host", "cuda")),
+    "layerwise": _Key(False, "bool", "deliver layer by layer (True) or the whole prefix before the "
+                      "first layer (False)"),
+    "checksum": _Key("always", "choice", "verify payload digests on restore", ("always", "off")),
+    "lookup_timeout_ms": _Key(2000, "int", "bound on the scheduler's wait for a rank's lookup "
+                              "answer (ms); no answer = no hit", minimum=1),
+    "min_hit_tokens": _Key(0, "int", "break-even gate: hits shorter than this many tokens are "
+                           "reported as misses (recomputed)"),
+    "save_mode": _Key("detach", "choice", "'detach': a step waits only until its KV was "
+                      "extracted, writes continue as bounded write debt; 'visible': a step waits "
+                      "until the stored prefix is visible to lookups", ("detach", "visible")),
+    "ablations": _Key("", "str", "engine ablations, e.g. 'index=scalar,delivery=barrier'"),
+    "read_banks": _Key(8, "int", "read banks", minimum=2),
+    "read_bank_bytes": _Key(0, "int", "read bank bytes (0 = stripe_bytes)"),
+    "read_workers": _Key(4, "int", "read worker threads", minimum=1),
+    "prefetch_banks": _Key(7, "int", "read banks lookup-time prefetch may hold (< read_banks)"),
+    "lookahead_layers": _Key(2, "int", "layers read ahead of the lowest unfinished layer", minimum=1),
+    "store_banks": _Key(8, "int", "store banks", minimum=1),
+    "store_bank_bytes": _Key(0, "int", "store bank bytes (0 = 2 x layer_group x stripe_bytes)"),
+    "group_workers": _Key(8, "int", "store gather worker threads", minimum=1),
+    "write_workers": _Key(32, "int", "store write worker threads", minimum=1),
+    "layer_group": _Key(4, "int", "layers gathered and written together", minimum=1),
+    "max_inflight_restores": _Key(16, "int", "restore job slots (prefetching lookups included)",
+                                  minimum=1),
+    "max_inflight_stores": _Key(16, "int", "store job slots (write debt included)", minimum=1),
+    "max_request_tokens": _Key(262144, "int", "largest prompt the engine accepts (tokens)",
+                               minimum=1),
+    "stats_log_every": _Key(100, "int", "one INFO summary line every N finished requests "
+                            "(0 = never)"),
+    "socket_dir": _Key("", "str", "directory of the scheduler<->worker sockets (default: the "
+                       "system temporary directory)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectorConfig:
+    store_dir: str
+    store: str
+    capacity: int
+    stripe_bytes: int
+    io_engine: str
+    direct_io: bool
+    device: str
+    layerwise: bool
+    checksum: str
+    lookup_timeout_ms: int
+    min_hit_tokens: int
+    save_mode: str
+    ablations: str
+    read_banks: int
+    read_bank_bytes: int
+    read_workers: int
+    prefetch_banks: int
+    lookahead_layers: int
+    store_banks: int
+    store_bank_bytes: int
+    group_workers: int
+    write_workers: int
+    layer_group: int
+    max_inflight_restores: int
+    max_inflight_stores: int
+    max_request_tokens: int
+    stats_log_every: int
+    socket_dir: str
+
+    def engine_options(self) -> dict[str, Any]:
+        """Keyword arguments for rangekv.Engine (the sizes and policies above)."""
+        return dict(
+            stripe_bytes=self.stripe_bytes, capacity_bytes=self.capacity,
+            io_engine=self.io_engine, direct_io=self.direct_io, checksum=self.checksum,
+            ablations=self.ablations, read_banks=self.read_banks,
+            read_bank_bytes=self.read_bank_bytes, read_workers=self.read_workers,
+            prefetch_banks=self.prefetch_banks, lookahead_layers=self.lookahead_layers,
+            max_inflight_restores=self.max_inflight_restores, store_banks=self.store_banks,
+            store_bank_bytes=self.store_bank_bytes, group_workers=self.group_workers,
+            write_workers=self.write_workers, layer_group=self.layer_group,
+            max_inflight_stores=self.max_inflight_stores,
+            max_request_tokens=self.max_request_tokens)
+
+
+def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
+    """Validates ``kv_connector_extra_config``; raises ConfigError naming every bad key."""
+    extra = dict(extra or {})
+    unknown = sorted(set(extra) - set(KEYS))
+    if unknown:
+        raise ConfigError(
+            f"unknown kv_connector_extra_config key(s) {', '.join(map(repr, unknown))}; "
+            f"known keys: {', '.join(sorted(KEYS))}")
+    values: dict[str, Any] = {}
+    for name, key in KEYS.items():
+        value = extra.get(name, key.default)
+        if name == "store" and isinstance(value, str) and value.startswith("unix://"):
+            raise ConfigError(
+                f"store: {value!r}: the node-wide store service is not available in this "
+                "release; use 'embedded' (one store per serving instance)")
+        if key.kind == "str":
+            if value is None:
+                raise ConfigError(f"{name}: required (the directory of the store)")
+            if not isinstance(value, str):
+                raise ConfigError(f"{name}: expected a string, got {value!r}")
+        elif key.kind == "size":
+            value = parse_size(name, value)
+        elif key.kind == "bool":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        elif key.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name}: expected an integer, got {value!r}")
+            if value < key.minimum:
+                raise ConfigError(f"{name}: must be >= {key.minimum}, got {value!r}")
+        elif key.kind == "choice":
+            if value not in key.choices:
+                raise ConfigError(f"{name}: expected one of {', '.join(key.choices)}, got {value!r}")
+        values[name] = value
+    if not values["store_dir"]:
+        raise ConfigError("store_dir: required (the directory of the store)")
+    if values["prefetch_banks"] >= values["read_banks"]:
+        raise ConfigError(f"prefetch_banks: must be < read_banks ({values['read_banks']}), "
+                          f"got {values['prefetch_banks']}")
+    return ConnectorConfig(**values)

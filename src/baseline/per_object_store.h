@@ -49,9 +49,9 @@
 
 #include "baseline/object_naming.h"
 #include "device/device.h"
-#include "env/env.h"
 #include "io/io_engine.h"
 #include "kernels/paged_kv.h"
+#include "rangekv/env.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
 

@@ -38,8 +38,8 @@
 #include "base/log.h"
 #include "engine/crash_workload.h"
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
 #include "rangekv/engine.h"
+#include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 
 extern char** environ;

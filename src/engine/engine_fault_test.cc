@@ -17,10 +17,10 @@
 
 #include "base/log.h"
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
 #include "persist/persist_test_util.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
+#include "testing/engine_testing.h"
 #include "testing/fault_env.h"
 #include "testing/temp_dir.h"
 

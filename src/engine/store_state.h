@@ -29,11 +29,11 @@
 
 #include "directory/directory.h"
 #include "engine/integrity.h"
-#include "env/env.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
 #include "persist/payload_digests.h"
 #include "persist/persistence.h"
+#include "rangekv/env.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
 

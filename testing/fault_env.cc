@@ -406,8 +406,8 @@ std::shared_ptr<FaultInjectingEnv::PathState> FaultInjectingEnv::StateFor(const 
   auto state = std::make_shared<PathState>();
   if (track) {
     // A buffered read-write handle, so undo capture works on O_DIRECT and read-only files.
-    auto plain =
-        target()->OpenFile(path, FileOptions{.mode = OpenMode::kReadWrite, .direct = DirectIo::kOff});
+    auto plain = target()->OpenFile(
+        path, FileOptions{.mode = OpenMode::kReadWrite, .direct = DirectIo::kOff});
     if (plain.ok()) {
       MutexLock lock(state->mu);
       state->plain = std::move(plain).value();

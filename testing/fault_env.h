@@ -1,5 +1,6 @@
 // FaultInjectingEnv: an Env that wraps another Env and makes its Files fail on purpose, so tests
-// can prove that every failure of the file seam is detected and reported (DESIGN.md 4.7, 7).
+// can prove that every failure of the file seam is detected and reported (docs/design.md "Failure
+// behaviour", "Testing").
 //
 // What it injects:
 //  - Rules (AddRule): a ReadAt/WriteAt on a path whose byte range overlaps a rule's range fails

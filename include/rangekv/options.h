@@ -76,10 +76,10 @@ struct Ablations {
   friend bool operator==(const Ablations&, const Ablations&) = default;
 };
 
-// Payload digest policy (docs/design.md "Persistence and recovery"). Every store computes a digest per ~1 MiB block of
-// every stored stripe on the engine's device and keeps it with the record (and in the clean
-// snapshot), under either policy. kAlways: every restore reads whole digest blocks, digests
-// them on the device and compares before scattering; a mismatch drops the record, fails
+// Payload digest policy (docs/design.md "Persistence and recovery"). Every store computes a digest
+// per ~1 MiB block of every stored stripe on the engine's device and keeps it with the record (and
+// in the clean snapshot), under either policy. kAlways: every restore reads whole digest blocks,
+// digests them on the device and compares before scattering; a mismatch drops the record, fails
 // exactly its tokens (kCorruption, reported for recompute) and counts a checksum failure.
 // kOff: restores skip the check (the digests stay for fsck and for later sessions).
 enum class ChecksumPolicy : uint8_t { kAlways, kOff };
@@ -103,7 +103,8 @@ struct EngineOptions {
   IoEngineSelection io_engine = IoEngineSelection::kAuto;
   DirectIoPreference direct_io = DirectIoPreference::kPreferred;
 
-  // Restore side (docs/design.md "Defaults and limits"). Bank bytes 0 means W; a read bank holds one stripe span.
+  // Restore side (docs/design.md "Defaults and limits"). Bank bytes 0 means W; a read bank holds
+  // one stripe span.
   uint32_t read_banks = 8;
   uint64_t read_bank_bytes = 0;
   uint32_t read_workers = 4;

@@ -142,7 +142,8 @@ Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout
   f->kv_.layout = layout;
   f->kv_.num_blocks = num_blocks;
   for (uint32_t l = 0; l < g.layers; ++l) {
-    RANGEKV_ASSIGN_OR_RETURN(void* p, engine_internal::AllocateDeviceMemory(engine, f->layer_bytes_));
+    RANGEKV_ASSIGN_OR_RETURN(void* p,
+                             engine_internal::AllocateDeviceMemory(engine, f->layer_bytes_));
     f->kv_.layer_base.push_back(p);
     f->mirror_.emplace_back(f->layer_bytes_, 0);
   }
@@ -151,8 +152,8 @@ Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout
 
 Status KvFixture::Sync() {
   for (size_t l = 0; l < mirror_.size(); ++l) {
-    RANGEKV_RETURN_IF_ERROR(engine_internal::CopyToHost(*engine_, mirror_[l].data(),
-                                                        kv_.layer_base[l], layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        engine_internal::CopyToHost(*engine_, mirror_[l].data(), kv_.layer_base[l], layer_bytes_));
   }
   return OkStatus();
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Every test CI runs: install, build, unit/property/crash tests, ThreadSanitizer run of the
-# concurrent tests, and short fuzzing runs. GPU tests run separately (scripts/gpu/run.sh).
+# Every test CI runs: install, build, unit/property/crash tests, a GCC Release build with the
+# install consumer test, ThreadSanitizer run of the concurrent tests, short fuzzing runs, and the
+# Python package's tests with the vLLM connector inside a real vLLM engine. GPU tests run
+# separately (scripts/gpu/run.sh).
 #
 # Closing line: "N passed, M failed, K skipped", counting test CASES (not binaries), printed
 # alone on the last line even when a stage fails. It is the sum over build/test-counts/*.txt,
@@ -47,6 +49,19 @@ bash scripts/setup.sh
 
 stage "unit, property and crash tests"
 RANGEKV_TEST_COUNTS_TAG=default ctest --preset default -j "$jobs" | tee build/ctest-default.log
+
+stage "GCC Release build (whole tree, -Werror) and the install consumer test"
+# Keeps the GCC path from rotting: build only (ccache when present), then install into a
+# temporary prefix and build and run testing/consumer against it.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+  export CMAKE_CUDA_COMPILER_LAUNCHER="${CMAKE_CUDA_COMPILER_LAUNCHER:-ccache}"
+fi
+cmake --preset gcc-release >/dev/null
+cmake --build --preset gcc-release -j "$jobs"
+ctest --test-dir build/gcc-release -R '^install_consumer_test$' --output-on-failure |
+  tee build/ctest-gcc.log
+echo "1 0 0" > "$counts_dir/gcc-install_consumer_test.txt"  # set -e: reached only when it passed
 
 stage "ThreadSanitizer build and concurrent tests"
 # Only the binaries of tests labelled `tsan` are built here (the rest needs no second build).

@@ -224,7 +224,7 @@ class FaultFile final : public File {
 };
 
 FaultInjectingEnv::FaultInjectingEnv(Env* base, FaultOptions options)
-    : base_(base), options_(options) {
+    : EnvWrapper(base), options_(options) {
   RANGEKV_CHECK(base != nullptr);
 }
 
@@ -406,8 +406,8 @@ std::shared_ptr<FaultInjectingEnv::PathState> FaultInjectingEnv::StateFor(const 
   auto state = std::make_shared<PathState>();
   if (track) {
     // A buffered read-write handle, so undo capture works on O_DIRECT and read-only files.
-    auto plain =
-        base_->OpenFile(path, FileOptions{.mode = OpenMode::kReadWrite, .direct = DirectIo::kOff});
+    auto plain = target()->OpenFile(
+        path, FileOptions{.mode = OpenMode::kReadWrite, .direct = DirectIo::kOff});
     if (plain.ok()) {
       MutexLock lock(state->mu);
       state->plain = std::move(plain).value();
@@ -424,7 +424,7 @@ std::shared_ptr<FaultInjectingEnv::PathState> FaultInjectingEnv::StateFor(const 
 Result<std::unique_ptr<File>> FaultInjectingEnv::OpenFile(const std::string& path,
                                                           const FileOptions& options) {
   RANGEKV_RETURN_IF_ERROR(CheckEnvOp(EnvOp::kOpen, path));
-  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> base, base_->OpenFile(path, options));
+  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> base, target()->OpenFile(path, options));
   auto state = StateFor(path, PathOpen::kOpened);
   return std::unique_ptr<File>(new FaultFile(this, path, std::move(base), std::move(state)));
 }
@@ -432,14 +432,14 @@ Result<std::unique_ptr<File>> FaultInjectingEnv::OpenFile(const std::string& pat
 Result<std::unique_ptr<File>> FaultInjectingEnv::CreateFile(const std::string& path,
                                                             const FileOptions& options) {
   RANGEKV_RETURN_IF_ERROR(CheckEnvOp(EnvOp::kCreate, path));
-  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> base, base_->CreateFile(path, options));
+  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> base, target()->CreateFile(path, options));
   auto state = StateFor(path, PathOpen::kCreated);
   return std::unique_ptr<File>(new FaultFile(this, path, std::move(base), std::move(state)));
 }
 
 Status FaultInjectingEnv::RenameFile(const std::string& from, const std::string& to) {
   RANGEKV_RETURN_IF_ERROR(CheckEnvOp(EnvOp::kRename, from));
-  RANGEKV_RETURN_IF_ERROR(base_->RenameFile(from, to));
+  RANGEKV_RETURN_IF_ERROR(target()->RenameFile(from, to));
   MutexLock lock(mu_);
   auto it = paths_.find(from);
   if (it != paths_.end()) {
@@ -453,19 +453,15 @@ Status FaultInjectingEnv::RenameFile(const std::string& from, const std::string&
 
 Status FaultInjectingEnv::DeleteFile(const std::string& path) {
   RANGEKV_RETURN_IF_ERROR(CheckEnvOp(EnvOp::kDelete, path));
-  RANGEKV_RETURN_IF_ERROR(base_->DeleteFile(path));
+  RANGEKV_RETURN_IF_ERROR(target()->DeleteFile(path));
   MutexLock lock(mu_);
   paths_.erase(path);
   return OkStatus();
 }
 
-bool FaultInjectingEnv::FileExists(const std::string& path) { return base_->FileExists(path); }
-
-Status FaultInjectingEnv::CreateDir(const std::string& path) { return base_->CreateDir(path); }
-
 Status FaultInjectingEnv::SyncDir(const std::string& dir) {
   RANGEKV_RETURN_IF_ERROR(CheckEnvOp(EnvOp::kSyncDir, dir));
-  return base_->SyncDir(dir);
+  return target()->SyncDir(dir);
 }
 
 Status FaultInjectingEnv::DropUnsyncedData() {

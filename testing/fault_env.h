@@ -1,5 +1,6 @@
 // FaultInjectingEnv: an Env that wraps another Env and makes its Files fail on purpose, so tests
-// can prove that every failure of the file seam is detected and reported (DESIGN.md 4.7, 7).
+// can prove that every failure of the file seam is detected and reported (docs/design.md "Failure
+// behaviour", "Testing").
 //
 // What it injects:
 //  - Rules (AddRule): a ReadAt/WriteAt on a path whose byte range overlaps a rule's range fails
@@ -44,7 +45,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "env/env.h"
+#include "rangekv/env.h"
 #include "rangekv/status.h"
 
 namespace rangekv::testing {
@@ -116,7 +117,7 @@ struct FaultCounters {
   uint64_t dropped_bytes = 0;   // bytes restored by DropUnsyncedData
 };
 
-class FaultInjectingEnv final : public Env {
+class FaultInjectingEnv final : public EnvWrapper {
  public:
   // `base` must outlive this env and every File it opened.
   explicit FaultInjectingEnv(Env* base, FaultOptions options = {});
@@ -148,15 +149,13 @@ class FaultInjectingEnv final : public Env {
   FaultCounters counters() const;
   void ResetCounters();
 
-  // Env.
+  // Env (FileExists and CreateDir pass through EnvWrapper unchanged).
   Result<std::unique_ptr<File>> OpenFile(const std::string& path,
                                          const FileOptions& options) override;
   Result<std::unique_ptr<File>> CreateFile(const std::string& path,
                                            const FileOptions& options) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status DeleteFile(const std::string& path) override;
-  bool FileExists(const std::string& path) override;
-  Status CreateDir(const std::string& path) override;
   Status SyncDir(const std::string& dir) override;
 
  private:
@@ -184,7 +183,6 @@ class FaultInjectingEnv final : public Env {
   std::shared_ptr<PathState> StateFor(const std::string& path, PathOpen how) EXCLUDES(mu_);
   void Delay() EXCLUDES(mu_);
 
-  Env* const base_;
   mutable Mutex mu_;
   FaultOptions options_ GUARDED_BY(mu_);
   std::vector<FaultRule> rules_ GUARDED_BY(mu_);

@@ -24,8 +24,8 @@
 
 #include "base/digest.h"
 #include "base/units.h"
-#include "env/env.h"
 #include "pack/pack_file.h"
+#include "rangekv/env.h"
 
 namespace rangekv::tools {
 

@@ -1,5 +1,5 @@
 // Shared machinery of `rangekv bench restore`, `rangekv bench store` and `rangekv demo`: the
-// paper's fixed-payload sweep (Range paper section 5.1, Table 3; DESIGN.md sections 4.9 and 6).
+// paper's fixed-payload sweep (Range paper section 5.1, Table 3; docs/design.md "Baselines").
 //
 // One sweep run measures, on the same payload, medium and memory:
 //   ceiling     raw parallel native I/O of the same bytes (restore: N threads of plain pread of

@@ -35,8 +35,8 @@
 
 #include "base/digest.h"
 #include "base/units.h"
-#include "env/env.h"
 #include "io/io_engine.h"
+#include "rangekv/env.h"
 #include "tools/commands.h"
 
 namespace rangekv::tools {

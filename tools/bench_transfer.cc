@@ -1,5 +1,5 @@
 // `rangekv bench restore` and `rangekv bench store`: the Range paper's fixed-payload sweep
-// (section 5.1, Table 3; DESIGN.md 4.9 and 6). The same payload is restored (or its suffix
+// (section 5.1, Table 3; docs/design.md "Baselines"). The same payload is restored (or its suffix
 // stored) while the number of logical objects naming it grows: 192, 768, 3,072, 6,144 chunk
 // objects, 6,144 per-layer objects (-LW) and the 327,680-object TP-sliced naming (-TP). Each
 // point runs, in one process, the medium's ceiling, RangeKV with its default configuration and

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "env/env.h"
 #include "persist/offline.h"
 #include "persist/store_layout.h"
+#include "rangekv/env.h"
 #include "tools/commands.h"
 
 namespace rangekv::tools {

@@ -1,5 +1,5 @@
 // ObjectNaming: how a fixed KV payload is cut into LOGICAL cache objects, the unit the stock
-// per-object path (LMCache's in-process engine, reference/lmcache.md) charges work to.
+// per-object path (LMCache's in-process engine, docs/design.md "Baselines") charges work to.
 //
 // The Range paper's fixed-payload sweep (section 5.1, Table 3) restores the same bytes named
 // three ways:

@@ -1,7 +1,7 @@
 // PerObjectStore: a MODEL of the stock per-object KV storage path, for the benchmarks only.
 //
 // It is NOT LMCache. It reproduces, in C++ and on RangeKV's own device, kernels and I/O engine,
-// the per-object STRUCTURE of LMCache's in-process disk/GDS backends (reference/lmcache.md
+// the per-object STRUCTURE of LMCache's in-process disk/GDS backends (docs/design.md "Baselines"
 // sections 1-4; the Range paper, section 2.2 and Table 2), so that a benchmark can put the
 // stock work pattern beside RangeKV on the same payload, medium and memory, with only the
 // per-object structure differing. Per logical object (object_naming.h) it performs:
@@ -49,9 +49,9 @@
 
 #include "baseline/object_naming.h"
 #include "device/device.h"
-#include "env/env.h"
 #include "io/io_engine.h"
 #include "kernels/paged_kv.h"
+#include "rangekv/env.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
 

@@ -1,4 +1,5 @@
-// Directory: which tokens are reusable, and who owns their bytes (DESIGN.md 4.2, paper 3.2).
+// Directory: which tokens are reusable, and who owns their bytes (docs/design.md "Directory and
+// tickets", paper 3.2).
 //
 // The directory maps token prefixes to pack records without building a key per logical object.
 // Per namespace it keeps a compressed radix tree over int32 token ids; each tree node carries

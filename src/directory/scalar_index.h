@@ -1,7 +1,7 @@
 // ScalarIndex: the `index=scalar` ablation (internal header).
 //
 // It restores the stock per-object index of LMCache's in-process engine
-// (reference/lmcache.md sections 1 and 4): the prompt is cut into chunks of `chunk_tokens`; a key
+// (docs/design.md "Baselines"): the prompt is cut into chunks of `chunk_tokens`; a key
 // is built per chunk by a hash chain over the token prefix (key_i = H(key_{i-1}, tokens of chunk
 // i), seeded by the namespace), and in layerwise mode one more key per (chunk, layer); each key
 // is probed in a hash map and every selected key takes its own lease. Only full chunks are

@@ -43,10 +43,10 @@
 #include "base/log.h"
 #include "engine/crash_workload.h"
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
-#include "env/env.h"
 #include "persist/offline.h"
 #include "persist/store_layout.h"
+#include "rangekv/env.h"
+#include "testing/engine_testing.h"
 
 namespace rangekv {
 namespace {
@@ -133,37 +133,32 @@ class KillFile final : public File {
   std::unique_ptr<File> base_;
 };
 
-class KillEnv final : public Env {
+class KillEnv final : public EnvWrapper {
  public:
-  explicit KillEnv(Env* base) : base_(base) {}
+  explicit KillEnv(Env* base) : EnvWrapper(base) {}
   Result<std::unique_ptr<File>> OpenFile(const std::string& path,
                                          const FileOptions& options) override {
-    RANGEKV_ASSIGN_OR_RETURN(auto f, base_->OpenFile(path, options));
+    RANGEKV_ASSIGN_OR_RETURN(auto f, target()->OpenFile(path, options));
     return std::unique_ptr<File>(new KillFile(std::move(f)));
   }
   Result<std::unique_ptr<File>> CreateFile(const std::string& path,
                                            const FileOptions& options) override {
     Mutating();
-    RANGEKV_ASSIGN_OR_RETURN(auto f, base_->CreateFile(path, options));
+    RANGEKV_ASSIGN_OR_RETURN(auto f, target()->CreateFile(path, options));
     return std::unique_ptr<File>(new KillFile(std::move(f)));
   }
   Status RenameFile(const std::string& from, const std::string& to) override {
     Mutating();
-    return base_->RenameFile(from, to);
+    return target()->RenameFile(from, to);
   }
   Status DeleteFile(const std::string& path) override {
     Mutating();
-    return base_->DeleteFile(path);
+    return target()->DeleteFile(path);
   }
-  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
-  Status CreateDir(const std::string& path) override { return base_->CreateDir(path); }
   Status SyncDir(const std::string& dir) override {
     Mutating();
-    return base_->SyncDir(dir);
+    return target()->SyncDir(dir);
   }
-
- private:
-  Env* base_;
 };
 
 // ---- the workload ---------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 #include "rangekv/engine.h"
 
 #include "engine/engine_core.h"
-#include "engine/engine_testing.h"
 
 namespace rangekv {
 
@@ -19,7 +18,9 @@ Engine::~Engine() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  return engine_internal::OpenEngineForTesting(options, {});
+  // The production open: nothing injected (tests inject through testing/engine_testing.h).
+  RANGEKV_ASSIGN_OR_RETURN(auto core, EngineCore::Open(options, {}));
+  return EngineAccess::Wrap(std::move(core));
 }
 
 const Geometry& Engine::geometry() const { return core_->geometry(); }
@@ -53,18 +54,6 @@ Result<DeviceStreamRef> Engine::WrapNativeStream(void* native_stream) {
 Status Engine::SynchronizeStream(DeviceStreamRef stream) {
   RANGEKV_ASSIGN_OR_RETURN(Stream * s, core_->FindStream(stream));
   return s->Synchronize();
-}
-
-Result<void*> Engine::AllocateDeviceMemory(uint64_t bytes) {
-  return core_->AllocateDeviceMemory(bytes);
-}
-
-Status Engine::CopyToDevice(void* device_dst, const void* host_src, uint64_t bytes) {
-  return core_->CopyToDevice(device_dst, host_src, bytes);
-}
-
-Status Engine::CopyToHost(void* host_dst, const void* device_src, uint64_t bytes) {
-  return core_->CopyToHost(host_dst, device_src, bytes);
 }
 
 EngineStats Engine::GetStats() const { return core_->GetStats(); }

@@ -5,9 +5,8 @@
 
 #include "base/log.h"
 #include "directory/ticket.h"
-#include "engine/engine_testing.h"
 #include "engine/options.h"
-#include "env/env.h"
+#include "rangekv/env.h"
 
 namespace rangekv::engine_internal {
 
@@ -398,16 +397,6 @@ Status EngineCore::Close() {
 
 std::unique_ptr<Engine> EngineAccess::Wrap(std::shared_ptr<EngineCore> core) {
   return std::unique_ptr<Engine>(new Engine(std::move(core)));
-}
-
-}  // namespace rangekv::engine_internal
-
-namespace rangekv::engine_internal {
-
-Result<std::unique_ptr<Engine>> OpenEngineForTesting(const EngineOptions& options,
-                                                     const EngineInternalConfig& config) {
-  RANGEKV_ASSIGN_OR_RETURN(auto core, EngineCore::Open(options, config));
-  return EngineAccess::Wrap(std::move(core));
 }
 
 }  // namespace rangekv::engine_internal

@@ -1,10 +1,10 @@
-// Crash test (DESIGN.md 4.6 and 7; the paper's 3.5 and Table 1): a driver process
-// (crash_driver.cc) runs a seeded store/restore workload through the Engine on a store
-// directory and is killed with SIGKILL at chosen points: after a gather, between writes, before
-// and after publication, after each step of the clean shutdown (the snapshot written, synced,
-// renamed, the rename durable, the marker removed, ...), in the middle of the snapshot write,
-// before the N-th mutating file operation chosen at random, and from outside after a random delay.
-// After each kill this process reopens the store through the Engine and checks that every
+// Crash test (docs/design.md "Persistence and recovery" and "Testing"; the paper's 3.5 and Table
+// 1): a driver process (crash_driver.cc) runs a seeded store/restore workload through the Engine on
+// a store directory and is killed with SIGKILL at chosen points: after a gather, between writes,
+// before and after publication, after each step of the clean shutdown (the snapshot written,
+// synced, renamed, the rename durable, the marker removed, ...), in the middle of the snapshot
+// write, before the N-th mutating file operation chosen at random, and from outside after a random
+// delay. After each kill this process reopens the store through the Engine and checks that every
 // prefix of the workload's pool either misses or restores bytes identical to what was stored,
 // with no failed token and no checksum failure (a checksum failure would mean the index
 // trusted payload it does not describe).
@@ -38,8 +38,8 @@
 #include "base/log.h"
 #include "engine/crash_workload.h"
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
 #include "rangekv/engine.h"
+#include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 
 extern char** environ;

@@ -1,13 +1,13 @@
-// Failure behaviour of the transfer engine (DESIGN.md 4.5, 4.7; paper 3.5 and Table 1): a failed
-// span fails exactly its tokens and nothing wrong is delivered; a failed store group (EIO,
-// ENOSPC, a torn write) makes nothing visible and its reservation is reclaimed only after the
-// accepted writes drained; a dirty marker that cannot be made durable fails the store before
-// any write; a snapshot that cannot be written fails Close and leaves the store dirty;
-// cancellation with reads in flight reuses no bank early and leaks nothing; an unproven fence
-// quarantines its bank; a flipped payload byte fails exactly its tokens and drops the pack; power
-// loss (unsynced data and directory entries lost) at any point of a session or its shutdown
-// reopens to the latest clean state or to an empty index, never to stale bytes. Reads and writes
-// are held in flight with a gated file seam (a sync point), never with sleeps.
+// Failure behaviour of the transfer engine (docs/design.md "Transfer engine", "Failure behaviour";
+// paper 3.5 and Table 1): a failed span fails exactly its tokens and nothing wrong is delivered; a
+// failed store group (EIO, ENOSPC, a torn write) makes nothing visible and its reservation is
+// reclaimed only after the accepted writes drained; a dirty marker that cannot be made durable
+// fails the store before any write; a snapshot that cannot be written fails Close and leaves the
+// store dirty; cancellation with reads in flight reuses no bank early and leaks nothing; an
+// unproven fence quarantines its bank; a flipped payload byte fails exactly its tokens and drops
+// the pack; power loss (unsynced data and directory entries lost) at any point of a session or its
+// shutdown reopens to the latest clean state or to an empty index, never to stale bytes. Reads and
+// writes are held in flight with a gated file seam (a sync point), never with sleeps.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,10 +17,10 @@
 
 #include "base/log.h"
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
 #include "persist/persist_test_util.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
+#include "testing/engine_testing.h"
 #include "testing/fault_env.h"
 #include "testing/temp_dir.h"
 

@@ -1,10 +1,10 @@
-// Persistence and integrity through the Engine API (DESIGN.md 4.6-4.7; paper 3.5, Table 1): a
-// clean Close and reopen finds every published prefix again and restores it bit for bit; a dirty
-// reopen, a corrupted or truncated snapshot, a snapshot of another pack file and a grown pack
-// file are each detected, logged with their reason, and nothing of the old index is served; a
-// truncated pack file does not open; tickets and generations never cross a session; payload
-// digests are checked on restore (whole blocks, also for partial restores) unless checksum=off,
-// which still records them so fsck finds a flipped byte and names the record.
+// Persistence and integrity through the Engine API (docs/design.md "Persistence and recovery";
+// paper 3.5, Table 1): a clean Close and reopen finds every published prefix again and restores it
+// bit for bit; a dirty reopen, a corrupted or truncated snapshot, a snapshot of another pack file
+// and a grown pack file are each detected, logged with their reason, and nothing of the old index
+// is served; a truncated pack file does not open; tickets and generations never cross a session;
+// payload digests are checked on restore (whole blocks, also for partial restores) unless
+// checksum=off, which still records them so fsck finds a flipped byte and names the record.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,10 +12,10 @@
 
 #include "base/log.h"
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
 #include "persist/offline.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
+#include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {

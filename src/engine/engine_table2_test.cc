@@ -22,8 +22,8 @@
 #include <numeric>
 
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
 #include "rangekv/engine.h"
+#include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
+#include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {

@@ -26,8 +26,8 @@
 
 #include "base/thread_annotations.h"
 #include "device/device.h"
-#include "env/env.h"
 #include "rangekv/engine.h"
+#include "rangekv/env.h"
 
 namespace rangekv::engine_testing {
 
@@ -131,12 +131,12 @@ RequestEnvelope Envelope(const std::string& request_id, uint32_t attempt = 0);
 
 // Wraps `base`. While closed, every ReadAt (or WriteAt, per `op`) on a file whose path ends
 // with `suffix` and whose range overlaps [offset, offset + length) blocks at the gate.
-class GateEnv final : public Env {
+class GateEnv final : public EnvWrapper {
  public:
   enum class Op : uint8_t { kRead, kWrite };
   GateEnv(Env* base, std::string suffix, Op op = Op::kRead, uint64_t offset = 0,
           uint64_t length = UINT64_MAX)
-      : base_(base), suffix_(std::move(suffix)), op_(op), offset_(offset), length_(length) {}
+      : EnvWrapper(base), suffix_(std::move(suffix)), op_(op), offset_(offset), length_(length) {}
 
   void Close();
   void Open();
@@ -148,20 +148,12 @@ class GateEnv final : public Env {
                                          const FileOptions& options) override;
   Result<std::unique_ptr<File>> CreateFile(const std::string& path,
                                            const FileOptions& options) override;
-  Status RenameFile(const std::string& from, const std::string& to) override {
-    return base_->RenameFile(from, to);
-  }
-  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
-  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
-  Status CreateDir(const std::string& path) override { return base_->CreateDir(path); }
-  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
 
  private:
   friend class GatedFile;
   void Pass(const std::string& path, Op op, uint64_t offset, uint64_t size);
   Result<std::unique_ptr<File>> Wrap(const std::string& path, Result<std::unique_ptr<File>> f);
 
-  Env* base_;
   std::string suffix_;
   Op op_;
   uint64_t offset_;

@@ -1,4 +1,4 @@
-// RestorePipeline: the read side of the transfer engine (DESIGN.md 3.1 steps 2-5, 4.5).
+// RestorePipeline: the read side of the transfer engine (docs/design.md "Transfer engine").
 //
 // Resources, all allocated by Create():
 //   - read banks: `read_banks` device buffers of read_bank_bytes (plus pinned staging of the

@@ -1,4 +1,4 @@
-// StorePipeline: the write side of the transfer engine (DESIGN.md 3.1 step 6, 4.5; paper 3.4
+// StorePipeline: the write side of the transfer engine (docs/design.md "Transfer engine"; paper 3.4
 // "Stores and publication").
 //
 // Resources, all allocated by Create():

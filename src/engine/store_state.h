@@ -1,8 +1,8 @@
 // StoreState: the persistent half of an engine: the store directory, its pack file, the range
 // directory over the pack slots, the payload digests and the persistence protocol (dirty
 // marker, clean-shutdown snapshot). The transfer pipelines borrow it. This is the only place
-// the engine opens or closes a store (DESIGN.md 4.6; docs/architecture.md "Persistence and
-// integrity").
+// the engine opens or closes a store (docs/design.md "Persistence and recovery";
+// docs/architecture.md "Persistence and integrity").
 //
 // Open(): opens `<dir>/packs.rkv` when it exists (validated against the expected geometry and
 // namespace: PackFile::Open's distinct errors, e.g. kTruncated for a cut payload region) and
@@ -29,12 +29,12 @@
 
 #include "directory/directory.h"
 #include "engine/integrity.h"
-#include "env/env.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
 #include "persist/payload_digests.h"
 #include "persist/persistence.h"
 #include "persist/store_access.h"
+#include "rangekv/env.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
 

@@ -1,4 +1,4 @@
-#include "env/env.h"
+#include "rangekv/env.h"
 
 #include <sys/stat.h>
 

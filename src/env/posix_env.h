@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "env/env.h"
+#include "rangekv/env.h"
 
 namespace rangekv {
 

@@ -58,7 +58,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "env/env.h"
+#include "rangekv/env.h"
 #include "rangekv/status.h"
 
 namespace rangekv {

@@ -22,7 +22,7 @@
 //
 // Stripe rows. Token i of a stripe occupies token_bytes() bytes at stripe + i * token_bytes():
 // plane 0's heads in head order, then plane 1's heads (K bytes then V bytes; the MLA latent
-// alone). This is DESIGN.md's stripe layout for one layer.
+// alone). This is the stripe layout of docs/design.md for one layer.
 //
 // Opaque blocks (PagedKvView::opaque_blocks, made for PagedLayout::kCpuBlock). The serving
 // engine may pack a block's interior in a way the engine does not model, so the view describes
@@ -96,7 +96,7 @@ struct PagedKvView {
   RANGEKV_HD uint32_t num_slots() const { return num_blocks * block_size; }
   // Bytes of one token of one plane (the K half, or the MLA latent).
   RANGEKV_HD uint64_t plane_token_bytes() const { return uint64_t{num_heads} * head_bytes; }
-  // Bytes of one stripe row (DESIGN.md's s for one rank).
+  // Bytes of one stripe row (docs/design.md's s for one rank).
   RANGEKV_HD uint64_t token_bytes() const { return num_planes * plane_token_bytes(); }
   // Address of the head vector (plane, block, token_in_block, head).
   RANGEKV_HD uint8_t* HeadAddress(uint32_t plane, uint32_t block, uint32_t token_in_block,

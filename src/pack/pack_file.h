@@ -32,10 +32,10 @@
 #include <optional>
 #include <string>
 
-#include "env/env.h"
 #include "pack/format.h"
 #include "pack/pack_header.h"
 #include "pack/pack_layout.h"
+#include "rangekv/env.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
 

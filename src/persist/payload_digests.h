@@ -1,6 +1,6 @@
 // Payload integrity: one 64-bit digest per (pack slot, generation, layer, digest block), so a
-// restore can prove that the bytes it read are the bytes that were stored (DESIGN.md 4.6:
-// "nothing wrong is ever served").
+// restore can prove that the bytes it read are the bytes that were stored (docs/design.md
+// "Persistence and recovery": "nothing wrong is ever served").
 //
 // Digest blocks. A pack's stripe for one layer holds tokens [0, stored_tokens) (a pack is
 // written once, from token 0, by the store that reserved it; later clipping only lowers the

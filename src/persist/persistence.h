@@ -1,4 +1,5 @@
-// Persistence and recovery of a store's index (DESIGN.md 4.6, the paper's 3.5 and Table 1).
+// Persistence and recovery of a store's index (docs/design.md "Persistence and recovery", the
+// paper's 3.5 and Table 1).
 //
 // A store directory (store_layout.h) holds the pack file (payload), the metadata snapshot (the
 // directory and payload digests as of the last clean shutdown), the dirty marker and the epoch

@@ -1,0 +1,140 @@
+// EngineOptions: what Engine::Open is configured with (backend selections, pool sizes, the
+// paper's ablation switches and the payload digest policy). Plain values; Engine::options()
+// returns them as resolved. Thread-safety: plain values (Ablations::Set is not thread-safe on
+// one object).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "rangekv/env.h"
+#include "rangekv/geometry.h"
+#include "rangekv/status.h"
+
+namespace rangekv {
+
+enum class DeviceSelection : uint8_t {
+  kAuto,  // CUDA when a usable GPU is present, else the host device
+  kHost,  // HostDevice: host memory, streams are FIFO worker threads (CI, CPU-only machines)
+  kCuda,  // CudaDevice; Open fails with kUnavailable when no GPU can be used
+};
+
+enum class IoEngineSelection : uint8_t {
+  kAuto,   // uring when it works with this file, else posix (the reason is logged)
+  kPosix,  // pread/pwrite thread pool
+  kUring,  // io_uring; Open fails with kUnavailable when it cannot be used
+};
+
+enum class DirectIoPreference : uint8_t {
+  kPreferred,  // O_DIRECT where the file system supports it (tmpfs does not), else buffered
+  kOff,        // always buffered through the page cache
+};
+
+// The paper's ablations (section 5.4). Each switch restores one piece of the stock per-object
+// path so its cost can be measured; the defaults are RangeKV.
+struct Ablations {
+  enum class Index : uint8_t {
+    kTree,    // radix tree over token ids: work per compared token byte and selected record
+    kScalar,  // stock per-chunk index: one key built, hashed, looked up and leased per object
+  };
+  enum class ReadIssue : uint8_t {
+    kStripe,  // one native read per stripe span
+    kObject,  // each stripe span issued as object-sized native reads (same bank, one scatter)
+  };
+  enum class Delivery : uint8_t {
+    kLayer,    // layer l is published when its own stripes landed
+    kBarrier,  // no layer is published before every layer landed (whole-prefix barrier)
+  };
+  enum class Prefetch : uint8_t {
+    kLookup,    // reads of the first stripes may start at Lookup, before slots are bound
+    kDispatch,  // reads start at StartRestore (claim)
+  };
+
+  // What one logical object of the stock path is (index=scalar keys, read_issue=object reads).
+  enum class Objects : uint8_t {
+    kChunk,       // a chunk of object_tokens tokens over all layers
+    kChunkLayer,  // a chunk of one layer (LMCache's layerwise mode)
+  };
+
+  Index index = Index::kTree;
+  ReadIssue read_issue = ReadIssue::kStripe;
+  Delivery delivery = Delivery::kLayer;
+  Prefetch prefetch = Prefetch::kLookup;
+  // Size of a logical object in tokens: the stock path's chunk (256 tokens in vLLM/LMCache).
+  uint64_t object_tokens = 256;
+  Objects objects = Objects::kChunk;
+
+  // Applies one "key=value" setting: index=tree|scalar, read_issue=stripe|object,
+  // delivery=layer|barrier, prefetch=lookup|dispatch, object_tokens=N,
+  // objects=chunk|chunk_layer. kInvalidArgument naming the key or value otherwise; a failed
+  // call changes nothing.
+  Status Set(std::string_view key_equals_value);
+  // "index=tree,read_issue=stripe,delivery=layer,prefetch=lookup,object_tokens=256,
+  // objects=chunk" (one line).
+  std::string ToString() const;
+  friend bool operator==(const Ablations&, const Ablations&) = default;
+};
+
+// Payload digest policy (docs/design.md "Persistence and recovery"). Every store computes a digest
+// per ~1 MiB block of every stored stripe on the engine's device and keeps it with the record (and
+// in the clean snapshot), under either policy. kAlways: every restore reads whole digest blocks,
+// digests them on the device and compares before scattering; a mismatch drops the record, fails
+// exactly its tokens (kCorruption, reported for recompute) and counts a checksum failure.
+// kOff: restores skip the check (the digests stay for fsck and for later sessions).
+enum class ChecksumPolicy : uint8_t { kAlways, kOff };
+
+// Who may read a store. kOwner: the store directory is created 0700 and its files 0600,
+// whatever the umask. kGroup: 0750 and 0640 (a shared store service whose clients share a
+// group). Under either, Open refuses (kUnsafePermissions, naming the path and its mode) a store
+// whose directory or files are owned by another user or writable by group or others; existing
+// bits are never changed.
+enum class StoreAccess : uint8_t { kOwner, kGroup };
+
+struct EngineOptions {
+  // Directory holding the store (created if absent): the pack file `<store_dir>/packs.rkv`, the
+  // metadata snapshot, dirty marker and epoch file (docs/pack-format.md). An existing pack file
+  // is opened and validated against `model` (geometry and namespace); its index is loaded from
+  // the last clean shutdown's snapshot when that is intact and bound to it (see recovery()).
+  // One engine per store directory at a time.
+  std::string store_dir;
+  ModelSpec model;
+  uint64_t stripe_bytes = kDefaultStripeBytes;  // W
+  // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when
+  // opening an existing pack file, whose header fixes the pack count.
+  uint64_t capacity_bytes = 16ull << 30;
+  // File seam (rangekv/env.h); nullptr means DefaultEnv(). Must outlive the Engine.
+  Env* env = nullptr;
+  DeviceSelection device = DeviceSelection::kAuto;
+  uint32_t cuda_device_ordinal = 0;
+  IoEngineSelection io_engine = IoEngineSelection::kAuto;
+  DirectIoPreference direct_io = DirectIoPreference::kPreferred;
+
+  // Restore side (docs/design.md "Defaults and limits"). Bank bytes 0 means W; a read bank holds
+  // one stripe span.
+  uint32_t read_banks = 8;
+  uint64_t read_bank_bytes = 0;
+  uint32_t read_workers = 4;
+  uint32_t prefetch_banks = 7;  // banks lookup-time prefetch may hold; < read_banks
+  uint32_t lookahead_layers = 2;
+  uint32_t max_inflight_restores = 16;  // restore job slots (prefetching jobs included)
+
+  // Store side. Store bank bytes 0 means 2 * layer_group * W (256 MiB at the defaults): a full
+  // group of layer_group layers and two stripes per layer (a pack and its partial tail).
+  uint32_t store_banks = 8;
+  uint64_t store_bank_bytes = 0;
+  uint32_t group_workers = 8;
+  uint32_t write_workers = 32;
+  uint32_t layer_group = 4;
+  uint32_t max_inflight_stores = 16;  // store job slots, including detached write debt
+
+  // Largest token count of one lookup, restore or store (sizes the per-job slot-mapping
+  // buffers allocated at Open).
+  uint64_t max_request_tokens = 262144;
+
+  Ablations ablations;
+  ChecksumPolicy checksum = ChecksumPolicy::kAlways;
+  StoreAccess store_access = StoreAccess::kOwner;
+};
+
+}  // namespace rangekv

@@ -1,0 +1,124 @@
+// The values that cross the Engine API on a transfer: who a request is (RequestEnvelope),
+// token intervals, the caller's paged KV (PagedKv) and device streams (DeviceStreamRef), and the
+// request / outcome structs of lookup, restore and store (include/rangekv/engine.h takes and
+// returns them). Thread-safety: plain values; the spans and pointers they hold are borrowed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rangekv/layout.h"
+#include "rangekv/stats.h"
+#include "rangekv/status.h"
+
+namespace rangekv {
+
+
+// Who a request is. Tickets are bound to it; a claim with another envelope fails kForeignOwner.
+struct RequestEnvelope {
+  std::string request_id;  // the serving engine's request id: 1..256 bytes
+  uint64_t session_id = 0;
+  uint32_t attempt = 0;
+  uint32_t rank = 0;
+  friend bool operator==(const RequestEnvelope&, const RequestEnvelope&) = default;
+};
+
+// Path tokens [begin, end).
+struct TokenInterval {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t size() const { return end - begin; }
+  friend bool operator==(const TokenInterval&, const TokenInterval&) = default;
+};
+
+// The destination (restore) or source (store) of a transfer: one device buffer per layer.
+// Built by the caller from its framework tensors; the engine never sees framework types.
+//   layer_base[l]   address of layer l's tensor in the engine's device memory space (for the
+//                   host device: host memory; for CUDA: a device pointer). Each must stay
+//                   valid and untouched by the caller in the slots it handed over until the
+//                   transfer says so (restore: layer ready / Finish; store: extraction done).
+//   num_blocks      blocks per layer tensor
+// A slot is block * block_size + offset-in-block, exactly vLLM's slot_mapping convention.
+struct PagedKv {
+  KvCacheLayout layout = KvCacheLayout::kFlashAttnNhd;
+  uint64_t num_blocks = 0;
+  std::vector<void*> layer_base;  // size == geometry().layers
+};
+
+// A stream of the engine's device, as a caller names it: a ref returned by
+// Engine::CreateStream() or Engine::WrapNativeStream() (never a raw cudaStream_t). A null ref
+// means "no stream" (LayerProduced: the KV is already in memory).
+struct DeviceStreamRef {
+  void* native = nullptr;
+  bool null() const { return native == nullptr; }
+};
+
+// ---- restore ----------------------------------------------------------------------------------
+
+struct LookupResult {
+  uint64_t hit_tokens = 0;  // reusable prefix, rounded down to the reuse granularity
+  std::string ticket;       // serialized ticket; empty when hit_tokens == 0
+  uint64_t records_selected = 0;
+  bool prefetch_started = false;  // a prefetching restore job now waits for the claim
+};
+
+struct RestoreRequest {
+  std::string_view ticket;  // bytes from LookupResult::ticket (may have crossed processes)
+  RequestEnvelope envelope;
+  std::span<const int32_t> tokens;  // the request's prompt tokens (at least endpoint of them)
+  // Restore path tokens [begin_token, endpoint_tokens): begin_token > 0 skips tokens the
+  // serving engine already holds (its own prefix cache); endpoint_tokens <= the ticket's hit.
+  uint64_t begin_token = 0;
+  uint64_t endpoint_tokens = 0;
+};
+
+struct RestoreOutcome {
+  // OK when every requested token was delivered; otherwise the first error seen (kIoError,
+  // kShortTransfer, kCorruption, kCancelled, ...), and `failed` names the tokens to recompute.
+  Status status;
+  TokenInterval requested;
+  // Sorted, disjoint, merged: every token for which at least one layer was not delivered.
+  // Their destination slots hold nothing the caller may use.
+  std::vector<TokenInterval> failed;
+  uint64_t delivered_tokens = 0;  // requested.size() minus the tokens in `failed`
+  EngineStats work;               // this restore's share of the counters
+};
+
+// ---- store ------------------------------------------------------------------------------------
+
+struct StoreRequest {
+  RequestEnvelope envelope;
+  std::span<const int32_t> tokens;  // the full token path; only the uncached suffix is stored
+  const PagedKv* kv = nullptr;      // source of the KV
+  // slot_mapping[i] is the slot holding path token i, for every token in `tokens`.
+  std::span<const int64_t> slot_mapping;
+};
+
+enum class StoreDisposition : uint8_t {
+  kStoring,        // new records reserved; this handle drives their writes. Also when an
+                   // in-flight store covers only a prefix of the rest: this store then waits for
+                   // it (the caller does not block) and reserves and writes the remainder
+  kJoined,         // an in-flight store of the same tokens owns them; this one does no I/O
+  kAlreadyCached,  // every token is already visible; nothing to do
+};
+
+enum class StoreWait : uint8_t {
+  kUntilVisible,  // Finish blocks until the records are visible or the store failed
+  kDetach,        // Finish returns once extraction is done; writes continue as bounded debt
+};
+
+struct StoreOutcome {
+  // OK: visible (or joined / already cached). Otherwise the first error (kNoSpace, kIoError,
+  // kCancelled when layers were never produced, ...): nothing of this store became visible.
+  // Under kDetach: OK means "extracted, writes continue"; GetStats() reports the end.
+  Status status;
+  StoreDisposition disposition = StoreDisposition::kAlreadyCached;
+  TokenInterval stored;  // the suffix this store reserved and wrote (empty unless kStoring)
+  bool visible = false;
+  EngineStats work;
+};
+
+}  // namespace rangekv

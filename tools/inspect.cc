@@ -88,6 +88,18 @@ json InspectJson(const OfflineStore& s) {
   } else {
     state["snapshot"] = nullptr;
   }
+  const persist::JournalSummary& jr = s.journal;
+  if (jr.present) {
+    state["journal"] = {{"bytes", jr.bytes},
+                        {"intact_bytes", jr.intact_bytes},
+                        {"records", jr.records},
+                        {"base_epoch", jr.base_epoch},
+                        {"tail", jr.tail},
+                        {"tail_detail", jr.tail_detail},
+                        {"problem", jr.problem.empty() ? json(nullptr) : json(jr.problem)}};
+  } else {
+    state["journal"] = nullptr;
+  }
   out["state"] = state;
 
   json capacity = {{"pack_slots", h.pack_count},
@@ -176,6 +188,18 @@ void PrintInspectText(const json& j) {
                   ? ""
                   : (" (epoch file: " + st["epoch_problem"].get<std::string>() + ")").c_str());
   std::printf("dirty      %s\n", st["dirty"].get<bool>() ? "yes (index will be discarded)" : "no");
+  if (st["journal"].is_null()) {
+    std::printf("journal    none\n");
+  } else {
+    const json& jj = st["journal"];
+    std::printf("journal    %llu records, %llu bytes (%llu intact), last checkpoint epoch %llu, "
+                "tail %s%s\n",
+                jj["records"].get<unsigned long long>(), jj["bytes"].get<unsigned long long>(),
+                jj["intact_bytes"].get<unsigned long long>(),
+                jj["base_epoch"].get<unsigned long long>(), jj["tail"].get<std::string>().c_str(),
+                jj["problem"].is_null() ? ""
+                                        : (" (" + jj["problem"].get<std::string>() + ")").c_str());
+  }
   std::printf("index      %s (%s): %s\n", st["index"].get<std::string>().c_str(),
               st["reason"].get<std::string>().c_str(), st["detail"].get<std::string>().c_str());
   const uint64_t capacity = cap["capacity_bytes"].get<uint64_t>();

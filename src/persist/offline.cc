@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "persist/journal.h"
 #include "persist/store_layout.h"
 
 namespace rangekv::persist {
@@ -166,6 +167,41 @@ void VerifyPayload(const OfflineStore& store, Problems& problems, FsckReport* re
 
 }  // namespace
 
+namespace {
+
+JournalSummary SummarizeJournal(Env* env, const StorePaths& paths, const PackFile& pack,
+                                const std::optional<uint64_t>& epoch) {
+  JournalSummary j;
+  if (!env->FileExists(paths.journal())) return j;
+  j.present = true;
+  Result<std::string> bytes = env->ReadSmallFile(paths.journal(), journal_format::kMaxJournalBytes);
+  if (!bytes.ok()) {
+    j.problem = bytes.status().ToString();
+    return j;
+  }
+  j.bytes = bytes->size();
+  auto decoded = DecodeJournal(std::span(reinterpret_cast<const uint8_t*>(bytes->data()),
+                                         bytes->size()));
+  if (!decoded.ok()) {
+    j.problem = decoded.status().ToString();
+    return j;
+  }
+  j.intact_bytes = decoded->intact_bytes;
+  j.records = decoded->records.size();
+  j.base_epoch = decoded->header.base_epoch;
+  j.tail = std::string(JournalTailName(decoded->tail));
+  j.tail_detail = decoded->tail_detail;
+  if (!(decoded->header.store_uuid == pack.uuid())) {
+    j.problem = "journal of another store (uuid " + decoded->header.store_uuid.ToHex() + ")";
+  } else if (epoch && decoded->header.base_epoch > *epoch) {
+    j.problem = "journal base epoch " + std::to_string(decoded->header.base_epoch) +
+                " is newer than the store epoch " + std::to_string(*epoch);
+  }
+  return j;
+}
+
+}  // namespace
+
 Result<OfflineStore> OpenOffline(Env* env, const std::string& dir) {
   const StorePaths paths(dir);
   if (!env->FileExists(paths.pack())) {
@@ -182,6 +218,7 @@ Result<OfflineStore> OpenOffline(Env* env, const std::string& dir) {
   PersistenceOptions options;
   options.directory = OfflineDirectoryOptions(*out.pack);
   RANGEKV_ASSIGN_OR_RETURN(out.index, InspectIndex(env, dir, *out.pack, options));
+  out.journal = SummarizeJournal(env, paths, *out.pack, out.index.epoch_file_epoch);
   return out;
 }
 
@@ -206,6 +243,13 @@ Result<FsckReport> Fsck(Env* env, const std::string& dir, const FsckOptions& opt
   if (r.reason != DiscardReason::kNone) {
     problems.Add(std::string(KindForReason(r.reason)),
                  std::string(DiscardReasonName(r.reason)) + ": " + r.detail);
+  }
+  const JournalSummary& j = store->journal;
+  if (!j.problem.empty()) problems.Add("journal", paths.journal() + ": " + j.problem);
+  if (j.present && j.problem.empty() && j.tail != "clean") {
+    problems.Add("journal", paths.journal() + ": " + std::to_string(j.bytes - j.intact_bytes) +
+                                " bytes after record " + std::to_string(j.records) +
+                                " would be dropped (" + j.tail + "): " + j.tail_detail);
   }
   if (!index.directory) return report;
   CheckConsistency(*store, problems);

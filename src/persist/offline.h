@@ -15,6 +15,8 @@
 //   consistency     every visible slot holds exactly one listed pack of its generation, every
 //                   listed pack is visible, has complete digests covering its tokens; no digests
 //                   for a slot that is not visible
+//   journal         the journal (when present) decodes, belongs to this pack file, is not newer
+//                   than the epoch file, and ends on an intact record (a dropped tail is named)
 //   payload_read    a stripe extent could not be read in full (EIO, short read)
 //   payload_digest  a digest block's bytes differ from its recorded digest: names namespace,
 //                   slot, generation, layer, the block's pack tokens and the path tokens of the
@@ -36,11 +38,24 @@
 
 namespace rangekv::persist {
 
+// What a store's publication journal holds (journal.rkv; absent in stores written so far).
+struct JournalSummary {
+  bool present = false;
+  std::string problem;         // unusable header, another store's, newer than the epoch file
+  uint64_t bytes = 0;
+  uint64_t intact_bytes = 0;
+  uint64_t records = 0;
+  uint64_t base_epoch = 0;     // the snapshot epoch it extends (its last checkpoint)
+  std::string tail = "clean";  // JournalTailName
+  std::string tail_detail;
+};
+
 struct OfflineStore {
   std::string dir;
   std::optional<PackFile> pack;  // set on success
   uint64_t pack_file_bytes = 0;
   InspectedIndex index;
+  JournalSummary journal;
 };
 
 // kNotFound when `dir` has no pack file; the pack file's Open errors otherwise (kCorruption,
@@ -60,7 +75,7 @@ struct BadBlock {
 
 struct FsckProblem {
   std::string kind;     // pack_header, epoch_file, dirty, snapshot, directory, consistency,
-                        // payload_read, payload_digest
+                        // journal, payload_read, payload_digest
   std::string message;  // for people
   std::optional<BadBlock> block;  // payload_read / payload_digest
 };

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "persist/journal.h"
 #include "persist/persist_test_util.h"
 #include "persist/store_layout.h"
 #include "testing/temp_dir.h"
@@ -143,6 +144,61 @@ TEST_F(OfflineTest, BadPackHeaderIsAProblemAndNoPackFileIsAnError) {
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->problems.size(), 1u);
   EXPECT_EQ(r->problems[0].kind, "pack_header");
+}
+
+// The journal, when present, is shown and verified: a clean one passes; a torn tail, a journal
+// of another store and one newer than the store epoch are each a `journal` problem.
+TEST_F(OfflineTest, JournalIsShownAndVerified) {
+  MakeStore(true);
+  Result<OfflineStore> store = OpenOffline(env_, dir_.path());
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE(store->journal.present);
+  const StoreUuid uuid = store->pack->uuid();
+  const uint64_t epoch = *store->index.epoch_file_epoch;
+  auto write = [&](StoreUuid u, uint64_t base_epoch, size_t cut_tail) {
+    std::vector<uint8_t> bytes = EncodeJournalHeader({u, base_epoch});
+    JournalRecord r;
+    r.type = journal_format::kEpoch;
+    r.sequence = 1;
+    r.epoch = {epoch, epoch << 32};
+    const std::vector<uint8_t> rec = EncodeJournalRecord(r);
+    bytes.insert(bytes.end(), rec.begin(), rec.end());
+    bytes.insert(bytes.end(), rec.begin(), rec.end() - static_cast<std::ptrdiff_t>(cut_tail));
+    ASSERT_TRUE(env_->WriteSmallFile(paths_.journal(),
+                                     std::string(bytes.begin(), bytes.end()), false)
+                    .ok());
+  };
+  auto journal_problems = [&] {
+    Result<FsckReport> r = Fsck(env_, dir_.path(), FsckOptions{.verify_payload = false});
+    EXPECT_TRUE(r.ok());
+    std::vector<std::string> out;
+    for (const FsckProblem& p : r->problems) {
+      if (p.kind == "journal") out.push_back(p.message);
+    }
+    return out;
+  };
+  write(uuid, epoch, /*cut_tail=*/40);  // the whole second record, so none of it
+  store = OpenOffline(env_, dir_.path());
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE(store->journal.present);
+  EXPECT_EQ(store->journal.records, 1u);
+  EXPECT_EQ(store->journal.tail, "clean");
+  EXPECT_TRUE(journal_problems().empty());
+
+  write(uuid, epoch, /*cut_tail=*/3);  // a torn second record
+  std::vector<std::string> p = journal_problems();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("torn"), std::string::npos) << p[0];
+
+  write(StoreUuid{1, 2}, epoch, 40);
+  p = journal_problems();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("another store"), std::string::npos) << p[0];
+
+  write(uuid, epoch + 1, 40);
+  p = journal_problems();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("newer"), std::string::npos) << p[0];
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 //   epoch.rkv          the store epoch: a counter bumped durably at every read-write open, so
 //                      owner epochs and generation floors only increase, even across a discard
 //   epoch.rkv.tmp      an epoch file being written; replaced by rename
+//   journal.rkv        the publication journal (docs/pack-format.md "Publication journal");
+//                      read by inspect / fsck; not written yet
 //
 // Thread-safety: plain values.
 #pragma once
@@ -30,6 +32,7 @@ inline constexpr std::string_view kSnapshotTempFileName = "snapshot.rkv.tmp";
 inline constexpr std::string_view kDirtyMarkerFileName = "dirty.rkv";
 inline constexpr std::string_view kEpochFileName = "epoch.rkv";
 inline constexpr std::string_view kEpochTempFileName = "epoch.rkv.tmp";
+inline constexpr std::string_view kJournalFileName = "journal.rkv";
 
 // Full paths of a store's files. `dir` is used as given (no normalisation).
 struct StorePaths {
@@ -43,6 +46,7 @@ struct StorePaths {
   std::string dirty_marker() const { return Join(kDirtyMarkerFileName); }
   std::string epoch() const { return Join(kEpochFileName); }
   std::string epoch_temp() const { return Join(kEpochTempFileName); }
+  std::string journal() const { return Join(kJournalFileName); }
 
  private:
   std::string Join(std::string_view name) const {

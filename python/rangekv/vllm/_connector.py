@@ -203,6 +203,8 @@ class RangeKVConnector(KVConnectorBase_V1):
         prompt = request.prompt_token_ids or []
         B = self.block_size
         limit = ((len(prompt) - 1) // B) * B        # never the last prompt token
+        # The engine's hit never covers the last token it is given: ask with one token
+        # past `limit` so that a hit can reach `limit` itself.
         if limit <= num_computed_tokens:
             return 0, False
         if rid not in self._answers:                # repeated calls reuse the answer
@@ -210,7 +212,7 @@ class RangeKVConnector(KVConnectorBase_V1):
             self._attempts[rid] = attempt
             self._sched_stats["lookups"] += 1
             answers = self._ask({"op": "lookup", "req_id": rid, "attempt": attempt,
-                                 "tokens": list(prompt[:limit]), "granularity": B})
+                                 "tokens": list(prompt[:limit + 1]), "granularity": B})
             if answers is None:
                 self._sched_stats["timeouts"] += 1
                 if not self._warned_timeout:

@@ -315,6 +315,9 @@ class RangeKVConnector(KVConnectorBase_V1):
             cuda_device=(first.device.index or 0) if first.is_cuda else 0,
             **self.cfg.engine_options())
         kwargs.update(spec.engine_args(total_heads))
+        # Shallow models: a layer group and the read lookahead cannot exceed the layer count.
+        kwargs["layer_group"] = min(self.cfg.layer_group, len(self._kv_layers))
+        kwargs["lookahead_layers"] = min(self.cfg.lookahead_layers, len(self._kv_layers) - 1)
         self._num_blocks = first.shape[0]
         self._engine_views = [spec.view(t) for t in self._kv_layers]
         os.makedirs(self.cfg.store_dir, mode=0o700, exist_ok=True)

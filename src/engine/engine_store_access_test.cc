@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/engine_test_util.h"
-#include "engine/engine_testing.h"
+#include "testing/engine_testing.h"
 #include "persist/store_access.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"

@@ -57,6 +57,8 @@ _CODES = [
     ("WrongVersion", "wrong_version", (), "An on-disk format version not understood."),
     ("Truncated", "truncated", (), "A file shorter than its header says."),
     ("Corruption", "corruption", (), "Checksum failure or impossible field values."),
+    ("UnsafePermissions", "unsafe_permissions", (),
+     "A store directory or file owned by another user or writable by group or others."),
     ("Cancelled", "cancelled", (), "The operation was cancelled."),
     ("Aborted", "aborted", (), "The operation was aborted."),
     ("Unavailable", "unavailable", (), "An optional backend (io_uring, CUDA) is not usable."),

@@ -47,6 +47,7 @@ echo "build: ok ($(( $(date +%s) - start ))s)"
 # The package as the wheel lays it out, without pip (no registry for build isolation here).
 rm -rf "$pkg" && mkdir -p "$pkg/rangekv/_bin"
 cp python/rangekv/*.py python/rangekv/*.pyi python/rangekv/py.typed "$pkg/rangekv/"
+cp -r python/rangekv/hf python/rangekv/bench python/rangekv/vllm "$pkg/rangekv/"
 cp "$build"/python/_core*.so "$pkg/rangekv/"
 cp "$build/tools/rangekv" "$pkg/rangekv/_bin/"
 cd python/tests

@@ -248,7 +248,8 @@ class PyEngine {
     engine_ = std::move(opened).value();
     info_.geometry = engine_->geometry();
     backends_ = engine_->DescribeBackends();
-    info_.cuda = backends_.find("device=cuda") != std::string::npos;
+    // The host device describes itself as "device=host"; a CUDA device names the GPU.
+    info_.cuda = backends_.find("device=host") == std::string::npos;
   }
 
   ~PyEngine() {

@@ -310,7 +310,9 @@ TEST_F(EnginePersistenceTest, DirtyReopenDiscardsTheIndexWithALoggedReason) {
   // Generations of the new session lie above everything issued before.
   ExpectServesAgain(*e);
   for (const SlotInfo& s : engine_internal::EngineDirectory(*e).Slots()) {
-    if (s.state == SlotState::kVisible) EXPECT_GE(s.generation, e->recovery().store_epoch << 32);
+    if (s.state == SlotState::kVisible) {
+      EXPECT_GE(s.generation, e->recovery().store_epoch << 32);
+    }
   }
   // A clean close of the discarding session makes the store clean again.
   ASSERT_TRUE(e->Close().ok());

@@ -112,8 +112,8 @@ struct RestoreSlot {
 // mutex; `id`, `request_id`, `tokens` and the slot's plan are immutable once the job runs.
 class RestoreJob : public std::enable_shared_from_this<RestoreJob> {
  public:
-  RestoreJob(uint64_t id, std::string request_id, TokenInterval tokens)
-      : id(id), request_id(std::move(request_id)), tokens(tokens) {}
+  RestoreJob(uint64_t job_id, std::string request, TokenInterval interval)
+      : id(job_id), request_id(std::move(request)), tokens(interval) {}
 
   const uint64_t id;
   const std::string request_id;

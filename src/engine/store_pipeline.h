@@ -79,7 +79,7 @@ struct StoreBatch {
 // the job is visible to workers.
 class StoreJob {
  public:
-  explicit StoreJob(uint64_t id) : id(id) {}
+  explicit StoreJob(uint64_t job_id) : id(job_id) {}
 
   const uint64_t id;
   StoreDisposition disposition = StoreDisposition::kAlreadyCached;  // fixed by Begin

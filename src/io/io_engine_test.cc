@@ -235,7 +235,9 @@ TEST_P(IoEngineTest, ShortReadsAreContinuedUntilComplete) {
   EXPECT_EQ(0, std::memcmp(buf.data, data.data(), data.size()));
   EXPECT_EQ(env.counters().short_reads, 3u);
   EXPECT_EQ(engine_->stats().short_retries, 3u);
-  if (GetParam().kind == IoEngineKind::kUring) EXPECT_EQ(engine_->stats().file_path_spans, 2u);
+  if (GetParam().kind == IoEngineKind::kUring) {
+    EXPECT_EQ(engine_->stats().file_path_spans, 2u);
+  }
 }
 
 TEST_P(IoEngineTest, EndlessShortReadsStopAtTheRetryLimit) {
@@ -537,7 +539,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(EngineParam{"posix", IoEngineKind::kPosix, UringSubmit::kInline},
                       EngineParam{"uring", IoEngineKind::kUring, UringSubmit::kInline},
                       EngineParam{"uring_async", IoEngineKind::kUring, UringSubmit::kAsync}),
-    [](const ::testing::TestParamInfo<EngineParam>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<EngineParam>& param_info) { return param_info.param.name; });
 
 TEST(IoEngineFactoryTest, RejectsBadOptionsAndParsesNames) {
   for (IoEngineKind kind : {IoEngineKind::kPosix, IoEngineKind::kUring}) {

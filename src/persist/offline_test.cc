@@ -26,7 +26,9 @@ class OfflineTest : public ::testing::Test {
     ASSERT_TRUE(s.ok());
     ASSERT_TRUE(s->Store(ns_, a_).ok());
     ASSERT_TRUE(s->Store(ns_, b_).ok());
-    if (clean) ASSERT_TRUE(s->SaveClean().ok());
+    if (clean) {
+      ASSERT_TRUE(s->SaveClean().ok());
+    }
   }
   std::string Read(const std::string& path) { return *env_->ReadSmallFile(path, 1 << 20); }
 

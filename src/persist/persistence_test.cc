@@ -481,7 +481,9 @@ TEST_F(PersistenceTest, PowerLossAtEveryShutdownStepLoadsNewStateOrDiscards) {
         ASSERT_TRUE(s->index.directory->InvalidatePrefix(ns_, std::span(a_).first(1)).ok());
         ASSERT_TRUE(s->Store(ns_, b_).ok());
         ASSERT_TRUE(s->Store(ns_, c).ok());
-        if (step >= 0) EXPECT_EQ(s->SaveClean().code(), StatusCode::kAborted);
+        if (step >= 0) {
+          EXPECT_EQ(s->SaveClean().code(), StatusCode::kAborted);
+        }
         pending = journal.Pending().size();
         ASSERT_TRUE(fault.DropUnsyncedData().ok());
         ASSERT_TRUE(journal.Crash(mask).ok());

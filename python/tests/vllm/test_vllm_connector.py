@@ -46,7 +46,7 @@ P2 = P1[:2304] + _tokens(_rng, 300)             # shares 2,304 tokens (72 blocks
 P4 = P1[:1000] + _tokens(_rng, 500)             # partial hit: 992 tokens
 P5 = _tokens(_rng, 1200)                        # miss
 P7 = P1[:1500] + _tokens(_rng, 700)             # diverges inside P1's first pack: 1472
-Q = [_tokens(_rng, 1500) for _ in range(4)]     # the preemption workload
+Q = [_tokens(_rng, 1504) for _ in range(4)]     # the preemption workload: 47 full blocks each
 
 CALLS = [[P1], [P2], [P1, P4, P5, P2], [P7]]
 RESTART_CALLS = [[P2], [P1]]  # after a restart: both fully stored by CALLS
@@ -121,7 +121,9 @@ def reference(workdir):
 @pytest.fixture(scope="module")
 def cold(workdir):
     """No connector, no prefix cache: P1 prefilled cold, and the preemption workload."""
-    results, _ = run_engine(workdir, "cold", [[P1], Q], max_tokens=4)
+    results, _ = run_engine(workdir, "cold", [[P1]], max_tokens=4)
+    q, _ = run_engine(workdir, "cold_q", [Q], max_tokens=40, max_model_len=2048)
+    results.append(q[0])
     return results
 
 
@@ -202,11 +204,12 @@ def test_negative_control_flipped_byte_without_checksums_changes_output(workdir,
 
 def test_preemption_with_a_small_kv_cache(workdir, cold):
     store = workdir / "store-preempt"
-    # 4 prompts of 47 blocks + decode in a 150-block cache: vLLM preempts, and resumed
-    # requests may restore their prompts from RangeKV. Compared with cold prefills: tokens
-    # equal, logprobs equal to the split-attention tolerance (see the module docstring).
+    # 4 prompts of 47 full blocks in a 143-block cache: 3 run, and their decode needs more
+    # blocks than are free, so vLLM preempts; resumed requests may restore their prompts from
+    # RangeKV. Compared with cold prefills: tokens equal, logprobs equal to the split-attention
+    # tolerance (see the module docstring).
     results, log = run_engine(workdir, "preempt", [Q], connector_config(store),
-                              max_tokens=4, num_blocks=150)
+                              max_tokens=40, num_blocks=143, max_model_len=2048)
     for r, want in zip(results[0], cold[1]):
         assert r["tokens"] == want["tokens"]
         assert max(abs(a - b) for a, b in zip(r["logprobs"], want["logprobs"])) < 1e-2

@@ -38,6 +38,10 @@ if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
   export CMAKE_CUDA_COMPILER_LAUNCHER="${CMAKE_CUDA_COMPILER_LAUNCHER:-ccache}"
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+  # Paths relative to the checkout and one cache per machine: a new clone (CI) reuses it.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+  [ -n "${CCACHE_DIR:-}" ] || { mkdir -p /var/cache/rangekv/ccache 2>/dev/null &&
+    export CCACHE_DIR=/var/cache/rangekv/ccache; } || true
 fi
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 

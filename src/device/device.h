@@ -71,6 +71,13 @@ struct DeviceCapabilities {
   // and reports true; a CUDA device without them reports false and the calls fail with
   // kUnimplemented, so the engine falls back to events.
   bool stream_memory_ops = false;
+  // Whether a stream may wait on a flag before the work that writes it is enqueued. False on
+  // CUDA: streams beyond CUDA_DEVICE_MAX_CONNECTIONS (8 by default) share hardware queues, and
+  // a flag wait queued in front of the work that releases it, in one queue, never ends (the
+  // layerwise HF run on the H200 hung this way; it ran with CUDA_DEVICE_MAX_CONNECTIONS=32).
+  // The engine then makes the model stream wait on an event recorded after the layer's
+  // launches. HostDevice: true (each stream has its own worker).
+  bool early_flag_waits = false;
   // Whether kernels may read and write PinnedHostBuffer memory through its host pointer
   // (zero-copy over the bus on CUDA), e.g. scatter straight from a pinned read bank without a
   // host-to-device copy. HostDevice: true.

@@ -672,6 +672,7 @@ class HostDevice final : public Device {
     caps_.ordinal = 0;
     caps_.device_memory_host_accessible = true;
     caps_.stream_memory_ops = true;
+    caps_.early_flag_waits = true;
     caps_.kernels_access_pinned_host = true;
     caps_.device_memory_bytes = 0;
     caps_.multiprocessors = 0;

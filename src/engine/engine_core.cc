@@ -144,7 +144,10 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   context_.integrity = config.integrity != nullptr ? config.integrity : store_->integrity();
   context_.hooks = &hooks_;
   context_.staging = !caps.device_memory_host_accessible || config.force_staging;
-  context_.stream_memory_ops = caps.stream_memory_ops && !config.disable_stream_memory_ops;
+  // StreamWaitLayer queues a flag wait on the model's stream before the layer's scatters are
+  // launched; only where that cannot deadlock (DeviceCapabilities::early_flag_waits).
+  context_.stream_memory_ops =
+      caps.stream_memory_ops && caps.early_flag_waits && !config.disable_stream_memory_ops;
   RANGEKV_ASSIGN_OR_RETURN(restore_, RestorePipeline::Create(context_));
   RANGEKV_ASSIGN_OR_RETURN(stores_, StorePipeline::Create(context_));
   MutexLock l(mu_);

@@ -20,7 +20,7 @@ def test_ttft_hf_small_cpu(tmp_path, capsys):
                "--json", str(out), "--quiet"])
     assert rc == 0
     r = json.loads(out.read_text())
-    assert r["all_tokens_match"]
+    assert r["all_exact"] and r["all_tokens_match"]
     arms = {a["arm"]: a for a in r["arms"]}
     assert {"recompute", "resident", "rangekv 4", "rangekv 32", "rangekv 8 LW"} <= set(arms)
     assert sum(a["kind"] == "ablation" for a in r["arms"]) == 8
@@ -29,7 +29,8 @@ def test_ttft_hf_small_cpu(tmp_path, capsys):
         if a["kind"] in ("rangekv", "ablation"):
             assert a["hits"] == [256]
             assert a["restore_work"]["scatter_launches"] >= 1
-            assert len(a["paired_resident_s"]) == 1 and a["tokens_match"] == [True]
+            assert len(a["paired_resident_s"]) == 1 and a["exact_vs_resident"] == [True]
+            assert a["max_logit_diff_resident"] == [0.0] and a["tokens_match"] == [True]
     assert arms["read_issue=object @ 4"]["restore_work"]["native_reads"] > \
         arms["rangekv 4"]["restore_work"]["native_reads"]
     table = capsys.readouterr().out

@@ -10,9 +10,9 @@
 // no I/O there).
 //
 // Group commit. One committing thread takes every queued record at once, makes the pack file
-// durable (fsync: the payload every queued publication names was completely written before it
-// was published), then appends the records and fsyncs the journal: one pair of fsyncs per batch,
-// whatever the number of records. It commits when a caller waits (AwaitPublished,
+// durable when the batch holds a publication (fsync: the payload every queued publication names
+// was completely written before it was published), then appends the records and fsyncs the
+// journal: at most one pair of fsyncs per batch, whatever the number of records. It commits when a caller waits (AwaitPublished,
 // BeforeOverwrite), at once after a publication under kEveryPublish, and at least every
 // period_ms under kPeriodic.
 //

@@ -614,6 +614,7 @@ class Sweep {
   struct Config {
     std::optional<std::string> name;
     Ablations ablations;
+    Durability durability;
   };
 
   void Progress(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
@@ -655,7 +656,16 @@ class Sweep {
           LargestDivisorAtMost(P_, static_cast<double>(n.tokens) / static_cast<double>(n.chunks));
       points_.push_back(p);
     }
-    configs_.push_back({std::nullopt, Ablations{}});
+    configs_.push_back({std::nullopt, Ablations{}, Durability{}});
+    for (size_t i = 0; i < o_.durabilities.size(); ++i) {
+      Durability d;
+      RANGEKV_RETURN_IF_ERROR(d.Set(o_.durabilities[i]));
+      if (i == 0) {
+        configs_[0].durability = d;
+      } else {
+        configs_.push_back({"durability=" + d.ToString(), Ablations{}, d});
+      }
+    }
     for (const std::string& a : o_.ablations) {
       Config c;
       c.name = a;
@@ -853,6 +863,7 @@ class Sweep {
     if (o_.lookahead_layers != 0) eo.lookahead_layers = o_.lookahead_layers;
     if (o_.write_workers != 0) eo.write_workers = o_.write_workers;
     eo.checksum = o_.checksum;
+    eo.durability = c.durability;
     eo.ablations = c.ablations;
     eo.ablations.object_tokens = p.object_tokens;
     // Layered namings key (chunk, layer) objects; the engine's scalar index has no rank-slice

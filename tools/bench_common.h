@@ -156,6 +156,11 @@ struct SweepOptions {
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;  // the engine's span digests
+  // EngineOptions::durability values (Durability::Set syntax): the first is the default
+  // configuration's, each further one runs as an extra configuration named "durability=X"
+  // (beside the ablations), so the journal's cost is measured against another setting in one
+  // run. Empty: the engine's default.
+  std::vector<std::string> durabilities;
 };
 
 struct SweepResult {

@@ -50,6 +50,7 @@ struct TransferFlags {
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
   std::string checksum = "on";
+  std::string durability;
 };
 
 [[noreturn]] void Fail(Workload w, const std::string& what) {
@@ -128,6 +129,7 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   o.lookahead_layers = f.lookahead_layers;
   o.write_workers = f.write_workers;
   o.checksum = f.checksum == "off" ? ChecksumPolicy::kOff : ChecksumPolicy::kAlways;
+  o.durabilities = SplitList(f.durability);
 
   // Engine and store lines at info level (store opened, snapshot saved) would interleave with
   // the progress lines; warnings and errors still show.
@@ -135,6 +137,11 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   Result<SweepReport> report = RunTransferSweep(o);
   if (!report.ok()) Fail(workload, report.status().ToString());
   PrintSweepTable(*report, stdout);
+  {
+    Durability d;
+    if (!o.durabilities.empty()) (void)d.Set(o.durabilities[0]);
+    std::printf("durability of the default configuration: %s\n", d.ToString().c_str());
+  }
   PrintSweepSummary(*report, stdout);
   std::printf("machine: %u cores, %.1f GiB, Linux %s, %s; %s; wall %.0f s\n", report->machine.nproc,
               report->machine.memory_gib, report->machine.kernel.c_str(),
@@ -202,6 +209,10 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--checksum", flags->checksum, "engine span digests: on (default) | off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd->add_option("--durability", flags->durability,
+                  "engine durability, comma-separated: the first for the default "
+                  "configuration, each further one as an extra configuration "
+                  "(every_publish | periodic:<ms> | none; default: the engine's, periodic:200)");
   cmd->callback([workload, flags] { RunTransfer(workload, *flags); });
 }
 

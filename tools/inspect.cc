@@ -93,7 +93,11 @@ json InspectJson(const OfflineStore& s) {
     state["journal"] = {{"bytes", jr.bytes},
                         {"intact_bytes", jr.intact_bytes},
                         {"records", jr.records},
+                        {"publishes", jr.publishes},
+                        {"removes", jr.removes},
+                        {"epochs", jr.epochs},
                         {"base_epoch", jr.base_epoch},
+                        {"replay", jr.replay},
                         {"tail", jr.tail},
                         {"tail_detail", jr.tail_detail},
                         {"problem", jr.problem.empty() ? json(nullptr) : json(jr.problem)}};
@@ -187,18 +191,23 @@ void PrintInspectText(const json& j) {
               st["epoch_problem"].is_null()
                   ? ""
                   : (" (epoch file: " + st["epoch_problem"].get<std::string>() + ")").c_str());
-  std::printf("dirty      %s\n", st["dirty"].get<bool>() ? "yes (index will be discarded)" : "no");
+  std::printf("dirty      %s\n", st["dirty"].get<bool>() ? "yes (the journal is replayed, or the index discarded)" : "no");
   if (st["journal"].is_null()) {
     std::printf("journal    none\n");
   } else {
     const json& jj = st["journal"];
-    std::printf("journal    %llu records, %llu bytes (%llu intact), last checkpoint epoch %llu, "
-                "tail %s%s\n",
-                jj["records"].get<unsigned long long>(), jj["bytes"].get<unsigned long long>(),
+    std::printf("journal    %llu records (%llu publish, %llu remove, %llu epoch), %llu bytes "
+                "(%llu intact), last checkpoint epoch %llu, tail %s%s\n",
+                jj["records"].get<unsigned long long>(), jj["publishes"].get<unsigned long long>(),
+                jj["removes"].get<unsigned long long>(), jj["epochs"].get<unsigned long long>(),
+                jj["bytes"].get<unsigned long long>(),
                 jj["intact_bytes"].get<unsigned long long>(),
                 jj["base_epoch"].get<unsigned long long>(), jj["tail"].get<std::string>().c_str(),
                 jj["problem"].is_null() ? ""
                                         : (" (" + jj["problem"].get<std::string>() + ")").c_str());
+    if (!jj["replay"].get<std::string>().empty()) {
+      std::printf("           a dirty open would: %s\n", jj["replay"].get<std::string>().c_str());
+    }
   }
   std::printf("index      %s (%s): %s\n", st["index"].get<std::string>().c_str(),
               st["reason"].get<std::string>().c_str(), st["detail"].get<std::string>().c_str());

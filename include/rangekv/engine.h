@@ -184,8 +184,19 @@ struct StoreRecovery {
   // "pack_layout_mismatch", "pack_size_mismatch", "directory_rejected", "inconsistent".
   std::string reason;
   std::string detail;         // the logged explanation
-  uint64_t packs_loaded = 0;  // visible packs restored from the snapshot
+  uint64_t packs_loaded = 0;  // visible packs restored (snapshot and journal)
   uint64_t store_epoch = 0;   // this session's store epoch (raised at every open)
+  // The journal at a dirty open (docs/fault-model.md "Publication journal"): whether it was
+  // replayed, why it was ignored ("" or "foreign_store", "newer_than_snapshot",
+  // "older_than_snapshot", "base_snapshot_unusable", "unusable", "unreadable"), its tail
+  // ("clean", "torn", "checksum", "out_of_sequence", "malformed") and the publications kept
+  // and dropped (never served).
+  bool journal_replayed = false;
+  std::string journal_ignored;
+  std::string journal_tail;
+  uint64_t journal_records = 0;
+  uint64_t journal_publications_kept = 0;
+  uint64_t journal_publications_dropped = 0;
 };
 
 class Engine {

@@ -84,6 +84,28 @@ struct Ablations {
 // kOff: restores skip the check (the digests stay for fsck and for later sessions).
 enum class ChecksumPolicy : uint8_t { kAlways, kOff };
 
+// What a crash may lose of the index (docs/fault-model.md "Publication journal"). The
+// engine keeps a checksummed publication journal next to the snapshot; a dirty reopen replays
+// it and keeps every journaled publication whose payload digests verify.
+//   kEveryPublish  a store's Finish(kUntilVisible) returns only once its publication is durable
+//                  (its payload and its journal record fsynced; concurrent stores share the
+//                  fsyncs); a crash loses no store that returned visible
+//   kPeriodic      (default) journal group commits at least every period_ms: a crash loses at
+//                  most the publications of the last period_ms (plus one commit's duration)
+//   kNone          no journal: a dirty reopen discards the whole index
+struct Durability {
+  enum class Mode : uint8_t { kNone, kPeriodic, kEveryPublish };
+  Mode mode = Mode::kPeriodic;
+  uint64_t period_ms = 200;  // kPeriodic only; in [1, 60000]
+
+  // Parses "every_publish", "periodic:<ms>" (or "periodic" for 200 ms), "none".
+  // kInvalidArgument otherwise; a failed call changes nothing.
+  Status Set(std::string_view value);
+  // "every_publish", "periodic:200", "none".
+  std::string ToString() const;
+  friend bool operator==(const Durability&, const Durability&) = default;
+};
+
 // Who may read a store. kOwner: the store directory is created 0700 and its files 0600,
 // whatever the umask. kGroup: 0750 and 0640 (a shared store service whose clients share a
 // group). Under either, Open refuses (kUnsafePermissions, naming the path and its mode) a store
@@ -135,6 +157,7 @@ struct EngineOptions {
   Ablations ablations;
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;
   StoreAccess store_access = StoreAccess::kOwner;
+  Durability durability;
 };
 
 }  // namespace rangekv

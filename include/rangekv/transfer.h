@@ -118,6 +118,11 @@ struct StoreOutcome {
   StoreDisposition disposition = StoreDisposition::kAlreadyCached;
   TokenInterval stored;  // the suffix this store reserved and wrote (empty unless kStoring)
   bool visible = false;
+  // Under durability=every_publish with kUntilVisible: the publication is durable (a crash
+  // keeps it). When the journal failed the store is visible but not durable and `status`
+  // carries the journal's error. False under the other settings (their promise is the
+  // window, not a per-store acknowledgement).
+  bool durable = false;
   EngineStats work;
 };
 

@@ -116,6 +116,7 @@ class Engine:
         io_engine: Literal["auto", "posix", "uring"] = "auto",
         direct_io: bool = True,
         checksum: Literal["always", "off"] = "always",
+        durability: str = "periodic:200",
         ablations: str = "",
         read_banks: int = 8,
         read_bank_bytes: int = 0,

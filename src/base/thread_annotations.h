@@ -2,6 +2,7 @@
 // and an annotated mutex, because libstdc++'s std::mutex carries no capability attributes.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -51,6 +52,12 @@ class CondVar {
   template <typename Pred>
   void Wait(MutexLock& lock, Pred pred) {
     cv_.wait(lock.native(), pred);
+  }
+  // Waits until `pred` holds or `timeout` passed; returns pred(). For periodic work only
+  // (production timers); tests never depend on it.
+  template <typename Rep, typename Period, typename Pred>
+  bool WaitFor(MutexLock& lock, std::chrono::duration<Rep, Period> timeout, Pred pred) {
+    return cv_.wait_for(lock.native(), timeout, pred);
   }
   void NotifyOne() { cv_.notify_one(); }
   void NotifyAll() { cv_.notify_all(); }

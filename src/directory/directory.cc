@@ -164,6 +164,7 @@ void Directory::ApplyRemoval(std::vector<uint32_t>* affected, InvalidateResult* 
       continue;
     }
     RANGEKV_CHECK(state == SlotState::kVisible);
+    if (observer_ != nullptr) observer_->OnRemoved(slot, slots_.Get(slot).generation);
     if (pk.node_count == 0) {
       if (scalar_) scalar_->RemoveFrom(slot, pk.path_begin);
       result->packs_retired++;
@@ -368,6 +369,21 @@ Status Directory::Publish(uint64_t reservation_id) {
                           &counters_.keys_built);
   }
   counters_.publications++;
+  if (observer_ != nullptr) {
+    std::vector<uint32_t> path;
+    tree_.PathTo(tree_.pack(r.slots.back()).first_node, &path);
+    std::vector<int32_t> tokens = PathTokens(path);
+    std::vector<PackRecord> packs;
+    packs.reserve(r.slots.size());
+    for (uint32_t slot : r.slots) {
+      const RadixTree::Pack& pk = tree_.pack(slot);
+      packs.push_back(
+          PackRecord{slot, slots_.Get(slot).generation, pk.path_begin, 0, pk.covered_tokens});
+    }
+    RANGEKV_CHECK(!packs.empty() && tokens.size() >= packs.back().path_token_end());
+    tokens.resize(packs.back().path_token_end());
+    observer_->OnPublished(reservation_id, r.ns, tokens, packs);
+  }
   FinishReservation(reservation_id);
   return OkStatus();
 }
@@ -692,6 +708,92 @@ uint32_t Directory::EvictLru(uint32_t max_packs) {
   return n;
 }
 
+// ---- journal ---------------------------------------------------------------------------------
+
+void Directory::SetObserver(DirectoryObserver* observer) {
+  MutexLock lock(mu_);
+  observer_ = observer;
+}
+
+Status Directory::ReplayPublish(const NamespaceId& ns, std::span<const int32_t> path,
+                                uint32_t slot, uint64_t generation, uint64_t stored_tokens) {
+  const uint64_t T = options_.tokens_per_pack;
+  const uint64_t n = path.size();
+  if (slot >= options_.pack_slots || generation == 0 || stored_tokens == 0 ||
+      stored_tokens > T || stored_tokens > n || n > options_.max_query_tokens) {
+    return InvalidArgument("replay: impossible publication of " + SlotName(slot, generation));
+  }
+  const uint64_t begin = n - stored_tokens;
+  MutexLock lock(mu_);
+  if (!reservations_.empty() || !tickets_.empty()) {
+    return FailedPrecondition("replay: the directory is in use");
+  }
+  if (slot >= slots_.usable()) {
+    return Status(StatusCode::kGeometryMismatch,
+                  "replay: " + SlotName(slot, generation) + " lies beyond the capacity bound");
+  }
+  const SlotInfo info = slots_.Get(slot);
+  if (info.generation > generation) {
+    return Status(StatusCode::kStaleGeneration, "replay: " + SlotName(slot, generation) +
+                                                    " is stale (now generation " +
+                                                    std::to_string(info.generation) + ")");
+  }
+  if (info.state == SlotState::kVisible && info.generation == generation) {
+    return Status(StatusCode::kAlreadyExists, "replay: " + SlotName(slot, generation) +
+                                                  " is visible already");
+  }
+  RANGEKV_CHECK(info.state == SlotState::kVisible || info.state == SlotState::kFree);
+  if (info.state == SlotState::kVisible) {
+    // The slot was reused: the older pack's bytes are gone, and so is everything below it.
+    affected_.clear();
+    tree_.RemoveSubtree(tree_.pack(slot).first_node, &affected_);
+    InvalidateResult ignored;
+    ApplyRemoval(&affected_, &ignored);
+  }
+  uint32_t root = tree_.FindRoot(ns);
+  uint64_t matched = 0;
+  steps_.clear();
+  if (root != kNoNode) {
+    uint64_t compared = 0;
+    matched = tree_.Walk(
+        root, path, [](uint32_t) { return true; }, &steps_, &compared);
+  }
+  if (matched < begin) {
+    return NotFound("replay: " + SlotName(slot, generation) + " continues a path of " +
+                    std::to_string(begin) + " tokens of which only " + std::to_string(matched) +
+                    " are visible");
+  }
+  if (matched > begin) {
+    return FailedPrecondition("replay: the first token of " + SlotName(slot, generation) +
+                              " is held by another visible pack");
+  }
+  bool split = false;
+  if (!steps_.empty()) {
+    const RadixTree::Step& last = steps_.back();
+    split = last.matched < tree_.node(last.node).label_len;
+  }
+  RANGEKV_RETURN_IF_ERROR(tree_.CheckCapacity(1 + (split ? 1 : 0) + (root == kNoNode ? 1 : 0),
+                                              1 + (split ? 1 : 0), stored_tokens,
+                                              root == kNoNode));
+  if (root == kNoNode) root = tree_.EnsureRoot(ns);
+  uint32_t parent = root;
+  if (!steps_.empty()) {
+    const RadixTree::Step last = steps_.back();
+    parent = last.node;
+    if (last.matched < tree_.node(last.node).label_len) tree_.Split(last.node, last.matched);
+  }
+  const uint32_t node = tree_.Attach(parent, path.subspan(begin, stored_tokens), slot, 0);
+  slots_.RestoreVisible(slot, generation);
+  if (scalar_) {
+    std::vector<uint32_t> nodes;
+    tree_.PathTo(node, &nodes);
+    std::vector<Piece> pieces;
+    PiecesFromPath(nodes, &pieces);
+    scalar_->InsertChunks(ns, path, pieces, begin, n, &counters_.keys_built);
+  }
+  return OkStatus();
+}
+
 // ---- introspection --------------------------------------------------------------------------
 
 DirectoryStats Directory::Stats() const {
@@ -819,6 +921,19 @@ namespace df = directory_format;
 
 std::vector<uint8_t> Directory::Serialize() const {
   MutexLock lock(mu_);
+  return SerializeLocked();
+}
+
+std::vector<uint8_t> Directory::SerializeCut(
+    const std::function<void(const std::vector<SlotInfo>& slots)>& at_cut) const {
+  MutexLock lock(mu_);
+  std::vector<SlotInfo> slots(slots_.size());
+  for (uint32_t s = 0; s < slots_.size(); ++s) slots[s] = slots_.Get(s);
+  at_cut(slots);
+  return SerializeLocked();
+}
+
+std::vector<uint8_t> Directory::SerializeLocked() const {
   coding::ByteWriter w;
   w.U32(df::kMagic);
   w.U16(df::kVersion);

@@ -74,11 +74,19 @@
 // checksummed, structurally validated decoding) under a new owner epoch. Reservations and
 // tickets are not captured: a snapshot is taken after owners drained.
 //
+// Journal. An observer (SetObserver, before concurrent use) hears every change of the published
+// state as it happens, under the directory's mutex and in the order the changes take effect:
+// each publication (with the reservation's whole path) and each visible pack that leaves the
+// index (eviction, invalidation; a pack clipped to a head is reported as removed, which a
+// replay turns into a removal: it loses the head, never serves a token the live index dropped).
+// ReplayPublish() re-applies a journaled publication at a dirty open (persist/journal_replay).
+//
 // Thread-safety: every method is safe to call from any thread; one mutex (mu_) guards all
 // state. Lookups hash and compare the query under it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -224,6 +232,20 @@ struct DirectoryStats {
   uint64_t scalar_keys = 0;
 };
 
+// Hears the directory's published-state changes (see the header comment). Both calls run under
+// the directory's mutex: they must not call the directory, must not block on I/O, and must be
+// short (they delay every lookup).
+class DirectoryObserver {
+ public:
+  virtual ~DirectoryObserver() = default;
+  // `packs` (path order, pack_token_offset 0) became visible; `path` holds the prefix tokens
+  // [0, packs.back().path_token_end()).
+  virtual void OnPublished(uint64_t reservation_id, const NamespaceId& ns,
+                           std::span<const int32_t> path, std::span<const PackRecord> packs) = 0;
+  // Visible pack (slot, generation) left the index (retired, or clipped to a head).
+  virtual void OnRemoved(uint32_t slot, uint64_t generation) = 0;
+};
+
 class Directory {
  public:
   // kInvalidArgument for bad options.
@@ -279,6 +301,23 @@ class Directory {
   // Evicts up to `max_packs` evictable packs in LRU order; returns how many.
   uint32_t EvictLru(uint32_t max_packs);
 
+  // ---- journal -------------------------------------------------------------------------------
+  // Installs the observer (null removes it). REQUIRES no concurrent use of the directory; the
+  // observer must outlive it or be removed first.
+  void SetObserver(DirectoryObserver* observer) EXCLUDES(mu_);
+  // Replay of a journaled publication: pack `slot` at `generation` holds path tokens
+  // [path.size() - stored_tokens, path.size()) and becomes visible (most recently used). A
+  // visible older generation of the slot is removed first (its bytes were overwritten).
+  // REQUIRES no reservation or ticket outstanding (an open, before anything is served).
+  // kAlreadyExists: the slot is visible at exactly this generation (nothing changes).
+  // kStaleGeneration: the slot is at a newer generation. kNotFound: the path before the pack is
+  // not fully visible (its parent was dropped). kFailedPrecondition: another visible pack
+  // already holds the pack's first token (a conflict; nothing changes). kInvalidArgument /
+  // kGeometryMismatch / kResourceExhausted for impossible fields, a slot beyond the capacity
+  // bound, or a full tree.
+  Status ReplayPublish(const NamespaceId& ns, std::span<const int32_t> path, uint32_t slot,
+                       uint64_t generation, uint64_t stored_tokens) EXCLUDES(mu_);
+
   // ---- introspection -----------------------------------------------------------------------
   DirectoryStats Stats() const;
   SlotInfo Slot(uint32_t slot) const;  // REQUIRES slot < pack_slots
@@ -293,7 +332,12 @@ class Directory {
   // ---- persistence -------------------------------------------------------------------------
   // Snapshot of the published state (see header comment). Format in directory.cc, versioned,
   // ending in an XXH3 checksum.
-  std::vector<uint8_t> Serialize() const;
+  std::vector<uint8_t> Serialize() const EXCLUDES(mu_);
+  // Serialize(), and `at_cut` called with every slot's state at the same instant, under the
+  // directory's mutex (a journal checkpoint reads its cut and the digests there; it must not
+  // call the directory).
+  std::vector<uint8_t> SerializeCut(
+      const std::function<void(const std::vector<SlotInfo>& slots)>& at_cut) const EXCLUDES(mu_);
   // Rebuilds a directory from Serialize() output taken with the same pack_slots and
   // tokens_per_pack. Its owner epoch is max(options.owner_epoch, snapshot epoch + 1).
   // kCorruption / kWrongVersion / kTruncated / kGeometryMismatch for bad input; bounded by the
@@ -337,6 +381,7 @@ class Directory {
                                    const Envelope& envelope, std::span<const int32_t> tokens,
                                    uint64_t endpoint_tokens) REQUIRES(mu_);
   std::vector<int32_t> PathTokens(std::span<const uint32_t> path) const REQUIRES(mu_);
+  std::vector<uint8_t> SerializeLocked() const REQUIRES(mu_);
   void RebuildScalarKeys() REQUIRES(mu_);
   // Reads a snapshot after its header (checksum already verified) into this empty directory.
   Status LoadSnapshotBody(std::span<const uint8_t> bytes) EXCLUDES(mu_);
@@ -356,6 +401,7 @@ class Directory {
   uint64_t next_ticket_id_ GUARDED_BY(mu_) = 1;
   uint64_t next_reservation_id_ GUARDED_BY(mu_) = 1;
   DirectoryStats counters_ GUARDED_BY(mu_);
+  DirectoryObserver* observer_ GUARDED_BY(mu_) = nullptr;
   // Scratch reused under the lock.
   std::vector<directory_internal::RadixTree::Step> steps_ GUARDED_BY(mu_);
   std::vector<uint32_t> affected_ GUARDED_BY(mu_);

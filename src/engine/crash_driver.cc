@@ -3,6 +3,13 @@
 // is the parent that reopens the store afterwards and checks it).
 //
 //   crash_driver --dir D --seed S --sessions N --ops M [--kill POINT --at K]
+//                [--durability every_publish|periodic:<ms>|none] [--packs P] [--acks FILE]
+//
+// --durability sets EngineOptions::durability (default: the engine's); --packs the store's
+// pack count (CrashWorkload::Options); --acks appends "ack <prefix>" to FILE (unbuffered, so
+// it survives the SIGKILL) after every store that returned visible AND durable
+// (StoreOutcome::durable, durability=every_publish): the publications the parent expects to
+// find again bit for bit.
 //
 // POINT names where the K-th occurrence (1-based, counted over the whole run) raises SIGKILL:
 //   gather            a store batch's gather and digests are proven, none of its writes issued
@@ -28,6 +35,7 @@
 // Every restore in the workload is checked bit for bit while the driver runs; a wrong byte, a
 // failed token or a checksum failure exits with status 3 (the parent fails). Exit status 0:
 // the workload completed (the point was not reached); 2: bad arguments or an engine error.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,6 +81,15 @@ Counts g_counts;
 Point g_point = Point::kNone;
 int g_step = -1;
 uint64_t g_at = 0;
+std::string g_durability;
+uint64_t g_packs = CrashWorkload::kPacks;
+int g_acks_fd = -1;
+
+void Ack(uint32_t prefix) {
+  if (g_acks_fd < 0) return;
+  const std::string line = "ack " + std::to_string(prefix) + "\n";
+  if (::write(g_acks_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(2);
+}
 
 [[noreturn]] void Die() {
   raise(SIGKILL);
@@ -170,8 +187,12 @@ class KillEnv final : public EnvWrapper {
 }
 
 void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session, Env* env) {
-  EngineOptions o = w.Options(dir);
+  EngineOptions o = w.Options(dir, g_packs);
   o.env = env;
+  if (!g_durability.empty()) {
+    const Status set = o.durability.Set(g_durability);
+    if (!set.ok()) Fail(2, set.ToString());
+  }
   engine_internal::EngineInternalConfig config;
   config.hooks.store_point = [](engine_internal::StorePoint p, uint64_t) {
     switch (p) {
@@ -225,6 +246,7 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
     if (!r->outcome.status.ok() && r->outcome.status.code() != StatusCode::kResourceExhausted) {
       Fail(2, "store of prefix " + std::to_string(op.prefix) + ": " + r->outcome.status.ToString());
     }
+    if (r->outcome.status.ok() && r->outcome.visible && r->outcome.durable) Ack(op.prefix);
   }
   kv->reset();
   const Status closed = engine.Close();
@@ -295,6 +317,13 @@ int Main(int argc, char** argv) {
       g_point = ParsePoint(value);
     } else if (key == "--at") {
       g_at = std::strtoull(value.c_str(), nullptr, 10);
+    } else if (key == "--durability") {
+      g_durability = value;
+    } else if (key == "--packs") {
+      g_packs = std::strtoull(value.c_str(), nullptr, 10);
+    } else if (key == "--acks") {
+      g_acks_fd = ::open(value.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (g_acks_fd < 0) Fail(2, "cannot open " + value);
     } else if (key == "--flip") {
       flip_layer = std::atoi(value.c_str());
     } else {

@@ -46,8 +46,8 @@ CrashWorkload CrashWorkload::Make(uint64_t seed, uint32_t sessions, uint32_t ops
   return w;
 }
 
-EngineOptions CrashWorkload::Options(const std::string& store_dir) const {
-  EngineOptions o = SmallOptions(store_dir, SmallModel(4, 2, 16), kStripeBytes, kPacks);
+EngineOptions CrashWorkload::Options(const std::string& store_dir, uint64_t packs) const {
+  EngineOptions o = SmallOptions(store_dir, SmallModel(4, 2, 16), kStripeBytes, packs);
   o.max_request_tokens = 1024;
   return o;
 }

@@ -42,8 +42,9 @@ struct CrashWorkload {
   std::vector<std::vector<Op>> sessions;
 
   static CrashWorkload Make(uint64_t seed, uint32_t sessions, uint32_t ops_per_session);
-  // Small pools, host device, posix I/O: a session opens in milliseconds.
-  EngineOptions Options(const std::string& store_dir) const;
+  // Small pools, host device, posix I/O: a session opens in milliseconds. `packs` sizes the
+  // store (kPacks evicts; 48 holds the whole pool, so nothing is ever evicted).
+  EngineOptions Options(const std::string& store_dir, uint64_t packs = kPacks) const;
 };
 
 }  // namespace rangekv::engine_testing

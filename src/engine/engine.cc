@@ -166,6 +166,15 @@ StoreOutcome StoreHandle::Finish(StoreWait wait) {
     return out;
   }
   StoreOutcome out = core_->stores().Finish(*job_, wait);
+  if (wait == StoreWait::kUntilVisible && out.visible &&
+      core_->options().durability.mode == Durability::Mode::kEveryPublish) {
+    // The directory has published; the acknowledgement is the journal's commit of it.
+    const Status durable = core_->store().AwaitDurable(job_->reservation_id);
+    out.durable = durable.ok();
+    if (!durable.ok() && out.status.ok()) {
+      out.status = durable.WithContext("store visible but not durable");
+    }
+  }
   job_.reset();
   return out;
 }

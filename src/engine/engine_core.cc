@@ -109,6 +109,18 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.permissions = options_.store_access == StoreAccess::kGroup
                        ? persist::StorePermissions::Group()
                        : persist::StorePermissions::Owner();
+  switch (options_.durability.mode) {
+    case Durability::Mode::kNone:
+      so.journal.mode = persist::DurabilityMode::kNone;
+      break;
+    case Durability::Mode::kPeriodic:
+      so.journal.mode = persist::DurabilityMode::kPeriodic;
+      break;
+    case Durability::Mode::kEveryPublish:
+      so.journal.mode = persist::DurabilityMode::kEveryPublish;
+      break;
+  }
+  so.journal.period_ms = options_.durability.period_ms;
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();
@@ -118,6 +130,12 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     recovery_.detail = r.detail;
     recovery_.packs_loaded = r.packs_loaded;
     recovery_.store_epoch = r.store_epoch;
+    recovery_.journal_replayed = r.journal.used;
+    recovery_.journal_ignored = r.journal.ignored;
+    recovery_.journal_tail = r.journal.present ? r.journal.tail : "";
+    recovery_.journal_records = r.journal.records;
+    recovery_.journal_publications_kept = r.journal.publishes_kept;
+    recovery_.journal_publications_dropped = r.journal.dropped();
   }
 
   std::string read_desc, write_desc;
@@ -362,6 +380,14 @@ EngineStats EngineCore::GetStats() const {
     s.lookups = d.lookups;
     s.records_selected = d.records_selected;
     s.leases_taken = d.leases_taken;
+    if (const persist::JournalWriter* j = store_->journal(); j != nullptr) {
+      const persist::JournalStats js = j->stats();
+      s.journal_commits = js.commits;
+      s.journal_records = js.records;
+      s.journal_durable_publications = js.durable_publications;
+      s.journal_checkpoints = js.checkpoints;
+      s.journal_failures = js.failures;
+    }
   }
   return s;
 }

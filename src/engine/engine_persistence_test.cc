@@ -56,6 +56,11 @@ class EnginePersistenceTest : public ::testing::Test {
   EngineOptions Options(const std::string& name = "store") const {
     return SmallOptions(StoreDir(name), SmallModel(kLayers, 2, 16), kW, /*packs=*/8);
   }
+  EngineOptions NoJournal(const std::string& name = "store") const {
+    EngineOptions o = Options(name);
+    o.durability.mode = Durability::Mode::kNone;
+    return o;
+  }
   std::unique_ptr<Engine> Open(EngineOptions o = {}, engine_internal::EngineInternalConfig c = {}) {
     if (o.store_dir.empty()) o = Options();
     if (c.digest_block_tokens == 0) c.digest_block_tokens = kBlock;
@@ -278,18 +283,19 @@ TEST_F(EnginePersistenceTest, PartialRestoresVerifyWholeDigestBlocks) {
   EXPECT_EQ(RestoreExact(*e, a_, "reloaded"), kT);
 }
 
-TEST_F(EnginePersistenceTest, DirtyReopenDiscardsTheIndexWithALoggedReason) {
+TEST_F(EnginePersistenceTest, DirtyReopenWithoutAJournalDiscardsTheIndexWithALoggedReason) {
+  // durability=none: the behaviour of a store without a journal (and the paper's).
   MakeCleanStore();
   uint64_t epoch = 0;
   {
     // A session that only reads and then dies keeps the snapshot valid.
-    auto e = Open();
+    auto e = Open(NoJournal());
     ASSERT_TRUE(e->recovery().loaded);
     EXPECT_EQ(RestoreExact(*e, a_, "ro"), a_.size() - 1);
     engine_internal::AbandonStoreForTesting(*e);
   }
   {
-    auto e = Open();
+    auto e = Open(NoJournal());
     ASSERT_TRUE(e->recovery().loaded) << e->recovery().reason;
     EXPECT_EQ(RestoreExact(*e, b_, "ro2"), b_.size() - 1);
     // This session writes: the marker is made durable first, then it dies.
@@ -299,7 +305,7 @@ TEST_F(EnginePersistenceTest, DirtyReopenDiscardsTheIndexWithALoggedReason) {
     engine_internal::AbandonStoreForTesting(*e);
   }
   ScopedLogCapture log;
-  auto e = Open();
+  auto e = Open(NoJournal());
   ASSERT_NE(e, nullptr);
   EXPECT_FALSE(e->recovery().loaded);
   EXPECT_EQ(e->recovery().reason, "dirty");
@@ -316,9 +322,41 @@ TEST_F(EnginePersistenceTest, DirtyReopenDiscardsTheIndexWithALoggedReason) {
   }
   // A clean close of the discarding session makes the store clean again.
   ASSERT_TRUE(e->Close().ok());
-  e = Open();
+  e = Open(NoJournal());
   EXPECT_TRUE(e->recovery().loaded);
   EXPECT_EQ(RestoreExact(*e, c_, "clean-again"), c_.size() - 1);
+}
+
+TEST_F(EnginePersistenceTest, DirtyReopenReplaysTheJournalAndFindsEveryPrefixBitExact) {
+  MakeCleanStore();
+  const auto d = RandomTokens(30, 41);  // one pack: the 8-pack store holds it without evicting
+  {
+    EngineOptions o = Options();
+    ASSERT_TRUE(o.durability.Set("every_publish").ok());
+    auto e = Open(o);
+    ASSERT_TRUE(e->recovery().loaded);
+    auto kv = KvFixture::Make(*e, KvCacheLayout::kFlashAttnNhd, 64);
+    ASSERT_TRUE(kv.ok());
+    auto stored = StoreAll(*e, **kv, d, kSeed, 9);
+    ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+    EXPECT_TRUE(stored->outcome.visible);
+    EXPECT_TRUE(stored->outcome.durable);
+    EXPECT_GT(e->GetStats().journal_commits, 0u);
+    EXPECT_GT(e->GetStats().journal_durable_publications, 0u);
+    kv->reset();
+    engine_internal::AbandonStoreForTesting(*e);  // dies dirty
+  }
+  ScopedLogCapture log;
+  auto e = Open();
+  ASSERT_NE(e, nullptr);
+  EXPECT_TRUE(e->recovery().loaded) << e->recovery().detail;
+  EXPECT_TRUE(e->recovery().journal_replayed);
+  EXPECT_EQ(e->recovery().journal_tail, "clean");
+  EXPECT_EQ(e->recovery().journal_publications_dropped, 0u);
+  EXPECT_GT(e->recovery().journal_publications_kept, 0u);
+  EXPECT_TRUE(log.Contains("journal over the snapshot of epoch"));
+  EXPECT_EQ(RestoreExact(*e, a_, "a"), a_.size() - 1);
+  EXPECT_EQ(RestoreExact(*e, d, "d"), d.size() - 1);
 }
 
 TEST_F(EnginePersistenceTest, CorruptedOrTruncatedSnapshotIsDetectedAndNothingOldIsServed) {

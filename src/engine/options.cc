@@ -79,6 +79,47 @@ std::string Ablations::ToString() const {
   return s;
 }
 
+Status Durability::Set(std::string_view v) {
+  auto bad = [&]() {
+    return InvalidArgument("durability: '" + std::string(v) +
+                           "' (want every_publish, periodic:<ms> with ms in [1, 60000], or none)");
+  };
+  if (v == "every_publish") {
+    *this = Durability{Mode::kEveryPublish, period_ms};
+    return OkStatus();
+  }
+  if (v == "none") {
+    *this = Durability{Mode::kNone, period_ms};
+    return OkStatus();
+  }
+  if (v == "periodic") {
+    *this = Durability{Mode::kPeriodic, 200};
+    return OkStatus();
+  }
+  constexpr std::string_view kPrefix = "periodic:";
+  if (v.substr(0, kPrefix.size()) != kPrefix) return bad();
+  const std::string_view digits = v.substr(kPrefix.size());
+  uint64_t ms = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ms);
+  if (ec != std::errc() || end != digits.data() + digits.size() || ms < 1 || ms > 60000) {
+    return bad();
+  }
+  *this = Durability{Mode::kPeriodic, ms};
+  return OkStatus();
+}
+
+std::string Durability::ToString() const {
+  switch (mode) {
+    case Mode::kNone:
+      return "none";
+    case Mode::kPeriodic:
+      return "periodic:" + std::to_string(period_ms);
+    case Mode::kEveryPublish:
+      return "every_publish";
+  }
+  return "unknown";
+}
+
 namespace engine_internal {
 
 namespace {
@@ -168,6 +209,9 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   RANGEKV_RETURN_IF_ERROR(
       CheckCount("max_request_tokens", o.max_request_tokens, 1, kMaxRequestTokens));
   if (o.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
+  if (o.durability.mode == Durability::Mode::kPeriodic) {
+    RANGEKV_RETURN_IF_ERROR(CheckCount("durability.period_ms", o.durability.period_ms, 1, 60000));
+  }
   return o;
 }
 

@@ -116,6 +116,28 @@ TEST(AblationsTest, SetAndToStringRoundTrip) {
   EXPECT_EQ(a.index, Ablations::Index::kScalar);  // failed sets change nothing
 }
 
+TEST(DurabilityTest, ParsesEverySettingAndRefusesTheRest) {
+  Durability d;
+  EXPECT_EQ(d.ToString(), "periodic:200");  // the default
+  ASSERT_TRUE(d.Set("every_publish").ok());
+  EXPECT_EQ(d.mode, Durability::Mode::kEveryPublish);
+  EXPECT_EQ(d.ToString(), "every_publish");
+  ASSERT_TRUE(d.Set("periodic:50").ok());
+  EXPECT_EQ(d.mode, Durability::Mode::kPeriodic);
+  EXPECT_EQ(d.period_ms, 50u);
+  EXPECT_EQ(d.ToString(), "periodic:50");
+  ASSERT_TRUE(d.Set("none").ok());
+  EXPECT_EQ(d.ToString(), "none");
+  ASSERT_TRUE(d.Set("periodic").ok());
+  EXPECT_EQ(d.ToString(), "periodic:200");
+  for (const char* bad : {"", "always", "periodic:", "periodic:0", "periodic:60001", "periodic:5x",
+                          "periodic:-1", "every-publish"}) {
+    const Durability before = d;
+    EXPECT_EQ(d.Set(bad).code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(d, before) << bad;  // a failed call changes nothing
+  }
+}
+
 TEST(EngineStatsTest, DifferenceAndJson) {
   EngineStats a, b;
   a.native_reads = 200;

@@ -14,6 +14,11 @@ Status StoreIntegrity::RecordSpan(uint64_t, const Span& span,
     return Internal("digests: write span of pack slot " + std::to_string(span.pack_slot) +
                     " starts at pack token " + std::to_string(span.pack_token_begin) + ", not 0");
   }
+  if (persist::JournalWriter* j = persistence_->journal(); j != nullptr) {
+    // The slot's previous pack may be described by the journal or the snapshot: its removal is
+    // durable before any of its bytes is overwritten.
+    RANGEKV_RETURN_IF_ERROR(j->BeforeOverwrite(span.pack_slot));
+  }
   RANGEKV_RETURN_IF_ERROR(digests_->Begin(span.pack_slot, span.generation, span.tokens()));
   return digests_->RecordLayer(span.pack_slot, span.generation, span.layer, block_digests);
 }

@@ -3,7 +3,9 @@
 // directory (to drop a pack that failed verification).
 //
 //   BeforeFirstWrite   Persistence::MarkDirty (idempotent; durable before any pack write)
-//   RecordSpan         DigestTable::Begin(slot, generation, span tokens) + RecordLayer
+//   RecordSpan         JournalWriter::BeforeOverwrite(slot) (the removal of the slot's previous
+//                      pack is durable before its bytes are overwritten), then
+//                      DigestTable::Begin(slot, generation, span tokens) + RecordLayer
 //   BeforePublish      DigestTable::CheckComplete for every new pack
 //   OnStoreAborted     DigestTable::Drop for every new pack
 //   PlanVerify         DigestTable::PlanVerify over the span's valid pack tokens; kCorruption

@@ -91,12 +91,20 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   p.shutdown_hook = o.shutdown_hook;
   p.digest_block_tokens = o.digest_block_tokens;
   p.file_permissions = o.permissions.file;
+  p.journal = o.journal;
   auto index =
       persist::OpenIndex(o.env, o.dir, *pack,
                          created ? persist::PackOrigin::kCreated : persist::PackOrigin::kOpened, p);
   if (!index.ok()) return index.status().WithContext("store " + o.dir);
-  return std::unique_ptr<StoreState>(
+  std::unique_ptr<StoreState> state(
       new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created));
+  state->persistence_->EnableCheckpoints(state->pack_, *state->directory_, *state->digests_);
+  return state;
+}
+
+Status StoreState::AwaitDurable(uint64_t reservation_id) const {
+  persist::JournalWriter* j = persistence_->journal();
+  return j == nullptr ? OkStatus() : j->AwaitPublished(reservation_id);
 }
 
 Status StoreState::Close() {

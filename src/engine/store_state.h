@@ -53,6 +53,8 @@ struct StoreStateOptions {
   uint64_t digest_block_tokens = 0;
   // Who may read the store (directory and file permission bits; store_access.h).
   persist::StorePermissions permissions;
+  // The publication journal (persist/journal_writer.h); mode kNone writes none.
+  persist::JournalOptions journal{.mode = persist::DurabilityMode::kNone};
   // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
 };
@@ -83,6 +85,12 @@ class StoreState {
   bool created() const { return created_; }
   // The persistence layer's hooks into the pipelines (digests, dirty marker).
   PayloadIntegrity* integrity() const { return integrity_.get(); }
+
+  // The session's journal writer (null under durability=none).
+  persist::JournalWriter* journal() const { return persistence_->journal(); }
+  // durability=every_publish: blocks until the publication of `reservation_id` is durable; OK
+  // at once without a journal. The journal's error when it failed.
+  Status AwaitDurable(uint64_t reservation_id) const;
 
   // The clean shutdown (see the file comment). REQUIRES all owners drained. Idempotent: later
   // calls return the first call's status.

@@ -188,6 +188,11 @@ JournalSummary SummarizeJournal(Env* env, const StorePaths& paths, const PackFil
   }
   j.intact_bytes = decoded->intact_bytes;
   j.records = decoded->records.size();
+  for (const JournalRecord& r : decoded->records) {
+    j.publishes += r.type == journal_format::kPublish ? 1 : 0;
+    j.removes += r.type == journal_format::kRemove ? 1 : 0;
+    j.epochs += r.type == journal_format::kEpoch ? 1 : 0;
+  }
   j.base_epoch = decoded->header.base_epoch;
   j.tail = std::string(JournalTailName(decoded->tail));
   j.tail_detail = decoded->tail_detail;
@@ -219,6 +224,24 @@ Result<OfflineStore> OpenOffline(Env* env, const std::string& dir) {
   options.directory = OfflineDirectoryOptions(*out.pack);
   RANGEKV_ASSIGN_OR_RETURN(out.index, InspectIndex(env, dir, *out.pack, options));
   out.journal = SummarizeJournal(env, paths, *out.pack, out.index.epoch_file_epoch);
+  JournalSummary& j = out.journal;
+  if (j.present && out.index.dirty_marker_present) {
+    // The rule of a dirty open (persistence.h), from the snapshot as decoded.
+    const std::optional<Snapshot>& snap = out.index.snapshot;
+    if (!j.problem.empty()) {
+      j.replay = "ignored: " + j.problem;
+    } else if (j.base_epoch == 0) {
+      j.replay = "replay over the empty index";
+    } else if (!snap) {
+      j.replay = "ignored: base_snapshot_unusable";
+    } else if (j.base_epoch > snap->store_epoch) {
+      j.replay = "ignored: newer_than_snapshot";
+    } else if (j.base_epoch < snap->store_epoch) {
+      j.replay = "ignored: older_than_snapshot (the snapshot loads alone)";
+    } else {
+      j.replay = "replay over the snapshot of epoch " + std::to_string(j.base_epoch);
+    }
+  }
   return out;
 }
 
@@ -250,6 +273,11 @@ Result<FsckReport> Fsck(Env* env, const std::string& dir, const FsckOptions& opt
     problems.Add("journal", paths.journal() + ": " + std::to_string(j.bytes - j.intact_bytes) +
                                 " bytes after record " + std::to_string(j.records) +
                                 " would be dropped (" + j.tail + "): " + j.tail_detail);
+  }
+  if (j.present && j.problem.empty() && j.replay.rfind("ignored: ", 0) == 0 &&
+      j.replay.find("older_than_snapshot") == std::string::npos) {
+    problems.Add("journal", paths.journal() + ": a dirty open would ignore it (" +
+                                j.replay.substr(9) + ")");
   }
   if (!index.directory) return report;
   CheckConsistency(*store, problems);

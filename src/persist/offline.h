@@ -45,7 +45,13 @@ struct JournalSummary {
   uint64_t bytes = 0;
   uint64_t intact_bytes = 0;
   uint64_t records = 0;
-  uint64_t base_epoch = 0;     // the snapshot epoch it extends (its last checkpoint)
+  uint64_t publishes = 0;      // of the intact records: publish, remove, epoch
+  uint64_t removes = 0;
+  uint64_t epochs = 0;
+  uint64_t base_epoch = 0;     // the snapshot epoch it extends (its last checkpoint; 0: empty)
+  // What a dirty open would do with it (persistence.h "Journal replay"): "replay",
+  // "ignored: <reason>", or "" for a clean store (a clean open ignores the journal).
+  std::string replay;
   std::string tail = "clean";  // JournalTailName
   std::string tail_detail;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "base/coding.h"
 #include "base/digest.h"
 #include "base/log.h"
+#include "persist/journal.h"
 #include "persist/snapshot_format.h"
 
 namespace rangekv::persist {
@@ -109,7 +111,50 @@ struct FileState {
   std::string detail;
   std::optional<Snapshot> snapshot;  // decoded (binding may have failed)
   uint64_t snapshot_bytes = 0;
+  // What the snapshot alone says (kNone: intact and bound), whatever the marker says.
+  DiscardReason snapshot_reason = DiscardReason::kNone;
+  std::string snapshot_detail;
 };
+
+void ReadSnapshot(Env* env, const StorePaths& paths, const PackFile& pack,
+                  uint64_t pack_file_bytes, FileState* out) {
+  FileState& st = *out;
+  if (!env->FileExists(paths.snapshot())) {
+    st.reason = DiscardReason::kMissingSnapshot;
+    st.detail = "no snapshot " + paths.snapshot();
+    return;
+  }
+  // The size is checked before anything is allocated (ReadSmallFile refuses larger files).
+  Result<std::string> raw = env->ReadSmallFile(paths.snapshot(), sf::kMaxSnapshotBytes);
+  if (!raw.ok()) {
+    if (raw.status().code() == StatusCode::kResourceExhausted) {
+      st.reason = DiscardReason::kMalformed;
+    } else if (raw.status().code() == StatusCode::kNotFound) {
+      st.reason = DiscardReason::kMissingSnapshot;
+    } else {
+      st.reason = DiscardReason::kUnreadableSnapshot;
+    }
+    st.detail = raw.status().ToString();
+    return;
+  }
+  st.snapshot_bytes = raw->size();
+  SnapshotDefect defect = SnapshotDefect::kNone;
+  Result<Snapshot> snap = DecodeSnapshot(
+      std::span(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()), &defect);
+  if (!snap.ok()) {
+    st.reason = ReasonForDefect(defect);
+    st.detail = snap.status().ToString();
+    return;
+  }
+  st.snapshot = std::move(*snap);
+  BindingMismatch mismatch = BindingMismatch::kNone;
+  const Status bound = CheckSnapshotBinding(
+      st.snapshot->identity, SnapshotIdentity::ForPack(pack.header(), pack_file_bytes), &mismatch);
+  if (!bound.ok()) {
+    st.reason = ReasonForMismatch(mismatch);
+    st.detail = bound.ToString();
+  }
+}
 
 FileState ReadFiles(Env* env, const StorePaths& paths, const PackFile& pack, PackOrigin origin,
                     uint64_t pack_file_bytes) {
@@ -140,46 +185,14 @@ FileState ReadFiles(Env* env, const StorePaths& paths, const PackFile& pack, Pac
     st.detail = "pack file created; nothing to load";
     return st;
   }
+  // The snapshot is read even when the marker is present: a journal may extend it.
+  ReadSnapshot(env, paths, pack, pack_file_bytes, &st);
+  st.snapshot_reason = st.reason;
+  st.snapshot_detail = st.detail;
   if (st.marker_present) {
     st.reason = DiscardReason::kDirty;
     st.detail = "dirty marker " + paths.dirty_marker() +
                 " present: the last session did not shut down cleanly";
-    return st;
-  }
-  if (!env->FileExists(paths.snapshot())) {
-    st.reason = DiscardReason::kMissingSnapshot;
-    st.detail = "no snapshot " + paths.snapshot();
-    return st;
-  }
-  // The size is checked before anything is allocated (ReadSmallFile refuses larger files).
-  Result<std::string> raw = env->ReadSmallFile(paths.snapshot(), sf::kMaxSnapshotBytes);
-  if (!raw.ok()) {
-    if (raw.status().code() == StatusCode::kResourceExhausted) {
-      st.reason = DiscardReason::kMalformed;
-    } else if (raw.status().code() == StatusCode::kNotFound) {
-      st.reason = DiscardReason::kMissingSnapshot;
-    } else {
-      st.reason = DiscardReason::kUnreadableSnapshot;
-    }
-    st.detail = raw.status().ToString();
-    return st;
-  }
-  st.snapshot_bytes = raw->size();
-  SnapshotDefect defect = SnapshotDefect::kNone;
-  Result<Snapshot> snap = DecodeSnapshot(
-      std::span(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()), &defect);
-  if (!snap.ok()) {
-    st.reason = ReasonForDefect(defect);
-    st.detail = snap.status().ToString();
-    return st;
-  }
-  st.snapshot = std::move(*snap);
-  BindingMismatch mismatch = BindingMismatch::kNone;
-  const Status bound = CheckSnapshotBinding(
-      st.snapshot->identity, SnapshotIdentity::ForPack(pack.header(), pack_file_bytes), &mismatch);
-  if (!bound.ok()) {
-    st.reason = ReasonForMismatch(mismatch);
-    st.detail = bound.ToString();
   }
   return st;
 }
@@ -271,6 +284,204 @@ uint32_t CountVisible(const Directory& d) {
   uint32_t n = 0;
   for (const SlotInfo& s : d.Slots()) n += s.state == SlotState::kVisible ? 1 : 0;
   return n;
+}
+
+// ---- journal replay ---------------------------------------------------------------------------
+
+// Reads every layer of the pack's stored tokens and compares their digests with the record's.
+Status VerifyPublish(File* file, const PackFile& pack, const DigestGeometry& dg,
+                     const JournalPublish& p, std::vector<uint8_t>& buf,
+                     std::vector<uint64_t>& computed) {
+  const uint64_t bytes = p.stored_tokens * dg.token_bytes();
+  buf.resize(bytes);
+  computed.resize(p.blocks_per_layer);
+  for (uint32_t layer = 0; layer < p.layers; ++layer) {
+    const uint64_t at = pack.Address(p.slot, layer, 0);
+    uint64_t done = 0;
+    while (done < bytes) {
+      RANGEKV_ASSIGN_OR_RETURN(const uint64_t n,
+                               file->ReadAt(at + done, buf.data() + done, bytes - done));
+      if (n == 0) return Status(StatusCode::kShortTransfer, "payload read past the end");
+      done += n;
+    }
+    RANGEKV_RETURN_IF_ERROR(ComputeLayerDigests(dg, buf.data(), p.stored_tokens, computed));
+    for (uint64_t b = 0; b < p.blocks_per_layer; ++b) {
+      if (computed[b] != p.digests[uint64_t{layer} * p.blocks_per_layer + b]) {
+        const TokenRange t = dg.BlockTokens(b, p.stored_tokens);
+        return Corruption("payload digest mismatch: " +
+                          DescribeBlock(p.slot, p.generation, layer, t));
+      }
+    }
+  }
+  return OkStatus();
+}
+
+struct Replayed {
+  Built built;  // null directory: the journal was not used (report.journal.ignored says why)
+  bool snapshot_alone = false;  // the journal was older than the snapshot: load the snapshot
+};
+
+Replayed ReplayJournal(Env* env, const StorePaths& paths, const PackFile& pack, const FileState& st,
+                       const DirectoryOptions& dir_options, const PersistenceOptions& options,
+                       JournalReplayReport* jr) {
+  Replayed out;
+  jr->present = true;
+  auto ignore = [&](std::string why, std::string detail) {
+    jr->ignored = std::move(why);
+    jr->detail = std::move(detail);
+    return std::move(out);
+  };
+  Result<std::string> raw = env->ReadSmallFile(paths.journal(), journal_format::kMaxJournalBytes);
+  if (!raw.ok()) return ignore("unreadable", raw.status().ToString());
+  jr->bytes = raw->size();
+  Result<DecodedJournal> decoded =
+      DecodeJournal(std::span(reinterpret_cast<const uint8_t*>(raw->data()), raw->size()));
+  if (!decoded.ok()) return ignore("unusable", decoded.status().ToString());
+  DecodedJournal& j = *decoded;
+  jr->base_epoch = j.header.base_epoch;
+  jr->intact_bytes = j.intact_bytes;
+  jr->records = j.records.size();
+  jr->tail = std::string(JournalTailName(j.tail));
+  jr->tail_detail = j.tail_detail;
+  if (!(j.header.store_uuid == pack.uuid())) {
+    return ignore("foreign_store", "journal of store " + j.header.store_uuid.ToHex() +
+                                       ", this pack file is " + pack.uuid().ToHex());
+  }
+  const bool snapshot_ok = st.snapshot && st.snapshot_reason == DiscardReason::kNone;
+  if (j.header.base_epoch != 0) {
+    if (!snapshot_ok) {
+      return ignore("base_snapshot_unusable",
+                    "journal extends the snapshot of epoch " + Num(j.header.base_epoch) +
+                        ", which is unusable (" +
+                        std::string(DiscardReasonName(st.snapshot_reason)) + ": " +
+                        st.snapshot_detail + ")");
+    }
+    if (j.header.base_epoch > st.snapshot->store_epoch) {
+      return ignore("newer_than_snapshot", "journal extends the snapshot of epoch " +
+                                               Num(j.header.base_epoch) +
+                                               ", the snapshot on disk is of epoch " +
+                                               Num(st.snapshot->store_epoch));
+    }
+  }
+  // The base the records apply to.
+  if (j.header.base_epoch != 0) {
+    out.built = BuildFromSnapshot(*st.snapshot, dir_options);
+    if (!out.built.directory) {
+      return ignore("base_snapshot_unusable", std::string(DiscardReasonName(out.built.reason)) +
+                                                  ": " + out.built.detail);
+    }
+    if (j.header.base_epoch < st.snapshot->store_epoch) {
+      out.snapshot_alone = true;
+      return ignore("older_than_snapshot",
+                    "journal extends the snapshot of epoch " + Num(j.header.base_epoch) +
+                        "; the snapshot of epoch " + Num(st.snapshot->store_epoch) +
+                        " was checkpointed from it and is loaded alone");
+    }
+  } else {
+    Result<std::unique_ptr<Directory>> d = Directory::Create(dir_options);
+    Result<std::unique_ptr<DigestTable>> t = EmptyDigests(pack, options);
+    if (!d.ok() || !t.ok()) {
+      return ignore("unusable", (d.ok() ? t.status() : d.status()).ToString());
+    }
+    out.built.directory = std::move(*d);
+    out.built.digests = std::move(*t);
+  }
+  Directory& dir = *out.built.directory;
+  DigestTable& table = *out.built.digests;
+  const DigestGeometry& dg = table.geometry();
+  jr->used = true;
+
+  // A publish followed by the removal of the same pack is net-removed: not verified, not
+  // applied (and never inserted, so it cannot disturb what the base holds).
+  std::map<std::pair<uint32_t, uint64_t>, size_t> last_remove;
+  for (size_t i = 0; i < j.records.size(); ++i) {
+    const JournalRecord& r = j.records[i];
+    if (r.type == journal_format::kRemove) last_remove[{r.remove.slot, r.remove.generation}] = i;
+  }
+  Result<std::unique_ptr<File>> file =
+      env->OpenFile(pack.path(), FileOptions{.mode = OpenMode::kReadOnly, .direct = DirectIo::kOff});
+  std::vector<uint8_t> buf;
+  std::vector<uint64_t> computed;
+  auto drop = [&](const JournalRecord& r, uint64_t* counter, const std::string& why) {
+    ++*counter;
+    if (jr->drops.size() < 64) {
+      jr->drops.push_back("record " + Num(r.sequence) + " (pack slot " + Num(r.publish.slot) +
+                          " generation " + Num(r.publish.generation) + "): " + why);
+    }
+  };
+  for (size_t i = 0; i < j.records.size(); ++i) {
+    const JournalRecord& r = j.records[i];
+    if (r.type == journal_format::kEpoch) continue;
+    if (r.type == journal_format::kRemove) {
+      if (r.remove.slot < dir_options.pack_slots) {
+        const SlotInfo info = dir.Slot(r.remove.slot);
+        if (info.state == SlotState::kVisible && info.generation == r.remove.generation) {
+          Result<InvalidateResult> gone = dir.InvalidatePack(r.remove.slot, r.remove.generation);
+          if (gone.ok()) {
+            table.Drop(r.remove.slot, r.remove.generation);
+            ++jr->removes_applied;
+          }
+        }
+      }
+      continue;
+    }
+    const JournalPublish& p = r.publish;
+    auto later = last_remove.find({p.slot, p.generation});
+    if (later != last_remove.end() && later->second > i) {
+      ++jr->publishes_removed_later;
+      continue;
+    }
+    if (p.slot >= dir_options.pack_slots || p.layers != dg.layers() ||
+        p.digest_block_tokens != dg.block_tokens() || p.stored_tokens > dg.tokens_per_pack()) {
+      drop(r, &jr->dropped_invalid, "does not fit this store's geometry");
+      continue;
+    }
+    const SlotInfo info = dir.Slot(p.slot);
+    if (info.state == SlotState::kVisible && info.generation == p.generation) {
+      ++jr->publishes_present;
+      continue;
+    }
+    if (info.generation > p.generation) {
+      drop(r, &jr->dropped_conflict, "the slot is at a newer generation");
+      continue;
+    }
+    const uint64_t cost = p.stored_tokens * dg.token_bytes() * p.layers;
+    if (jr->bytes_verified + cost > options.verify_budget_bytes) {
+      drop(r, &jr->dropped_budget, "over the verification budget");
+      continue;
+    }
+    const Status placed =
+        dir.ReplayPublish(p.ns, p.path_tokens, p.slot, p.generation, p.stored_tokens);
+    if (!placed.ok()) {
+      if (placed.code() == StatusCode::kNotFound) {
+        drop(r, &jr->dropped_parent, placed.message());
+      } else if (placed.code() == StatusCode::kFailedPrecondition ||
+                 placed.code() == StatusCode::kStaleGeneration) {
+        drop(r, &jr->dropped_conflict, placed.message());
+      } else {
+        drop(r, &jr->dropped_invalid, placed.ToString());
+      }
+      continue;
+    }
+    jr->bytes_verified += cost;
+    Status verified = file.ok() ? VerifyPublish(file->get(), pack, dg, p, buf, computed)
+                                : file.status();
+    if (verified.ok()) verified = table.Record(p.slot, p.generation, p.stored_tokens, p.digests);
+    if (!verified.ok()) {
+      (void)dir.InvalidatePack(p.slot, p.generation);
+      table.Drop(p.slot, p.generation);
+      drop(r, &jr->dropped_unverified, verified.ToString());
+      continue;
+    }
+    ++jr->publishes_kept;
+  }
+  // A pack whose parent was dropped after it was placed went with it (InvalidatePack removes
+  // what is stored below): forget the digests of everything no longer visible.
+  const std::vector<SlotInfo> slots = dir.Slots();
+  for (uint32_t s = 0; s < slots.size(); ++s) {
+    if (slots[s].state != SlotState::kVisible) table.Drop(s, slots[s].generation);
+  }
+  return out;
 }
 
 }  // namespace
@@ -379,21 +590,36 @@ Result<uint64_t> DecodeEpochFile(std::string_view bytes) {
 // ---- Persistence ------------------------------------------------------------------------------
 
 Persistence::Persistence(Env* env, StorePaths paths, uint64_t store_epoch, StoreUuid uuid,
-                         PersistenceOptions options)
+                         PersistenceOptions options, uint64_t base_epoch, File* pack_file,
+                         const DigestTable* digests)
     : env_(env),
       paths_(std::move(paths)),
       store_epoch_(store_epoch),
       store_uuid_(uuid),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      base_epoch_(base_epoch) {
+  if (options_.journal.mode != DurabilityMode::kNone) {
+    JournalOptions j = options_.journal;
+    j.file_permissions = options_.file_permissions;
+    journal_ = std::make_unique<JournalWriter>(env_, paths_, store_uuid_, pack_file, digests, j);
+  }
+}
 
 Status Persistence::MarkDirty() {
   if (marked_.load(std::memory_order_acquire)) return OkStatus();
   MutexLock lock(mu_);
   if (marked_.load(std::memory_order_relaxed)) return OkStatus();
+  if (journal_ != nullptr) {
+    // The journal exists before the marker: a dirty store always has the journal of its session.
+    RANGEKV_RETURN_IF_ERROR(journal_->Start(base_epoch_, store_epoch_, generation_floor()));
+  } else if (env_->FileExists(paths_.journal())) {
+    // An earlier session's journal must not be replayed over what this session writes.
+    RANGEKV_RETURN_IF_ERROR(env_->DeleteFile(paths_.journal()).WithContext("stale journal"));
+  }
   const std::string contents = "rangekv dirty marker\nstore_uuid " + store_uuid_.ToHex() +
                                "\nstore_epoch " + Num(store_epoch_) + "\n";
   // WriteSmallFile creates (or truncates) the file, writes it and fsyncs it; the directory
-  // entry needs its own fsync.
+  // entry needs its own fsync (which also makes the journal's rename or deletion durable).
   RANGEKV_RETURN_IF_ERROR(env_->WriteSmallFile(paths_.dirty_marker(), contents, /*sync=*/true)
                               .WithContext("dirty marker"));
   if (options_.file_permissions != FileOptions{}.permissions) {
@@ -410,51 +636,89 @@ Status Persistence::Step(ShutdownStep step) const {
   return options_.shutdown_hook(step);
 }
 
-Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
-                              const DigestTable& digests) {
-  MutexLock lock(mu_);
-  auto ctx = [](std::string_view what) {
-    return std::string("clean shutdown: ") + std::string(what);
-  };
-  // 0. Payload durable before anything claims it is described.
-  RANGEKV_RETURN_IF_ERROR(pack.file()->Sync().WithContext(ctx("fsync pack file")));
-  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kPayloadSynced));
+void Persistence::EnableCheckpoints(const PackFile& pack, const Directory& directory,
+                                    const DigestTable& digests) {
+  if (journal_ == nullptr) return;
+  journal_->set_checkpoint([this, &pack, &directory, &digests]() -> Result<JournalWriter::Cut> {
+    uint64_t lsn = 0;
+    RANGEKV_RETURN_IF_ERROR(WriteSnapshot(pack, directory, digests, /*hooks=*/false, &lsn));
+    return JournalWriter::Cut{store_epoch_, lsn};
+  });
+}
 
-  // 1. Build the snapshot.
+Status Persistence::WriteSnapshot(const PackFile& pack, const Directory& directory,
+                                  const DigestTable& digests, bool hooks, uint64_t* cut_lsn) {
+  auto ctx = [](std::string_view what) {
+    return std::string("snapshot: ") + std::string(what);
+  };
+  auto step = [&](ShutdownStep s) { return hooks ? Step(s) : OkStatus(); };
+  // 1. Build the snapshot: the directory and the digests of its visible packs at one instant
+  // (and, for a checkpoint, the journal position that instant corresponds to).
   Snapshot snap;
   RANGEKV_ASSIGN_OR_RETURN(const uint64_t file_bytes, pack.file()->Size());
   snap.identity = SnapshotIdentity::ForPack(pack.header(), file_bytes);
   snap.store_epoch = store_epoch_;
   snap.saved_time_unix_ns = NowUnixNs(options_);
-  snap.directory = directory.Serialize();
   snap.digest_block_tokens = digests.geometry().block_tokens();
-  const std::vector<SlotInfo> slots = directory.Slots();
-  for (uint32_t s = 0; s < slots.size(); ++s) {
-    snap.max_generation = std::max(snap.max_generation, slots[s].generation);
-    if (slots[s].state != SlotState::kVisible) continue;
-    Result<PackDigests> d = digests.Get(s, slots[s].generation);
-    if (!d.ok()) {
-      return FailedPrecondition(ctx("visible pack slot " + Num(s) + " generation " +
-                                    Num(slots[s].generation) +
-                                    " has no complete digests: " + d.status().message()));
+  Status missing = OkStatus();
+  snap.directory = directory.SerializeCut([&](const std::vector<SlotInfo>& slots) {
+    if (cut_lsn != nullptr && journal_ != nullptr) *cut_lsn = journal_->LastQueuedLsn();
+    for (uint32_t s = 0; s < slots.size(); ++s) {
+      snap.max_generation = std::max(snap.max_generation, slots[s].generation);
+      if (slots[s].state != SlotState::kVisible) continue;
+      Result<PackDigests> d = digests.Get(s, slots[s].generation);
+      if (!d.ok()) {
+        if (missing.ok()) {
+          missing = FailedPrecondition(ctx("visible pack slot " + Num(s) + " generation " +
+                                           Num(slots[s].generation) +
+                                           " has no complete digests: " + d.status().message()));
+        }
+        continue;
+      }
+      snap.digests.push_back(std::move(*d));
     }
-    snap.digests.push_back(std::move(*d));
-  }
+  });
+  RANGEKV_RETURN_IF_ERROR(missing);
+  // 0. Payload durable before anything claims it is described (after the cut: every pack
+  // visible at the cut was completely written before it was published).
+  RANGEKV_RETURN_IF_ERROR(pack.file()->Sync().WithContext(ctx("fsync pack file")));
+  RANGEKV_RETURN_IF_ERROR(step(ShutdownStep::kPayloadSynced));
   const std::vector<uint8_t> bytes = EncodeSnapshot(snap);
 
   // 2. Temporary file, written and made durable.
   RANGEKV_RETURN_IF_ERROR(
       WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(),
-                   options_.file_permissions, [this] {
-        return Step(ShutdownStep::kTempWritten);
+                   options_.file_permissions, [&] {
+        return step(ShutdownStep::kTempWritten);
       }).WithContext(ctx("write snapshot")));
-  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kTempSynced));
+  RANGEKV_RETURN_IF_ERROR(step(ShutdownStep::kTempSynced));
   // 3. Rename into place, durably.
   RANGEKV_RETURN_IF_ERROR(env_->RenameFile(paths_.snapshot_temp(), paths_.snapshot())
                               .WithContext(ctx("rename snapshot")));
-  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kRenamed));
+  RANGEKV_RETURN_IF_ERROR(step(ShutdownStep::kRenamed));
   RANGEKV_RETURN_IF_ERROR(env_->SyncDir(paths_.dir).WithContext(ctx("fsync store directory")));
-  RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kRenameDirSynced));
+  RANGEKV_RETURN_IF_ERROR(step(ShutdownStep::kRenameDirSynced));
+  Log(LogLevel::kInfo, "store " + paths_.dir + ": snapshot saved (" + Num(bytes.size()) +
+                           " bytes, " + Num(snap.digests.size()) + " packs, epoch " +
+                           Num(store_epoch_) + ")");
+  return OkStatus();
+}
+
+Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
+                              const DigestTable& digests) {
+  if (journal_ != nullptr && journal_->started()) {
+    // The session's journaling ends here; what it still held is in the snapshot below.
+    const Status flushed = journal_->Stop();
+    if (!flushed.ok()) {
+      Log(LogLevel::kWarning, "store " + paths_.dir + ": journal at shutdown: " +
+                                  flushed.ToString());
+    }
+  }
+  MutexLock lock(mu_);
+  auto ctx = [](std::string_view what) {
+    return std::string("clean shutdown: ") + std::string(what);
+  };
+  RANGEKV_RETURN_IF_ERROR(WriteSnapshot(pack, directory, digests, /*hooks=*/true, nullptr));
   // 4. Only now the marker may go: the snapshot it protects is durable.
   if (env_->FileExists(paths_.dirty_marker())) {
     const Status removed = env_->DeleteFile(paths_.dirty_marker());
@@ -465,10 +729,15 @@ Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
   RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kMarkerRemoved));
   RANGEKV_RETURN_IF_ERROR(env_->SyncDir(paths_.dir).WithContext(ctx("fsync store directory")));
   marked_.store(false, std::memory_order_release);
+  // The snapshot is the new base: a later journal of this session extends it.
+  base_epoch_ = store_epoch_;
   RANGEKV_RETURN_IF_ERROR(Step(ShutdownStep::kMarkerDirSynced));
-  Log(LogLevel::kInfo, "store " + paths_.dir + ": clean snapshot saved (" + Num(bytes.size()) +
-                           " bytes, " + Num(snap.digests.size()) + " packs, epoch " +
-                           Num(store_epoch_) + ")");
+  // A clean store needs no journal (a clean open ignores it; the next MarkDirty replaces it).
+  if (env_->FileExists(paths_.journal())) {
+    const Status gone = env_->DeleteFile(paths_.journal());
+    if (!gone.ok()) Log(LogLevel::kInfo, "store " + paths_.dir + ": " + gone.ToString());
+  }
+  Log(LogLevel::kInfo, "store " + paths_.dir + ": clean (epoch " + Num(store_epoch_) + ")");
   return OkStatus();
 }
 
@@ -518,6 +787,8 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
   // Every generation this session issues lies above everything an earlier session could have
   // issued (fewer than 2^32 reuses of a slot per session), whether the index loads or not.
   dir_options.generation_floor = epoch << 32;
+  bool replayed = false;
+  uint64_t base_epoch = 0;
   if (st.reason == DiscardReason::kNone) {
     Built b = BuildFromSnapshot(*st.snapshot, dir_options);
     if (b.directory) {
@@ -526,9 +797,41 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
       epoch = std::max(epoch, b.directory->owner_epoch());
       out.directory = std::move(b.directory);
       out.digests = std::move(b.digests);
+      base_epoch = st.snapshot->store_epoch;
     } else {
       report.reason = b.reason;
       report.detail = b.detail;
+    }
+  } else if (st.reason == DiscardReason::kDirty && env->FileExists(paths.journal())) {
+    JournalReplayReport& jr = report.journal;
+    Replayed r = ReplayJournal(env, paths, pack, st, dir_options, options, &jr);
+    if (r.built.directory) {
+      epoch = std::max(epoch, r.built.directory->owner_epoch());
+      out.directory = std::move(r.built.directory);
+      out.digests = std::move(r.built.digests);
+      report.reason = DiscardReason::kNone;
+      replayed = true;
+      if (r.snapshot_alone) {
+        report.detail = jr.detail;
+      } else {
+        report.detail = "journal over " +
+                        (jr.base_epoch == 0 ? std::string("the empty index")
+                                            : "the snapshot of epoch " + Num(jr.base_epoch)) +
+                        ": " + Num(jr.records) + " records (tail " + jr.tail +
+                        (jr.tail_detail.empty() ? "" : ": " + jr.tail_detail) + "), " +
+                        Num(jr.publishes_kept) + " publications kept, " + Num(jr.dropped()) +
+                        " dropped, " + Num(jr.removes_applied) + " removals, " +
+                        Num(jr.bytes_verified) + " payload bytes verified";
+      }
+      Log(jr.dropped() > 0 || jr.tail != "clean" ? LogLevel::kWarning : LogLevel::kInfo,
+          "store " + store_dir + ": dirty; " + report.detail);
+      for (const std::string& d : jr.drops) {
+        Log(LogLevel::kWarning, "store " + store_dir + ": journal: dropped " + d);
+      }
+    } else {
+      report.detail += "; journal ignored (" + jr.ignored + "): " + jr.detail;
+      Log(LogLevel::kWarning,
+          "store " + store_dir + ": journal ignored (" + jr.ignored + "): " + jr.detail);
     }
   }
   if (!out.directory) {
@@ -547,7 +850,9 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
   if (report.reason == DiscardReason::kNone) {
     report.outcome = RecoveryOutcome::kLoaded;
     report.packs_loaded = CountVisible(*out.directory);
-    report.detail = "loaded " + Num(report.packs_loaded) + " packs from " + paths.snapshot();
+    if (!replayed) {
+      report.detail = "loaded " + Num(report.packs_loaded) + " packs from " + paths.snapshot();
+    }
     Log(LogLevel::kInfo, "store " + store_dir + ": index loaded: " + Num(report.packs_loaded) +
                              " packs, store epoch " + Num(epoch));
   } else {
@@ -561,8 +866,18 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
                                   report.detail + "; starting empty at store epoch " + Num(epoch));
     }
   }
-  out.persistence =
-      std::unique_ptr<Persistence>(new Persistence(env, paths, epoch, pack.uuid(), options));
+  out.persistence = std::unique_ptr<Persistence>(new Persistence(
+      env, paths, epoch, pack.uuid(), options, base_epoch, pack.file(), out.digests.get()));
+  if (replayed) {
+    // The replayed index becomes the snapshot of this epoch at once: the store is clean, and
+    // this session's journal (if any) extends that snapshot.
+    RANGEKV_RETURN_IF_ERROR(
+        out.persistence->SaveClean(pack, *out.directory, *out.digests)
+            .WithContext("store " + store_dir + ": checkpoint after journal replay"));
+  }
+  if (out.persistence->journal() != nullptr) {
+    out.directory->SetObserver(out.persistence->journal());
+  }
   return out;
 }
 

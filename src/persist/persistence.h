@@ -29,6 +29,7 @@
 // Open decides, in this order (the first that applies wins; every discard is logged at
 // kWarning with its reason name and detail, a load at kInfo):
 //   origin kCreated                               -> start empty (new_store, kInfo)
+//   dirty marker present, a usable journal        -> replay (below)
 //   dirty marker present                          -> start empty (dirty)
 //   no snapshot file                              -> start empty (missing_snapshot)
 //   snapshot unreadable (I/O error)               -> start empty (unreadable_snapshot)
@@ -45,6 +46,28 @@
 //   Directory::Deserialize refuses the directory  -> start empty (directory_rejected)
 //   a visible pack without complete digests, or digests that do not fit -> (inconsistent)
 //   otherwise                                     -> loaded
+//
+// Journal replay at a dirty open (journal_writer.h writes it; docs/fault-model.md
+// "Publication journal"). The journal extends the snapshot named by its base epoch:
+//   journal of another store (uuid)                -> ignored whole, start empty (dirty)
+//   damaged header / unreadable                    -> ignored whole, start empty (dirty)
+//   base 0                                         -> replayed over the empty index
+//   base == the snapshot's epoch (snapshot intact and bound) -> replayed over the snapshot
+//   base < the snapshot's epoch                    -> ignored; the snapshot is loaded alone: a
+//                                                     checkpoint wrote that snapshot from
+//                                                     everything the journal held, and nothing
+//                                                     was written between (the next journal is
+//                                                     durable before the next write)
+//   base > the snapshot's epoch, or the snapshot unusable -> ignored whole, start empty: the
+//                                                     base it extends is gone
+// Replay keeps the intact prefix (DecodeJournal) and applies it in order: a remove drops its
+// pack (and what is stored below it); a publish is kept only if it was not removed later in the
+// journal, its slot is not at a newer generation, its parent path is visible, no other pack
+// holds its tokens, and its payload digests verify NOW, eagerly: every layer of its stored
+// tokens is read from the pack file and digested (at most verify_budget_bytes per open; beyond
+// it records are dropped as over_budget). Every dropped record and the tail are counted and
+// named in RecoveryReport::journal and logged. A replayed index is then checkpointed at once
+// (SaveClean under the new epoch): the store is clean when OpenIndex returns.
 //
 // Epochs: nothing old is trusted after a discard. The epoch file holds a counter that every
 // read-write open raises durably before returning: new = max(epoch file + 1, snapshot's epoch
@@ -72,6 +95,7 @@
 #include "directory/directory.h"
 #include "env/env.h"
 #include "pack/pack_file.h"
+#include "persist/journal_writer.h"
 #include "persist/payload_digests.h"
 #include "persist/snapshot.h"
 #include "persist/store_layout.h"
@@ -109,6 +133,39 @@ enum class DiscardReason : uint8_t {
 // "dirty", "corrupt_checksum", ... (stable; used in logs, JSON and tests).
 std::string_view DiscardReasonName(DiscardReason reason);
 
+// What a dirty open did with the journal (all zero when there was none).
+struct JournalReplayReport {
+  bool present = false;  // journal.rkv existed at a dirty open
+  bool used = false;     // its records were replayed
+  // Why the whole journal was not replayed: "" (used, or absent), "unreadable", "unusable"
+  // (damaged header), "foreign_store", "older_than_snapshot", "newer_than_snapshot",
+  // "base_snapshot_unusable".
+  std::string ignored;
+  std::string detail;
+  uint64_t base_epoch = 0;
+  uint64_t bytes = 0;
+  uint64_t intact_bytes = 0;
+  uint64_t records = 0;        // intact records
+  std::string tail = "clean";  // JournalTailName
+  std::string tail_detail;
+  uint64_t publishes_kept = 0;          // replayed and verified
+  uint64_t publishes_present = 0;       // already in the snapshot (same slot and generation)
+  uint64_t publishes_removed_later = 0; // removed by a later record (not verified)
+  uint64_t removes_applied = 0;
+  // Publishes dropped, by reason (never served):
+  uint64_t dropped_unverified = 0;  // payload digests did not match, or the read failed
+  uint64_t dropped_parent = 0;      // the path before the pack is not visible
+  uint64_t dropped_conflict = 0;    // another pack holds its tokens, or the slot is newer
+  uint64_t dropped_budget = 0;      // over verify_budget_bytes
+  uint64_t dropped_invalid = 0;     // fields that do not fit this store
+  uint64_t bytes_verified = 0;
+  std::vector<std::string> drops;   // "record N (pack slot S generation G): reason", first 64
+  uint64_t dropped() const {
+    return dropped_unverified + dropped_parent + dropped_conflict + dropped_budget +
+           dropped_invalid;
+  }
+};
+
 struct RecoveryReport {
   RecoveryOutcome outcome = RecoveryOutcome::kStartedEmpty;
   DiscardReason reason = DiscardReason::kNone;
@@ -119,6 +176,7 @@ struct RecoveryReport {
   uint32_t packs_loaded = 0;      // visible packs restored from the snapshot
   uint64_t snapshot_bytes = 0;    // size of the snapshot file read (0 if none)
   bool epoch_from_clock = false;  // the epoch file was missing or corrupt on an old pack file
+  JournalReplayReport journal;
 };
 
 // The steps of SaveClean, in order; the shutdown hook sees each after it completed.
@@ -146,9 +204,15 @@ struct PersistenceOptions {
   // Test seam: wall clock in Unix nanoseconds (snapshot timestamps, the epoch fallback).
   // Null = the system clock.
   std::function<uint64_t()> now_unix_ns;
-  // Permission bits of the files the store creates (snapshot, epoch file, dirty marker);
-  // persist::StorePermissions (store_access.h).
+  // Permission bits of the files the store creates (snapshot, epoch file, dirty marker,
+  // journal); persist::StorePermissions (store_access.h).
   uint32_t file_permissions = 0600;
+  // The session's journal (journal_writer.h). kNone: no journal is written and MarkDirty
+  // deletes a journal left by an earlier session (a dirty reopen then discards). A journal
+  // left by an earlier session is replayed at a dirty open whatever this setting is.
+  JournalOptions journal{.mode = DurabilityMode::kNone};
+  // Payload bytes a dirty open may read to verify journaled publications.
+  uint64_t verify_budget_bytes = 64ull << 30;
 };
 
 // The dirty marker and the clean-shutdown sequence of one open store.
@@ -165,8 +229,20 @@ class Persistence {
   // the store directory. Call before the first write or invalidation after OpenIndex or after
   // SaveClean. Idempotent: later calls return OK at once. On failure nothing may be written
   // (the caller fails its store with this status); a later call retries.
+  // With a journal (options.journal.mode != kNone) the journal is created first (durable in the
+  // same directory fsync), extending the snapshot this session's index started from; without
+  // one a journal file left behind is deleted first. Either way nothing on disk can describe
+  // payload the session is about to write.
   Status MarkDirty() EXCLUDES(mu_);
   bool marked_dirty() const { return marked_.load(std::memory_order_acquire); }
+
+  // The session's journal writer; null under DurabilityMode::kNone. OpenIndex attaches it to
+  // the directory it returns (Directory::SetObserver).
+  JournalWriter* journal() const { return journal_.get(); }
+  // Installs the journal's checkpoint (folds the index into a new snapshot mid-session when the
+  // journal passes its bound). REQUIRES the store's objects outlive the journal.
+  void EnableCheckpoints(const PackFile& pack, const Directory& directory,
+                         const DigestTable& digests);
 
   // The clean-shutdown sequence (see the file comment). REQUIRES: every owner drained (no
   // reservation in flight, no ticket outstanding, no write pending) and the pack file's writes
@@ -176,6 +252,8 @@ class Persistence {
   // stays (or the hook stopped before its removal), so the next open discards: never a
   // snapshot that the payload does not match. On success the store is clean and marked_dirty()
   // is false; a later write needs MarkDirty() again.
+  // With a journal: its queued records are committed first and it is stopped (journaling ends
+  // with the session); journal.rkv is deleted after the marker (a clean store needs none).
   Status SaveClean(const PackFile& pack, const Directory& directory, const DigestTable& digests)
       EXCLUDES(mu_);
 
@@ -183,15 +261,23 @@ class Persistence {
   friend Result<OpenedIndex> OpenIndex(Env*, const std::string&, const PackFile&, PackOrigin,
                                        const PersistenceOptions&);
   Persistence(Env* env, StorePaths paths, uint64_t store_epoch, StoreUuid uuid,
-              PersistenceOptions options);
+              PersistenceOptions options, uint64_t base_epoch, File* pack_file,
+              const DigestTable* digests);
   Status Step(ShutdownStep step) const;
+  // The snapshot half of SaveClean (steps 0-4), shared with the checkpoints.
+  Status WriteSnapshot(const PackFile& pack, const Directory& directory, const DigestTable& digests,
+                       bool hooks, uint64_t* cut_lsn);
 
   Env* const env_;
   const StorePaths paths_;
   const uint64_t store_epoch_;
   const StoreUuid store_uuid_;
   const PersistenceOptions options_;
+  // Epoch of the snapshot the session's index started from (0: it started empty); a journal
+  // created by MarkDirty extends it.
   Mutex mu_;
+  uint64_t base_epoch_ GUARDED_BY(mu_) = 0;
+  std::unique_ptr<JournalWriter> journal_;
   std::atomic<bool> marked_{false};
 };
 

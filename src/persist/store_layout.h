@@ -13,8 +13,11 @@
 //   epoch.rkv          the store epoch: a counter bumped durably at every read-write open, so
 //                      owner epochs and generation floors only increase, even across a discard
 //   epoch.rkv.tmp      an epoch file being written; replaced by rename
-//   journal.rkv        the publication journal (docs/pack-format.md "Publication journal");
-//                      read by inspect / fsck; not written yet
+//   journal.rkv        the publication journal (docs/pack-format.md "Publication journal"):
+//                      what changed the index since the snapshot it extends, replayed at a
+//                      dirty open (persist/journal_writer.h, persist/persistence.h)
+//   journal.rkv.tmp    a journal being created; renamed to journal.rkv once its header is
+//                      durable
 //
 // Thread-safety: plain values.
 #pragma once
@@ -33,6 +36,7 @@ inline constexpr std::string_view kDirtyMarkerFileName = "dirty.rkv";
 inline constexpr std::string_view kEpochFileName = "epoch.rkv";
 inline constexpr std::string_view kEpochTempFileName = "epoch.rkv.tmp";
 inline constexpr std::string_view kJournalFileName = "journal.rkv";
+inline constexpr std::string_view kJournalTempFileName = "journal.rkv.tmp";
 
 // Full paths of a store's files. `dir` is used as given (no normalisation).
 struct StorePaths {
@@ -47,6 +51,7 @@ struct StorePaths {
   std::string epoch() const { return Join(kEpochFileName); }
   std::string epoch_temp() const { return Join(kEpochTempFileName); }
   std::string journal() const { return Join(kJournalFileName); }
+  std::string journal_temp() const { return Join(kJournalTempFileName); }
 
  private:
   std::string Join(std::string_view name) const {

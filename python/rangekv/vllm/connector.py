@@ -47,6 +47,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from .channel import LookupClient, LookupServer, socket_path
 from .config import ConfigError, ConnectorConfig, parse_config
+from .events import RangeKVEvents, stored_event
 from .stats import RangeKVPromMetrics, RangeKVStats
 
 if TYPE_CHECKING:
@@ -134,6 +135,8 @@ class RangeKVConnector(KVConnectorBase_V1):
             log.warning("rangekv: kv_load_failure_policy is %r: a failed restore then fails the "
                         "request; set \"kv_load_failure_policy\":\"recompute\" so vLLM recomputes "
                         "the failed blocks", self._kv_transfer_config.kv_load_failure_policy)
+        events_cfg = getattr(vllm_config, "kv_events_config", None)
+        self._events_on = bool(events_cfg and events_cfg.enable_kv_cache_events)
         if role == KVConnectorRole.SCHEDULER:
             self._init_scheduler()
         else:
@@ -150,6 +153,7 @@ class RangeKVConnector(KVConnectorBase_V1):
         self._requests: dict[str, _Request] = {}
         self._finished: list[str] = []
         self._attempts: dict[str, int] = {}
+        self._kv_events: list = []
 
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
@@ -269,6 +273,17 @@ class RangeKVConnector(KVConnectorBase_V1):
             return None
         return self._take_stats()
 
+    def update_connector_output(self, connector_output) -> None:
+        events = getattr(connector_output, "kv_cache_events", None)
+        if events:
+            self._kv_events.extend(events.aggregate().get_all_events())
+
+    def take_events(self):
+        if self._role != KVConnectorRole.SCHEDULER or not self._kv_events:
+            return ()
+        events, self._kv_events = self._kv_events, []
+        return events
+
     # ================================ worker side =============================================
 
     def _init_worker(self) -> None:
@@ -285,6 +300,7 @@ class RangeKVConnector(KVConnectorBase_V1):
         self._load_errors: set[int] = set()
         self._keys: dict[str, set[str]] = {}  # request id -> lookup keys (request#attempt)
         self._stats = RangeKVStats()
+        self._events = RangeKVEvents()
         self._stats_lock = threading.Lock()
         self._last_engine_stats: dict[str, int] = {}
         self._finished_count = 0
@@ -362,6 +378,9 @@ class RangeKVConnector(KVConnectorBase_V1):
         if not isinstance(meta, RangeKVMetadata) or not meta.preempted:
             return
         gone = set(meta.preempted)
+        log.info("rangekv: %d request(s) preempted", len(gone))
+        with self._stats_lock:
+            self._stats.add("preemptions", len(gone))
         # Restores never outlive their step; stores are extracted before wait_for_save returns.
         for spec, h, _ in self._restores:
             if spec.req_id in gone:
@@ -493,11 +512,21 @@ class RangeKVConnector(KVConnectorBase_V1):
                 log.warning("rangekv: store of %s failed: %s", spec.req_id, out.status)
                 with self._stats_lock:
                     self._stats.add("store_failures", 1)
+            elif self._events_on and s.disposition == "storing":
+                b, e = s.stored_tokens
+                tokens = np.frombuffer(spec.tokens, dtype="<i4")
+                self._events.add_events([stored_event(tokens, self.block_size, b, e)])
         if self._stores:
             with self._stats_lock:
                 self._stats.phase("store_extracted_s", time.monotonic() - self._store_t0)
         self._stores = []
         self._stores_begun = False
+
+    def get_kv_connector_kv_cache_events(self) -> RangeKVEvents | None:
+        if not self._events.get_all_events():
+            return None
+        events, self._events = self._events, RangeKVEvents()
+        return events
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
@@ -549,6 +578,13 @@ class RangeKVConnector(KVConnectorBase_V1):
     @classmethod
     def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
         return RangeKVPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    @classmethod
+    def supports_sleep_mode(cls, kv_transfer_config) -> bool:
+        # vLLM 0.33 hook (0.32 never calls it): sleep mode remaps the KV cache, but the engine
+        # holds views of the tensors registered at start-up. Say no rather than write into
+        # memory that moved.
+        return False
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config) -> str | None:

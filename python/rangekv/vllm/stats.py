@@ -31,6 +31,7 @@ COUNTERS: dict[str, str] = {
     "checksum_failures": "spans whose payload failed digest verification",
     "native_reads": "native read calls",
     "native_writes": "native write calls",
+    "preemptions": "requests vLLM preempted (their in-flight restores are cancelled)",
 }
 # Phase sums in seconds, with their counts (mean = sum / count in reduce()).
 PHASES: dict[str, str] = {

@@ -7,14 +7,24 @@ share vLLM's process-global state.
     python runner.py SPEC.json OUT.json
 
 SPEC: {"model": dir, "connector": {...extra config...} or null, "layerwise": bool,
-       "prefix_caching": bool, "num_blocks": int or null, "max_tokens": int,
-       "calls": [[prompt, ...], ...]}       (each prompt a list of token ids; one generate per call)
-OUT:  {"results": [[{"tokens": [...], "logprobs": [...], "num_cached": int}, ...], ...]}
+       "prefix_caching": bool, "num_blocks": int or null, "max_tokens": int, "tp": int,
+       "events_endpoint": "ipc://..." or null (publish vLLM's KV cache events there and
+       collect them),
+       "calls": [[prompt, ...], ...],      (each prompt a list of token ids; one generate per call)
+       "script": [op, ...]}                (after the calls, driven through the LLMEngine:
+                                            {"add": id, "prompt": [...], "max_tokens": n},
+                                            {"wait_outputs": n}, {"abort": [id, ...]},
+                                            {"drain": true})
+OUT:  {"results": [[{"tokens": [...], "logprobs": [...], "num_cached": int}, ...], ...],
+       "script": {id: {"tokens": [...], "logprobs": [...], "num_cached": int}} (finished ones),
+       "events": [{"type": "BlockStored"|"BlockRemoved", "medium": ..., "blocks": n,
+                   "block_size": n, "tokens": n}, ...]}
 """
 
 import json
 import os
 import sys
+import threading
 
 
 def main() -> None:
@@ -28,6 +38,15 @@ def main() -> None:
                   enable_prefix_caching=spec.get("prefix_caching", False),
                   max_num_batched_tokens=spec.get("max_num_batched_tokens", 8192),
                   dtype="bfloat16")
+    if spec.get("tp", 1) > 1:
+        kwargs["tensor_parallel_size"] = spec["tp"]
+    if spec.get("events_endpoint"):
+        kwargs["kv_events_config"] = {"enable_kv_cache_events": True, "publisher": "zmq",
+                                      "endpoint": spec["events_endpoint"], "topic": "kv"}
+        events, stop = [], threading.Event()
+        collector = threading.Thread(target=_collect_events,
+                                     args=(spec["events_endpoint"], events, stop), daemon=True)
+        collector.start()
     if spec.get("num_blocks"):
         kwargs["num_gpu_blocks_override"] = spec["num_blocks"]
     if spec.get("connector") is not None:
@@ -45,14 +64,79 @@ def main() -> None:
     for call in spec["calls"]:
         outs = llm.generate([{"prompt_token_ids": p} for p in call], params, use_tqdm=False)
         batch = []
-        for o in outs:
-            c = o.outputs[0]
-            lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, c.token_ids)]
-            batch.append({"tokens": list(c.token_ids), "logprobs": lps,
-                          "num_cached": int(o.num_cached_tokens or 0)})
+        batch = [_result(o) for o in outs]
         results.append(batch)
-    json.dump({"results": results}, open(sys.argv[2], "w"))
+    out = {"results": results}
+    if spec.get("script"):
+        out["script"] = _run_script(llm.llm_engine, spec["script"], params)
+    if spec.get("events_endpoint"):
+        import time
+        time.sleep(1.0)  # the publisher sends from its own thread; let the last batch arrive
+        stop.set()
+        collector.join(timeout=5)
+        out["events"] = list(events)
+    json.dump(out, open(sys.argv[2], "w"))
     del llm  # shutdown: the connector drains and writes its clean snapshot
+
+
+def _result(o) -> dict:
+    c = o.outputs[0]
+    lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, c.token_ids)]
+    return {"tokens": list(c.token_ids), "logprobs": lps,
+            "num_cached": int(o.num_cached_tokens or 0)}
+
+
+def _run_script(engine, script, params) -> dict:
+    """Adds, aborts and drains requests on the engine directly (the EngineCore runs in its own
+    process, so an abort lands wherever that process is: between a lookup and its load, or in
+    the middle of a chunked prefill)."""
+    done: dict[str, dict] = {}
+    outputs_seen = 0
+
+    def pump() -> None:
+        nonlocal outputs_seen
+        for o in engine.step():
+            outputs_seen += 1
+            if o.finished and o.outputs:
+                done[o.request_id] = _result(o)
+
+    for op in script:
+        if "add" in op:
+            p = params.clone()
+            p.max_tokens = op.get("max_tokens", p.max_tokens)
+            engine.add_request(op["add"], {"prompt_token_ids": op["prompt"]}, p)
+        elif "wait_outputs" in op:
+            target = outputs_seen + op["wait_outputs"]
+            while outputs_seen < target and engine.has_unfinished_requests():
+                pump()
+        elif "abort" in op:
+            engine.abort_request(op["abort"])
+        elif op.get("drain"):
+            while engine.has_unfinished_requests():
+                pump()
+    return done
+
+
+def _collect_events(endpoint: str, events: list, stop: threading.Event) -> None:
+    import msgspec
+    import zmq
+    from vllm.distributed.kv_events import KVEventBatch
+
+    sock = zmq.Context.instance().socket(zmq.SUB)
+    sock.connect(endpoint)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+    while not stop.is_set():
+        if not sock.poll(100):
+            continue
+        frames = sock.recv_multipart()
+        batch = decoder.decode(frames[-1])
+        for ev in batch.events:
+            blocks = len(getattr(ev, "block_hashes", []) or [])
+            events.append({"type": type(ev).__name__, "medium": getattr(ev, "medium", None),
+                           "blocks": blocks, "block_size": getattr(ev, "block_size", 0),
+                           "tokens": len(getattr(ev, "token_ids", []) or [])})
+    sock.close(linger=0)
 
 
 if __name__ == "__main__":

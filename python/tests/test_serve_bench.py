@@ -387,3 +387,13 @@ def test_plot_series_and_pngs(tmp_path):
     for p in paths:
         with open(p, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_store_capacity_is_bounded_by_the_workload_in_whole_packs():
+    from rangekv.bench.serve import store_capacity
+
+    a = bench_args("--layers", "2", "--connector-extra", '{"stripe_bytes": "1MiB"}')
+    assert store_capacity(a, 100) == 8 * 2 * (1 << 20)                # at least 8 packs
+    tokens = 100_000                                                 # 2 x 100k x 16 KiB = 3.05 GiB
+    cap = store_capacity(a, tokens)
+    assert cap % (2 << 20) == 0 and 2 * tokens * 2 * 8 * 128 * 2 * 2 <= cap < 2 * tokens * 16384 + (2 << 20)

@@ -179,11 +179,12 @@ def arm_configs(args, store_root: str) -> list[dict]:
     # The connector looks up at vLLM's block size: the reuse granularity (and so the prefix's
     # logical object count) is the server's --block-size.
     def connector(name, extra, kind="rangekv", gran=32, layerwise=False):
+        tokens = args.prefix + (args.suffix + 64) * (args.reps + 3)
         cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-               "kv_connector_extra_config": {"store_dir": os.path.join(store_root, name.replace(" ", "_")),
-                                             "save_mode": "visible",
-                                             **json.loads(args.connector_extra), **extra}}
+               "kv_connector_extra_config": connector_extra(
+                   args, os.path.join(store_root, name.replace(" ", "_").replace("=", "-")), tokens,
+                   **extra)}
         arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise, "block_size": gran,
                      "extra": cfg["kv_connector_extra_config"],
                      "args": ["--no-enable-prefix-caching", "--kv-transfer-config", json.dumps(cfg)]})
@@ -230,9 +231,24 @@ class Progress:
         self.log(f"[serve] {self.done}/{self.total} {what} (elapsed {el:.0f}s, ETA {eta})")
 
 
-def connector_extra(args, store_dir: str, **extra) -> dict:
-    return {"store_dir": store_dir, "save_mode": "visible", **json.loads(args.connector_extra),
-            **extra}
+def store_capacity(args, tokens: int) -> int:
+    """Pack-file capacity for a store that must hold `tokens` prompt tokens: twice their KV
+    bytes, at least 8 packs, in whole packs (a pack is layers x stripe_bytes). The engine
+    allocates the whole file at start-up, so the connector's 16 GiB default would take 16 GiB
+    of RAM on /dev/shm and of disk per arm."""
+    from .serve_stats import _size
+
+    stripe = _size(json.loads(args.connector_extra).get("stripe_bytes", 32 << 20))
+    pack = args.layers * stripe
+    packs = max(8, -(-2 * tokens * kv_bytes_per_token(args) // pack))
+    return packs * pack
+
+
+def connector_extra(args, store_dir: str, tokens: int, **extra) -> dict:
+    """The connector's kv_connector_extra_config for an arm whose store holds `tokens` tokens
+    (--connector-extra overrides, capacity included)."""
+    return {"store_dir": store_dir, "save_mode": "visible",
+            "capacity": store_capacity(args, tokens), **json.loads(args.connector_extra), **extra}
 
 
 def connector_args(args, extra: dict) -> list[str]:

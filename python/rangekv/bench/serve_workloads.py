@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 
 from ..vllm.gate import break_even_tokens, fit_line, gate_inputs_from_fits
 from .serve_stats import crossing, median, metrics_delta, tokens_match, workload_summary
@@ -84,7 +85,10 @@ def docqa_blocks(args) -> int:
 def docqa_arms(args, store_root: str) -> list[dict]:
     from .serve import connector_args, connector_extra
 
-    extra = connector_extra(args, os.path.join(store_root, "docqa"))
+    levels = len(args.concurrency.split(","))
+    tokens = args.docs * (args.doc_tokens + (args.question_tokens + args.answer_tokens + BLOCK)
+                          * (1 + args.questions * levels))
+    extra = connector_extra(args, os.path.join(store_root, "docqa"), tokens)
     arms = [{"name": "recompute", "kind": "recompute", "args": ["--no-enable-prefix-caching"]},
             {"name": "vllm prefix cache", "kind": "prefix", "args": []},
             {"name": "rangekv + prefix cache", "kind": "rangekv", "extra": extra,
@@ -147,8 +151,9 @@ def run_docqa(ctx: Context, resources: list[dict]) -> dict:
                 delta = metrics_delta(ph["metrics_before"], ph["metrics_after"])
                 for k, v in delta.items():
                     total[k] = total.get(k, 0.0) + v
+            # Payload over the measured phases (the warm-up's stores excluded).
             res = arm_resources(server, arm.get("extra"), args.layers,
-                                blocks * BLOCK * kv_bytes_per_token(args))
+                                blocks * BLOCK * kv_bytes_per_token(args), metrics=total)
             resources.append({"workload": "docqa", "name": arm["name"], **res})
         finally:
             server.stop()
@@ -181,6 +186,11 @@ def breakeven_lengths(args) -> list[int]:
     return sorted({int(x) // BLOCK * BLOCK for x in args.be_lengths.split(",") if int(x) >= BLOCK})
 
 
+def breakeven_tokens(args) -> int:
+    """Tokens one break-even store holds: every length's prefix and its stored suffixes."""
+    return sum(n + (args.be_suffix + BLOCK) * (args.be_reps + 1) for n in breakeven_lengths(args))
+
+
 def breakeven_max_len(args) -> int:
     return max(breakeven_lengths(args)) + args.be_suffix + args.output_tokens + 64
 
@@ -193,7 +203,7 @@ def breakeven_arms(args, work: str) -> list[dict]:
     media = {"shm": os.path.join(args.shm_dir, os.path.basename(work) + "-be"),
              "disk": os.path.join(args.disk_dir, os.path.basename(work) + "-be")}
     for m in args.be_media.split(","):
-        extra = connector_extra(args, media[m], direct_io=(m == "disk"))
+        extra = connector_extra(args, media[m], breakeven_tokens(args), direct_io=(m == "disk"))
         arms.append({"name": f"rangekv {m}", "kind": "rangekv", "medium": m, "store_dir": media[m],
                      "extra": extra, "args": ["--no-enable-prefix-caching"] + connector_args(args, extra)})
     return arms
@@ -263,14 +273,29 @@ def _check_tokens(row: dict, rec: dict) -> None:
 
 
 def run_breakeven(ctx: Context, resources: list[dict]) -> dict:
-    from .serve import connector_args, connector_extra, kv_bytes_per_token
+    from .serve import kv_bytes_per_token
 
     args = ctx.args
     reqs, meta = breakeven_requests(args)
-    lengths = meta["prefix_lengths"]
     bpt = kv_bytes_per_token(args)
     out = {**meta, "kv_bytes_per_token": bpt, "arms": [], "fits": {}, "crossings": {}}
     arms = breakeven_arms(args, ctx.work)
+    try:
+        return _breakeven(ctx, resources, arms, reqs, meta, out, bpt)
+    finally:
+        # The stores live outside the work dir (on the media under test): /dev/shm is RAM.
+        for a in arms:
+            if a.get("store_dir") and (a["medium"] == "shm" or not args.keep):
+                for d in (a["store_dir"], a["store_dir"] + "-gate"):
+                    shutil.rmtree(d, ignore_errors=True)
+
+
+def _breakeven(ctx: Context, resources: list[dict], arms: list[dict], reqs: list[dict],
+               meta: dict, out: dict, bpt: int) -> dict:
+    from .serve import connector_args, connector_extra
+
+    args = ctx.args
+    lengths = meta["prefix_lengths"]
     for arm in arms:
         ctx.progress.step(f"breakeven: {arm['name']}")
         out["arms"].append(_run_be_arm(ctx, arm, reqs, meta, resources))
@@ -302,8 +327,8 @@ def run_breakeven(ctx: Context, resources: list[dict]) -> dict:
         restore_bytes_per_s=gate_cfg["gate_restore_bandwidth"], bytes_per_token=bpt,
         overhead_s=gate_cfg["gate_overhead_us"] * 1e-6, block_size=BLOCK,
         never=breakeven_max_len(args) + BLOCK)
-    extra = connector_extra(args, base["store_dir"] + "-gate", direct_io=(medium == "disk"),
-                            **gate_cfg)
+    extra = connector_extra(args, base["store_dir"] + "-gate", breakeven_tokens(args),
+                            direct_io=(medium == "disk"), **gate_cfg)
     gate_arm = {"name": f"rangekv {medium} + gate", "kind": "gate", "medium": medium,
                 "extra": extra, "args": ["--no-enable-prefix-caching"] + connector_args(args, extra)}
     row = _run_be_arm(ctx, gate_arm, reqs, meta, resources)

@@ -163,10 +163,15 @@ def test_breakeven_and_resources_tables():
                    {"name": "rangekv disk", "median_s": [0.12, 0.15]}],
           "crossings": {"rangekv disk": 170.0},
           "gate": {"medium": "disk", "threshold_tokens": 192, "extra_config": {"x": 1},
-                   "excess_ms": [1.0, -2.0], "worse": []}}
+                   "decisions": ["recompute", "restore"], "decisions_ok": True,
+                   "chosen_minus_other_ms": [-20.0, -50.0], "excess_ms": [1.0, -2.0],
+                   "worse": []}}
     t = st.breakeven_table(be)
-    assert "| 128 | 0.100 | 0.120 |" in t and "crosses recompute at 170 tokens" in t
-    assert "threshold 192 tokens" in t and "+1, -2" in t
+    assert "| 128 | 0.100 | 0.120 |" in t and "at or below recompute from 170 tokens on" in t
+    assert "threshold 192 tokens" in t and "-20, -50" in t and "+1, -2" in t
+    assert "made TTFT worse: none" in t
+    be["crossings"] = {"rangekv disk": 128}
+    assert "from the shortest length measured (128 tokens) on" in st.breakeven_table(be)
     r = st.resources_table([{"workload": "docqa", "name": "rangekv",
                              "memory": {"rss_bytes": 3 << 30, "hwm_bytes": 4 << 30,
                                         "locked_bytes": 0, "pinned_bytes": 0},
@@ -225,19 +230,26 @@ def test_gate_inputs_from_fitted_lines_reproduce_the_measured_crossing():
         gate.fit_line([5, 5], [1, 2])
 
 
-def test_gate_verdict_flags_only_lengths_where_the_gate_is_slower_than_both():
+def test_gate_verdict_judges_each_decision_on_the_ungated_arms():
     from rangekv.bench.serve_workloads import gate_verdict
 
     lengths = [128, 256, 512]
     rec = {"median_s": [0.10, 0.20, 0.40]}
     plain = {"median_s": [0.12, 0.15, 0.16]}
-    good = {"median_s": [0.101, 0.151, 0.161], "cached_tokens": [[0], [256], [512]]}
+    # Threshold 256: recompute at 128 (recompute was faster there), restore above.
+    good = {"median_s": [0.30, 0.151, 0.161], "cached_tokens": [[0], [256], [512]]}
     v = gate_verdict(good, rec, plain, lengths, 256, {}, "disk", 10.0, 0.05)
-    assert v["worse"] == [] and v["decisions_ok"] is True
-    assert v["excess_ms"] == pytest.approx([1.0, 1.0, 1.0])
-    bad = {"median_s": [0.101, 0.30, 0.161], "cached_tokens": [[128], [0], [512]]}
-    v = gate_verdict(bad, rec, plain, lengths, 256, {}, "disk", 10.0, 0.05)
-    assert v["worse"] == [256] and v["decisions_ok"] is False
+    assert v["decisions"] == ["recompute", "restore", "restore"] and v["decisions_ok"] is True
+    assert v["chosen_minus_other_ms"] == pytest.approx([-20.0, -50.0, -240.0])
+    assert v["worse"] == [] and v["missed"] == []  # the gate arm's slow 128: noise
+    assert v["excess_ms"] == pytest.approx([200.0, 1.0, 1.0])
+    # Threshold 512: it recomputes at 256 where restoring was 50 ms faster: worse there; it
+    # restores at 128 where recomputing was 20 ms faster (missed, not worse than no gate), and
+    # that request restored below the threshold, which breaks decisions_ok.
+    bad = {"median_s": [0.101, 0.20, 0.161], "cached_tokens": [[128], [0], [512]]}
+    v = gate_verdict(bad, rec, plain, lengths, 512, {}, "disk", 10.0, 0.05)
+    assert v["worse"] == [256] and v["missed"] == [128] and v["decisions_ok"] is False
+    assert v["chosen_minus_other_ms"][1] == pytest.approx(50.0)
 
 
 def test_config_accepts_auto_and_names_what_it_needs():

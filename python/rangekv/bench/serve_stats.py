@@ -284,15 +284,28 @@ def breakeven_table(be: dict) -> str:
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
     for name, c in (be.get("crossings") or {}).items():
         lines.append("")
-        lines.append(f"{name}: crosses recompute at "
-                     f"{'never (in the measured range)' if c is None else f'{c:,.0f} tokens'}")
+        if c is None:
+            where = "nowhere in the measured range"
+        elif lengths and c <= lengths[0]:
+            where = f"from the shortest length measured ({lengths[0]:,} tokens) on"
+        else:
+            where = f"from {c:,.0f} tokens on (the lines cross there)"
+        lines.append(f"{name}: at or below recompute {where}")
     g = be.get("gate")
-    if g:
+    if g and g.get("error"):
+        lines += ["", f"gate ({g.get('medium')}): {g['error']}"]
+    elif g:
         lines.append("")
-        lines.append(f"gate ({g.get('medium')}): threshold {g.get('threshold_tokens')} tokens from "
-                     f"{g.get('extra_config')}; gate on minus min(recompute, RangeKV) per length "
-                     f"(ms): " + ", ".join(_f(x, "{:+.0f}") for x in g.get("excess_ms", [])) +
-                     f"; worse than both beyond noise: {g.get('worse')}")
+        lines.append(
+            f"gate ({g.get('medium')}): threshold {g.get('threshold_tokens')} tokens from "
+            f"{g.get('extra_config')}; decisions per length {g.get('decisions')} (match the "
+            f"threshold: {g.get('decisions_ok')}); chosen path minus declined path, measured "
+            f"without the gate (ms): "
+            + ", ".join(_f(x, "{:+.0f}") for x in g.get("chosen_minus_other_ms", []))
+            + f"; lengths where the gate made TTFT worse: {g.get('worse') or 'none'}; restored "
+            f"where recomputing was faster: {g.get('missed') or 'none'}; gate arm "
+            f"minus the faster path (ms, with its own noise): "
+            + ", ".join(_f(x, "{:+.0f}") for x in g.get("excess_ms", [])))
     return "\n".join(lines)
 
 

@@ -354,27 +354,42 @@ def gate_config(fit: dict, lengths: list[int]) -> dict:
 
 def gate_verdict(gate: dict, rec: dict, plain: dict, lengths: list[int], threshold: int,
                  gate_cfg: dict, medium: str, tol_ms: float, tol_frac: float) -> dict:
-    """Per length: the gate's median minus min(recompute, RangeKV without the gate) in ms, and
-    whether it restored (cached tokens > 0) where the threshold says it should. `worse` lists
-    the lengths where the gate arm is slower than both by more than max(tol_ms, tol_frac x)."""
+    """Whether the gate ever made TTFT worse, per length.
+
+    The gate arm's decision at a length is read from its requests (cached tokens > 0: it
+    restored; 0: it recomputed) and checked against the threshold (`decisions_ok`). Whether a
+    decision made TTFT worse is judged on the two arms measured without the gate: the path it
+    chose (recompute or plain RangeKV) minus the path it declined, in ms (`chosen_minus_other_ms`);
+    `worse` lists the lengths where the gate recomputed and that is above max(tol_ms, tol_frac x
+    the faster one). A restore decision is the ungated path itself, so it cannot be worse than
+    not gating; where recomputing would have been faster it is listed in `missed`. The gate
+    arm's own median minus the faster of the two (`excess_ms`) is reported too: it carries the
+    gate arm's own run-to-run noise on top.
+    """
     v = {"medium": medium, "threshold_tokens": threshold, "extra_config": gate_cfg,
-         "error": gate.get("error"), "excess_ms": [], "worse": [], "decisions_ok": None}
+         "error": gate.get("error"), "decisions": [], "chosen_minus_other_ms": [],
+         "excess_ms": [], "worse": [], "missed": [], "decisions_ok": None}
     if gate.get("error"):
         return v
     ok = True
     for i, n in enumerate(lengths):
         g, r, k = gate["median_s"][i], rec["median_s"][i], plain["median_s"][i]
-        best = min(x for x in (r, k) if x is not None) if (r is not None or k is not None) else None
-        if g is None or best is None:
-            v["excess_ms"].append(None)
+        cached = [c for c in gate["cached_tokens"][i] if c is not None]
+        decision = None if not cached else ("restore" if all(c > 0 for c in cached) else
+                                            "recompute" if all(c == 0 for c in cached) else "mixed")
+        v["decisions"].append(decision)
+        if decision in ("restore", "recompute"):
+            ok = ok and (decision == "restore") == (n >= threshold)
+        elif decision == "mixed":
+            ok = False
+        best = min([x for x in (r, k) if x is not None], default=None)
+        v["excess_ms"].append(None if g is None or best is None else (g - best) * 1e3)
+        if r is None or k is None or decision not in ("restore", "recompute"):
+            v["chosen_minus_other_ms"].append(None)
             continue
-        ex = (g - best) * 1e3
-        v["excess_ms"].append(ex)
-        if ex > max(tol_ms, tol_frac * best * 1e3):
-            v["worse"].append(n)
-        restored = [c for c in gate["cached_tokens"][i] if c is not None]
-        if restored:
-            expect = n >= threshold
-            ok = ok and all((c > 0) == expect for c in restored)
+        diff = ((r - k) if decision == "recompute" else (k - r)) * 1e3
+        v["chosen_minus_other_ms"].append(diff)
+        if diff > max(tol_ms, tol_frac * min(r, k) * 1e3):
+            v["worse" if decision == "recompute" else "missed"].append(n)
     v["decisions_ok"] = ok
     return v

@@ -72,6 +72,7 @@ def plot_all(results: dict, out_dir: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     os.makedirs(out_dir, exist_ok=True)
     paths = []
@@ -115,6 +116,7 @@ def plot_all(results: dict, out_dir: str) -> list[str]:
                 ax.set_title(f"concurrency {c}", fontsize=9)
                 ax.set_xlabel("TTFT (s)")
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap
                 ax.set_ylabel("fraction of requests")
                 ax.legend(fontsize=7)
             fig.suptitle(f"docqa TTFT distribution ({stamp})", fontsize=9)

@@ -1,4 +1,7 @@
 """rangekv.bench: Python benchmark drivers (``python -m rangekv.bench <workload>``).
 
     ttft-hf   TTFT of one prefix+suffix request through rangekv.hf (the paper's Table 3)
+    serve     client TTFT through a real vLLM OpenAI server with the RangeKV connector: the
+              fixed request, a multi-request document-QA workload, break-even against prefix
+              length (serve.py, serve_workloads.py; plots.py draws the JSON)
 """

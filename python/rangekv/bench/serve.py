@@ -27,6 +27,14 @@ Arms:
 Every measured prompt is also sent to the recompute server; each arm's tokens and logprobs are
 compared with recompute's. Prompt r of every arm is the same (prefix + suffix r), so the
 comparison and the paired differences (arm minus resident at the same r) are per prompt.
+
+``--workload`` picks what runs (comma list, or ``all``): ``single`` is the fixed request above;
+``docqa`` (many documents, several questions each, at concurrency 1/4/8, vLLM's KV cache smaller
+than the documents) and ``breakeven`` (TTFT against prefix length on /dev/shm and disk, and the
+connector's break-even gate) are in serve_workloads.py. Every arm also records what its server
+reserves and moves (RSS of its process tree, the connector's bank bytes, vLLM's KV cache,
+RangeKV's payload bytes from /metrics). Output: markdown tables on stdout (the fixed request in
+the form of the paper's Table 3), ``--json`` with every sample, ``--plot DIR`` PNGs (plots.py).
 """
 
 from __future__ import annotations
@@ -70,14 +78,18 @@ class Server:
     """One vLLM OpenAI server process; its log goes to `log_path`."""
 
     def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str, max_len: int,
-                 kv_gib: float, python: str, block_size: int = 32):
+                 kv_gib: float, python: str, block_size: int = 32, max_num_seqs: int = 1,
+                 num_blocks: int | None = None):
         self.port = _free_port()
         self.log_path = log_path
         cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
                "--served-model-name", "bench", "--skip-tokenizer-init", "--enforce-eager",
                "--block-size", str(block_size), "--host", "127.0.0.1", "--port", str(self.port),
-               "--max-model-len", str(max_len), "--seed", "0", "--max-num-seqs", "1",
-               "--max-num-batched-tokens", str(max_len)] + extra_args
+               "--max-model-len", str(max_len), "--seed", "0", "--max-num-seqs", str(max_num_seqs),
+               "--max-num-batched-tokens", str(max_len), "--enable-prompt-tokens-details"]
+        if num_blocks:
+            cmd += ["--num-gpu-blocks-override", str(num_blocks)]
+        cmd += extra_args
         full_env = dict(os.environ)
         full_env.update({"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(kv_gib))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
         full_env.update(env)
@@ -123,15 +135,34 @@ class Server:
         self.log.close()
 
 
-def run_client(port: int, requests: list[dict], workdir: str, python: str) -> list[dict]:
+    def scrape(self) -> dict | None:
+        """The server's /metrics, summed over labels (serve_stats.parse_prometheus)."""
+        from .serve_client import scrape
+        return scrape("127.0.0.1", self.port)
+
+    def memory(self) -> dict:
+        """RSS, peak and locked bytes of the server's process tree (its own session)."""
+        from .serve_stats import process_tree_memory
+        return process_tree_memory(self.proc.pid)
+
+
+def run_client(port: int, requests, workdir: str, python: str):
+    """Runs the client process over `requests` (a list, or {"phases": [...]}, serve_client.py)."""
     path = os.path.join(workdir, f"requests-{port}.json")
     with open(path, "w") as f:
         json.dump(requests, f)
     out = subprocess.run([python, "-m", "rangekv.bench.serve_client", "--port", str(port), "--model", "bench",
                           "--requests", path], capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        return [{"id": r["id"], "error": f"client failed: {out.stderr[-800:]}", "ttft_s": None,
-                 "token_ids": [], "logprobs": []} for r in requests]
+        def failed(rs):
+            return [{"id": r["id"], "error": f"client failed: {out.stderr[-800:]}", "ttft_s": None,
+                     "token_ids": [], "logprobs": [], "prompt_tokens": len(r["prompt"]),
+                     "cached_tokens": None} for r in rs]
+        if isinstance(requests, dict):
+            return {"phases": [{"name": p.get("name", ""), "concurrency": p.get("concurrency", 1),
+                                "wall_s": 0.0, "metrics_before": None, "metrics_after": None,
+                                "results": failed(p["requests"])} for p in requests["phases"]]}
+        return failed(requests)
     return json.loads(out.stdout)
 
 
@@ -148,12 +179,14 @@ def arm_configs(args, store_root: str) -> list[dict]:
     # The connector looks up at vLLM's block size: the reuse granularity (and so the prefix's
     # logical object count) is the server's --block-size.
     def connector(name, extra, kind="rangekv", gran=32, layerwise=False):
+        tokens = args.prefix + (args.suffix + 64) * (args.reps + 3)
         cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-               "kv_connector_extra_config": {"store_dir": os.path.join(store_root, name.replace(" ", "_")),
-                                             "save_mode": "visible",
-                                             **json.loads(args.connector_extra), **extra}}
+               "kv_connector_extra_config": connector_extra(
+                   args, os.path.join(store_root, name.replace(" ", "_").replace("=", "-")), tokens,
+                   **extra)}
         arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise, "block_size": gran,
+                     "extra": cfg["kv_connector_extra_config"],
                      "args": ["--no-enable-prefix-caching", "--kv-transfer-config", json.dumps(cfg)]})
 
     if not args.skip_rangekv:
@@ -181,43 +214,141 @@ def arm_configs(args, store_root: str) -> list[dict]:
     return arms
 
 
+class Progress:
+    """Progress lines with an ETA on stderr: one step per server started."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.done, self.t0, self.quiet = max(1, total), 0, time.time(), quiet
+
+    def log(self, *a) -> None:
+        if not self.quiet:
+            print(*a, file=sys.stderr, flush=True)
+
+    def step(self, what: str) -> None:
+        el = time.time() - self.t0
+        eta = f"{el / self.done * (self.total - self.done):.0f}s" if self.done else "?"
+        self.done += 1
+        self.log(f"[serve] {self.done}/{self.total} {what} (elapsed {el:.0f}s, ETA {eta})")
+
+
+def store_capacity(args, tokens: int) -> int:
+    """Pack-file capacity for a store that must hold `tokens` prompt tokens: twice their KV
+    bytes, at least 8 packs, in whole packs (a pack is layers x stripe_bytes). The engine
+    allocates the whole file at start-up, so the connector's 16 GiB default would take 16 GiB
+    of RAM on /dev/shm and of disk per arm."""
+    from .serve_stats import _size
+
+    stripe = _size(json.loads(args.connector_extra).get("stripe_bytes", 32 << 20))
+    pack = args.layers * stripe
+    packs = max(8, -(-2 * tokens * kv_bytes_per_token(args) // pack))
+    return packs * pack
+
+
+def connector_extra(args, store_dir: str, tokens: int, **extra) -> dict:
+    """The connector's kv_connector_extra_config for an arm whose store holds `tokens` tokens
+    (--connector-extra overrides, capacity included)."""
+    return {"store_dir": store_dir, "save_mode": "visible",
+            "capacity": store_capacity(args, tokens), **json.loads(args.connector_extra), **extra}
+
+
+def connector_args(args, extra: dict) -> list[str]:
+    cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
+           "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+           "kv_connector_extra_config": extra}
+    return ["--kv-transfer-config", json.dumps(cfg)]
+
+
+def arm_resources(server: "Server", extra: dict | None, layers: int, kv_cache_bytes: int | None,
+                  metrics: dict | None = None) -> dict:
+    """What the arm's server reserves and moves (the paper's Figure 9), read before it stops:
+    RSS / peak / locked bytes of its process tree, the connector's configured bank bytes,
+    vLLM's KV cache bytes, and RangeKV's payload bytes over the server's life (or `metrics`,
+    a delta)."""
+    from .serve_stats import METRICS, bank_bytes, metrics_delta
+    if metrics is None:
+        now = server.scrape()
+        metrics = metrics_delta({}, now) if now is not None else {}
+    return {"memory": server.memory(), "bank_bytes": bank_bytes(extra, layers) if extra else 0,
+            "kv_cache_bytes": kv_cache_bytes,
+            "payload": {k: v for k, v in metrics.items() if k in METRICS}}
+
+
+def kv_bytes_per_token(args) -> int:
+    return 2 * 8 * 128 * 2 * args.layers
+
+
 def run(args) -> dict:
-    import torch
+    from . import serve_workloads
 
     python = sys.executable
     work = tempfile.mkdtemp(prefix="rangekv-serve-", dir=args.tmp_dir)
     store_root = args.store_root or os.path.join(work, "stores")
     os.makedirs(store_root, exist_ok=True)
-    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not args.quiet else (lambda *a: None)
-    max_len = args.prefix + args.suffix + args.output_tokens + 64
+    workloads = args.workload.split(",") if args.workload != "all" else ["single", "docqa",
+                                                                          "breakeven"]
+    bad = set(workloads) - {"single", "docqa", "breakeven"}
+    if bad:
+        raise SystemExit(f"--workload: unknown {', '.join(sorted(bad))} (single, docqa, breakeven, all)")
+    arms = arm_configs(args, store_root) if "single" in workloads else []
+    steps = len(arms)
+    if "docqa" in workloads:
+        steps += len(serve_workloads.docqa_arms(args, store_root))
+    if "breakeven" in workloads:
+        steps += len(serve_workloads.breakeven_arms(args, work)) + 1  # + the gate arm
+    progress = Progress(steps, args.quiet)
+    log = progress.log
+    max_len = max([args.prefix + args.suffix + args.output_tokens + 64] +
+                  ([serve_workloads.docqa_max_len(args)] if "docqa" in workloads else []) +
+                  ([serve_workloads.breakeven_max_len(args)] if "breakeven" in workloads else []))
     model_dir = os.path.join(work, "model")
     log(f"[serve] writing a random {args.layers}-layer model to {model_dir}")
     write_model(model_dir, layers=args.layers, vocab=args.vocab, hidden=args.hidden,
                 intermediate=args.intermediate, max_len=max_len, seed=args.seed)
+    results = {"workload": "serve", "workloads": workloads,
+               "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+               "machine": {"node": os.uname().nodename, "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+               "config": {"layers": args.layers, "hidden": args.hidden, "kv_heads": 8, "head_size": 128,
+                          "dtype": "bfloat16", "prefix": args.prefix, "suffix": args.suffix,
+                          "output_tokens": args.output_tokens, "reps": args.reps, "block_size": 32,
+                          "connector": f"{args.connector_module}.{args.connector_class}",
+                          "connector_extra": json.loads(args.connector_extra)},
+               "arms": [], "resources": []}
+    ctx = serve_workloads.Context(args=args, python=python, work=work, store_root=store_root,
+                                  model_dir=model_dir, max_len=max_len, progress=progress)
+    t0 = time.time()
+    if "single" in workloads:
+        run_single(ctx, arms, results)
+    if "docqa" in workloads:
+        results["docqa"] = serve_workloads.run_docqa(ctx, results["resources"])
+    if "breakeven" in workloads:
+        results["breakeven"] = serve_workloads.run_breakeven(ctx, results["resources"])
+    results["machine"]["load_avg_end"] = os.getloadavg()
+    results["wall_s"] = time.time() - t0
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        results["workdir"] = work
+    return results
+
+
+def run_single(ctx, arms: list[dict], results: dict) -> None:
+    """The fixed request (prefix + a fresh suffix per repetition), one server per arm."""
+    import torch
+
+    args, log = ctx.args, ctx.progress.log
     g = torch.Generator().manual_seed(args.seed)
     prefix = torch.randint(0, args.vocab, (args.prefix,), generator=g).tolist()
     suffixes = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist() for _ in range(args.reps)]
     other = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist() for _ in range(args.reps + 1)]
     prompts = [prefix + s for s in suffixes]
-
-    arms = arm_configs(args, store_root)
-    results = {"workload": "serve", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-               "machine": {"node": os.uname().nodename, "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
-               "config": {"layers": args.layers, "hidden": args.hidden, "kv_heads": 8, "head_size": 128,
-                          "dtype": "bfloat16", "prefix": args.prefix, "suffix": args.suffix,
-                          "output_tokens": args.output_tokens, "reps": args.reps, "block_size": 32,
-                          "connector": f"{args.connector_module}.{args.connector_class}"},
-               "arms": []}
-    t0 = time.time()
+    kv_cache_bytes = max(1, int(args.kv_cache_gib)) << 30
     reference = None
     for ai, arm in enumerate(arms):
-        el = time.time() - t0
-        eta = el / ai * (len(arms) - ai) if ai else float("nan")
-        log(f"[serve] arm {ai + 1}/{len(arms)} {arm['name']} (elapsed {el:.0f}s, ETA {eta:.0f}s)")
+        ctx.progress.step(f"single: {arm['name']}")
         row = {"name": arm["name"], "kind": arm["kind"], "granularity": arm.get("granularity"),
                "layerwise": arm.get("layerwise", False), "ttft_s": [], "error": None}
-        server = Server(model_dir, arm["args"], {}, os.path.join(work, f"server-{ai}.log"), max_len,
-                        args.kv_cache_gib, python, block_size=arm.get("block_size", 32))
+        server = Server(ctx.model_dir, arm["args"], {}, os.path.join(ctx.work, f"server-{ai}.log"),
+                        ctx.max_len, args.kv_cache_gib, ctx.python, block_size=arm.get("block_size", 32))
         try:
             err = server.wait_ready(args.start_timeout)
             if err:
@@ -232,13 +363,16 @@ def run(args) -> dict:
                 if arm["kind"] == "resident":
                     reqs.append({"id": f"prime-{r}", "prompt": prefix + other[r], "max_tokens": 1})
                 reqs.append({"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens})
-            out = run_client(server.port, reqs, work, python)
+            out = run_client(server.port, reqs, ctx.work, ctx.python)
+            res = arm_resources(server, arm.get("extra"), args.layers, kv_cache_bytes)
+            results["resources"].append({"workload": "single", "name": arm["name"], **res})
         finally:
             server.stop()
         measured = [o for o in out if o["id"].startswith("measure-")]
         row["ttft_s"] = [o["ttft_s"] for o in measured]
         row["token_ids"] = [o["token_ids"] for o in measured]
         row["logprobs"] = [o["logprobs"] for o in measured]
+        row["cached_tokens"] = [o.get("cached_tokens") for o in measured]
         row["request_errors"] = [o["error"] for o in out if o.get("error")]
         row["median_s"] = _median(row["ttft_s"])
         if arm["kind"] == "recompute":
@@ -256,12 +390,6 @@ def run(args) -> dict:
             diffs = [(a - b) * 1e3 for a, b in zip(r["ttft_s"], resident["ttft_s"]) if a is not None and b is not None]
             r["minus_resident_ms"] = diffs
             r["median_minus_resident_ms"] = _median(diffs)
-    results["wall_s"] = time.time() - t0
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        results["workdir"] = work
-    return results
 
 
 def table(results: dict) -> str:
@@ -306,6 +434,30 @@ def add_parser(sub) -> None:
     p.add_argument("--tmp-dir", default="/var/tmp")
     p.add_argument("--keep", action="store_true", help="keep the work dir (model, logs, stores)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workload", default="single",
+                   help="comma list of single (the fixed request, arms above), docqa, breakeven; or all")
+    w = p.add_argument_group("docqa (multi-request workload)")
+    w.add_argument("--docs", type=int, default=8, help="documents N")
+    w.add_argument("--doc-tokens", type=int, default=8192, help="tokens per document D")
+    w.add_argument("--questions", type=int, default=4, help="questions per document Q, per concurrency level")
+    w.add_argument("--question-tokens", type=int, default=64)
+    w.add_argument("--answer-tokens", type=int, default=16, help="output tokens per question")
+    w.add_argument("--concurrency", default="1,4,8", help="concurrency levels")
+    w.add_argument("--cache-docs", type=float, default=4.0,
+                   help="documents vLLM's KV cache holds (--num-gpu-blocks-override); < --docs")
+    w.add_argument("--docqa-arms", default="", help="comma list of arm kinds to keep (prefix, rangekv)")
+    b = p.add_argument_group("breakeven")
+    b.add_argument("--be-lengths", default="128,256,512,1024,2048,4096,8192", help="prefix lengths")
+    b.add_argument("--be-suffix", type=int, default=32, help="new tokens after each prefix")
+    b.add_argument("--be-reps", type=int, default=5)
+    b.add_argument("--be-media", default="shm,disk", help="store media: shm (buffered), disk (O_DIRECT)")
+    b.add_argument("--be-gate-medium", default="disk", help="the medium the gate arm runs on")
+    b.add_argument("--shm-dir", default="/dev/shm")
+    b.add_argument("--disk-dir", default="/var/tmp")
+    b.add_argument("--be-tolerance-ms", type=float, default=10.0,
+                   help="gate check: slower than both lines by more than this (or the fraction) is 'worse'")
+    b.add_argument("--be-tolerance-frac", type=float, default=0.05)
+    p.add_argument("--plot", metavar="DIR", help="write PNG plots here (needs matplotlib)")
     p.add_argument("--json")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=main)
@@ -314,10 +466,45 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     if args.prefix % 32:
         raise SystemExit("--prefix must be a multiple of the block size (32)")
+    if "docqa" in args.workload or args.workload == "all":
+        if args.cache_docs >= args.docs:
+            raise SystemExit("--cache-docs must be < --docs (vLLM's cache must not hold every document)")
     results = run(args)
-    results["table"] = table(results)
+    report = render(results)
+    results["table"] = report
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)
-    print(results["table"])
+    if args.plot:
+        try:
+            from .plots import plot_all
+            results["plots"] = plot_all(results, args.plot)
+        except ImportError as e:
+            print(f"[serve] no plots ({e}); make them later with: python "
+                  f"{os.path.join(os.path.dirname(__file__), 'plots.py')} {args.json or 'RESULTS.json'} "
+                  f"{args.plot}", file=sys.stderr)
+    print(report)
     return 0
+
+
+def render(results: dict) -> str:
+    """Every table of a run (markdown), in the order the workloads ran."""
+    from .serve_stats import breakeven_table, docqa_table, resources_table, table3
+
+    parts = []
+    if results.get("arms"):
+        t3 = table3(results)
+        if t3:
+            parts += ["Fixed request, in the form of the paper's Table 3 (median TTFT, s):", t3, ""]
+        parts += ["Every arm of the fixed request:", table(results), ""]
+    if results.get("docqa"):
+        d = results["docqa"]
+        parts += [f"docqa: {d['docs']} documents x {d['doc_tokens']} tokens, {d['questions']} questions "
+                  f"x {d['question_tokens']} tokens, {d['answer_tokens']} output tokens; vLLM KV cache "
+                  f"{d['kv_cache_tokens']} tokens ({d['cache_docs']} documents):", docqa_table(d), ""]
+    if results.get("breakeven"):
+        parts += ["Break-even (median TTFT, s):", breakeven_table(results["breakeven"]), ""]
+    if results.get("resources"):
+        parts += ["Resources per arm (Figure 9: reserved host memory, payload bytes):",
+                  resources_table(results["resources"])]
+    return "\n".join(parts)

@@ -2,10 +2,17 @@
 
     python -m rangekv.bench.serve_client --port P --model NAME --requests FILE
 
-FILE is JSON: a list of {"id": str, "prompt": [token ids], "max_tokens": int}. Requests are sent
-one at a time to ``/v1/completions`` with streaming; for each, TTFT is the time from just before
-the request is written to the arrival of the first streamed chunk that carries a token. Prints
-one JSON list of {"id", "ttft_s", "total_s", "token_ids", "logprobs", "error"} on stdout.
+FILE is JSON, either a list of {"id": str, "prompt": [token ids], "max_tokens": int}, sent one
+at a time, or {"phases": [{"name": str, "concurrency": int, "metrics": bool, "requests": [...]},
+...]}: each phase's requests are sent in order by `concurrency` threads (each takes the next
+request when its previous one finished), and with "metrics" the server's /metrics is read before
+and after the phase. Every request goes to ``/v1/completions`` with streaming; TTFT is the time
+from just before the request is written to the arrival of the first streamed chunk that carries
+a token. Prints on stdout, for a list: a JSON list of {"id", "ttft_s", "total_s", "start_s",
+"token_ids", "logprobs", "prompt_tokens", "cached_tokens", "error"}; for phases: {"phases":
+[{"name", "concurrency", "wall_s", "metrics_before", "metrics_after", "results": [...]}]}.
+``cached_tokens`` is the server's usage.prompt_tokens_details.cached_tokens (None unless the
+server runs with --enable-prompt-tokens-details).
 """
 
 from __future__ import annotations
@@ -13,8 +20,15 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import queue
 import sys
+import threading
 import time
+
+try:
+    from rangekv.bench.serve_stats import parse_prometheus
+except ImportError:  # run as a plain script
+    from serve_stats import parse_prometheus  # type: ignore
 
 
 def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: int, timeout: float) -> dict:
@@ -22,12 +36,15 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
         "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
         "stream": True, "logprobs": 1, "ignore_eos": True, "return_token_ids": True,
         "return_tokens_as_token_ids": True,  # logprobs without a tokenizer
+        "stream_options": {"include_usage": True},  # the last chunk: usage with cached tokens
     }).encode()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    out = {"ttft_s": None, "total_s": None, "token_ids": [], "logprobs": [], "error": None}
+    out = {"ttft_s": None, "total_s": None, "start_s": None, "token_ids": [], "logprobs": [],
+           "prompt_tokens": len(prompt), "cached_tokens": None, "error": None}
     try:
         conn.connect()
         t0 = time.perf_counter()
+        out["start_s"] = t0
         conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:
@@ -47,7 +64,11 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
             if "error" in chunk:
                 out["error"] = json.dumps(chunk["error"])[:500]
                 break
-            for choice in chunk.get("choices", []):
+            usage = chunk.get("usage") or {}
+            details = usage.get("prompt_tokens_details") or {}
+            if details.get("cached_tokens") is not None:
+                out["cached_tokens"] = int(details["cached_tokens"])
+            for choice in chunk.get("choices") or []:
                 ids = choice.get("token_ids") or []
                 lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
                 if ids and out["ttft_s"] is None:
@@ -62,6 +83,64 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
     return out
 
 
+def scrape(host: str, port: int, timeout: float = 10.0) -> dict | None:
+    """The server's /metrics as {name: value summed over labels}; None when unreadable."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        text = resp.read().decode(errors="replace")
+        conn.close()
+        return parse_prometheus(text) if resp.status == 200 else None
+    except Exception:
+        return None
+
+
+def run_concurrent(host: str, port: int, model: str, reqs: list[dict], concurrency: int,
+                   timeout: float) -> list[dict]:
+    """Sends `reqs` in order through `concurrency` threads; results in request order."""
+    todo: queue.Queue = queue.Queue()
+    for i, r in enumerate(reqs):
+        todo.put((i, r))
+    results: list[dict | None] = [None] * len(reqs)
+
+    def worker() -> None:
+        while True:
+            try:
+                i, r = todo.get_nowait()
+            except queue.Empty:
+                return
+            res = complete(host, port, model, r["prompt"], r.get("max_tokens", 2), timeout)
+            res["id"] = r["id"]
+            results[i] = res
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, concurrency))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results  # type: ignore[return-value]
+
+
+def run_phases(host: str, port: int, model: str, phases: list[dict], timeout: float) -> dict:
+    out = []
+    for ph in phases:
+        before = scrape(host, port) if ph.get("metrics") else None
+        t0 = time.perf_counter()
+        res = run_concurrent(host, port, model, ph["requests"], ph.get("concurrency", 1), timeout)
+        wall = time.perf_counter() - t0
+        # vLLM publishes its counters on its periodic stats tick: let the last one land.
+        if ph.get("metrics"):
+            time.sleep(ph.get("metrics_settle_s", 0.0))
+        after = scrape(host, port) if ph.get("metrics") else None
+        for r in res:
+            r["start_s"] = r["start_s"] - t0 if r["start_s"] is not None else None
+        out.append({"name": ph.get("name", ""), "concurrency": ph.get("concurrency", 1),
+                    "wall_s": wall, "metrics_before": before, "metrics_after": after,
+                    "results": res})
+    return {"phases": out}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--host", default="127.0.0.1")
@@ -72,6 +151,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     with open(a.requests) as f:
         reqs = json.load(f)
+    if isinstance(reqs, dict):
+        json.dump(run_phases(a.host, a.port, a.model, reqs["phases"], a.timeout), sys.stdout)
+        return 0
     results = []
     for r in reqs:
         res = complete(a.host, a.port, a.model, r["prompt"], r.get("max_tokens", 2), a.timeout)

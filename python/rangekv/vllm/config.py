@@ -46,7 +46,7 @@ def parse_size(key: str, value: Any) -> int:
 @dataclasses.dataclass(frozen=True)
 class _Key:
     default: Any
-    kind: str  # "str", "size", "bool", "int", "choice"
+    kind: str  # "str", "size", "bool", "int", "choice", "int_or_auto", "size_or_probe"
     doc: str
     choices: tuple[str, ...] = ()
     minimum: int = 0
@@ -68,8 +68,17 @@ KEYS: dict[str, _Key] = {
     "checksum": _Key("always", "choice", "verify payload digests on restore", ("always", "off")),
     "lookup_timeout_ms": _Key(2000, "int", "bound on the scheduler's wait for a rank's lookup "
                               "answer (ms); no answer = no hit", minimum=1),
-    "min_hit_tokens": _Key(0, "int", "break-even gate: hits shorter than this many tokens are "
-                           "reported as misses (recomputed)"),
+    "min_hit_tokens": _Key(0, "int_or_auto", "break-even gate: restores shorter than this many "
+                           "tokens (beyond vLLM's own prefix hit) are reported as misses "
+                           "(recomputed); 'auto' derives it from the gate_* keys at start-up"),
+    "gate_prefill_tokens_per_s": _Key(0, "int", "with min_hit_tokens 'auto': the server's prefill "
+                                      "throughput (tokens/s), measured by `rangekv bench serve "
+                                      "--workload breakeven` (required with 'auto')"),
+    "gate_restore_bandwidth": _Key("probe", "size_or_probe", "with min_hit_tokens 'auto': restore "
+                                   "bandwidth in bytes per second (e.g. '2GiB'), or 'probe': read "
+                                   "back 64 MiB written to store_dir at start-up"),
+    "gate_overhead_us": _Key(2000, "int", "with min_hit_tokens 'auto': a restore's fixed cost "
+                             "(lookup, claim, first layer wait) in microseconds"),
     "save_mode": _Key("detach", "choice", "'detach': a step waits only until its KV was "
                       "extracted, writes continue as bounded write debt; 'visible': a step waits "
                       "until the stored prefix is visible to lookups", ("detach", "visible")),
@@ -108,7 +117,10 @@ class ConnectorConfig:
     layerwise: bool
     checksum: str
     lookup_timeout_ms: int
-    min_hit_tokens: int
+    min_hit_tokens: int | str      # tokens, or "auto" (gate.py derives it at start-up)
+    gate_prefill_tokens_per_s: int
+    gate_restore_bandwidth: int | str  # bytes per second, or "probe"
+    gate_overhead_us: int
     save_mode: str
     ablations: str
     read_banks: int
@@ -164,6 +176,12 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
                 raise ConfigError(f"{name}: expected a string, got {value!r}")
         elif key.kind == "size":
             value = parse_size(name, value)
+        elif key.kind == "size_or_probe":
+            value = value if value == "probe" else parse_size(name, value)
+        elif key.kind == "int_or_auto":
+            if value != "auto" and (isinstance(value, bool) or not isinstance(value, int)
+                                    or value < 0):
+                raise ConfigError(f"{name}: expected an integer >= 0 or 'auto', got {value!r}")
         elif key.kind == "bool":
             if not isinstance(value, bool):
                 raise ConfigError(f"{name}: expected true or false, got {value!r}")
@@ -181,4 +199,8 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
     if values["prefetch_banks"] >= values["read_banks"]:
         raise ConfigError(f"prefetch_banks: must be < read_banks ({values['read_banks']}), "
                           f"got {values['prefetch_banks']}")
+    if values["min_hit_tokens"] == "auto" and values["gate_prefill_tokens_per_s"] <= 0:
+        raise ConfigError("min_hit_tokens: 'auto' needs gate_prefill_tokens_per_s (the server's "
+                          "prefill tokens/s; `python -m rangekv.bench serve --workload breakeven` "
+                          "measures it and prints the keys)")
     return ConnectorConfig(**values)

@@ -48,6 +48,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from .channel import LookupClient, LookupServer, socket_path
 from .config import ConfigError, ConnectorConfig, parse_config
 from .events import RangeKVEvents, stored_event
+from .gate import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
 from .stats import RangeKVPromMetrics, RangeKVStats
 
 if TYPE_CHECKING:
@@ -154,6 +155,50 @@ class RangeKVConnector(KVConnectorBase_V1):
         self._finished: list[str] = []
         self._attempts: dict[str, int] = {}
         self._kv_events: list = []
+        self._min_hit_tokens = self._gate_threshold()
+
+    def _gate_threshold(self) -> int:
+        """The break-even gate's threshold in tokens (gate.py): configured, or derived once at
+        start-up from the gate_* keys and the model's KV bytes per token."""
+        cfg = self.cfg
+        if cfg.min_hit_tokens != "auto":
+            return int(cfg.min_hit_tokens)
+        model = self._vllm_config.model_config
+        cache_dtype = str(self._vllm_config.cache_config.cache_dtype)
+        dtype_bytes = (1 if cache_dtype.startswith("fp8")
+                       else torch.tensor([], dtype=model.dtype).element_size())
+        bpt = bytes_per_token(
+            layers=model.get_num_layers(self._vllm_config.parallel_config),
+            kv_heads=model.get_total_num_kv_heads(), head_size=model.get_head_size(),
+            dtype_bytes=dtype_bytes)
+        how = "configured"
+        bandwidth = cfg.gate_restore_bandwidth
+        if bandwidth == "probe":
+            try:
+                bandwidth, how = probe_read_bytes_per_s(cfg.store_dir, direct=cfg.direct_io)
+                how = f"probed, {how}"
+            except OSError as e:
+                # Without a bandwidth there is no break-even: restore every hit (gate off).
+                log.warning("rangekv: break-even gate: probing %s failed (%s); gate off",
+                            cfg.store_dir, e)
+                return 0
+        never = self._vllm_config.model_config.max_model_len + self.block_size
+        threshold = break_even_tokens(
+            prefill_tokens_per_s=cfg.gate_prefill_tokens_per_s, restore_bytes_per_s=bandwidth,
+            bytes_per_token=bpt, overhead_s=cfg.gate_overhead_us * 1e-6,
+            block_size=self.block_size, never=never)
+        log.info("rangekv: break-even gate: restores shorter than %d tokens are recomputed "
+                 "(prefill %d tokens/s, restore %.3f GiB/s %s, overhead %.2f ms, %d KV bytes "
+                 "per token)%s", threshold, cfg.gate_prefill_tokens_per_s, bandwidth / (1 << 30),
+                 how, cfg.gate_overhead_us / 1000, bpt,
+                 "; reading a token costs more than computing it: no restores" if
+                 threshold >= never else "")
+        return threshold
+
+    @property
+    def min_hit_tokens(self) -> int:
+        """The break-even gate's threshold in effect (tokens beyond vLLM's own hit)."""
+        return self._min_hit_tokens
 
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
@@ -180,10 +225,9 @@ class RangeKVConnector(KVConnectorBase_V1):
             self._lookups[req_id] = found
         hit = min(found.hit, limit)
         hit = hit // self.block_size * self.block_size
-        if hit < self.cfg.min_hit_tokens:
-            return 0, False
         external = hit - num_computed_tokens
-        if external <= 0:
+        # The break-even gate weighs what RangeKV would deliver, not vLLM's own hit.
+        if external <= 0 or external < self._min_hit_tokens:
             return 0, False
         self._local_hit[req_id] = num_computed_tokens
         return external, False

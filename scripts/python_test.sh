@@ -30,8 +30,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 # Build and test requirements (PyPI), only when missing.
-if ! "$py" -c "import nanobind, scikit_build_core, pytest, numpy" 2>/dev/null; then
-  "$py" -m pip install -q nanobind scikit-build-core pytest numpy
+if ! "$py" -c "import nanobind, scikit_build_core, pytest, numpy, matplotlib" 2>/dev/null; then
+  "$py" -m pip install -q nanobind scikit-build-core pytest numpy matplotlib
 fi
 
 if command -v ccache >/dev/null; then

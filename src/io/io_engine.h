@@ -65,6 +65,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -201,10 +202,11 @@ struct IoEngineStats {
 };
 
 enum class IoEngineKind : uint8_t {
-  kPosix,  // pread/pwrite thread pool
-  kUring,  // io_uring rings, one per thread
+  kPosix,   // pread/pwrite thread pool
+  kUring,   // io_uring rings, one per thread
+  kCuFile,  // cuFile (GPUDirect Storage or its compat mode) via dlopen, see cufile_engine.h
 };
-std::string_view IoEngineKindName(IoEngineKind kind);  // "posix", "uring"
+std::string_view IoEngineKindName(IoEngineKind kind);  // "posix", "uring", "cufile"
 Result<IoEngineKind> ParseIoEngineKind(std::string_view name);
 
 enum class UringSubmit : uint8_t {
@@ -226,6 +228,8 @@ struct IoEngineOptions {
   // than this are cut into pieces of this size (rounded up to O_DIRECT alignment per file).
   // 0 or [kMinSplitBytes, kMaxSplitBytes].
   uint64_t split_bytes = 0;
+  // cufile: the library to dlopen ("" = libcufile.so.0 through the dynamic loader).
+  std::string cufile_library;
 };
 
 inline constexpr uint64_t kMinSplitBytes = 512;
@@ -242,6 +246,9 @@ class IoEngine {
   virtual IoEngineStats stats() const = 0;
   // The byte split in effect (IoEngineOptions::split_bytes; 0 = none).
   virtual uint64_t split_bytes() const = 0;
+  // One line for logs and DescribeBackends: the name, plus what is in effect (cufile: mode
+  // GDS or compat, library version).
+  virtual std::string Describe() const { return std::string(name()); }
 
   // Registers host buffers for the life of the engine (or until the next call, which replaces
   // them; an empty span unregisters). Spans lying wholly inside a registered buffer then skip

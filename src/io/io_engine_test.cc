@@ -779,7 +779,8 @@ TEST(IoEngineFactoryTest, RejectsBadOptionsAndParsesNames) {
               StatusCode::kInvalidArgument);
     EXPECT_EQ(*ParseIoEngineKind(IoEngineKindName(kind)), kind);
   }
-  EXPECT_EQ(ParseIoEngineKind("cufile").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseIoEngineKind("cufile"), IoEngineKind::kCuFile);
+  EXPECT_EQ(ParseIoEngineKind("gds").status().code(), StatusCode::kInvalidArgument);
   auto posix = MakeIoEngine(IoEngineKind::kPosix, IoEngineOptions{});
   ASSERT_TRUE(posix.ok());
   EXPECT_EQ((*posix)->name(), "posix");

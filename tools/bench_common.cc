@@ -1030,6 +1030,8 @@ class Sweep {
     }
     if (o_.lookahead_layers != 0) eo.lookahead_layers = o_.lookahead_layers;
     if (o_.write_workers != 0) eo.write_workers = o_.write_workers;
+    if (o_.group_workers != 0) eo.group_workers = o_.group_workers;
+    if (o_.layer_group != 0) eo.layer_group = o_.layer_group;
     eo.checksum = c.checksum_off ? ChecksumPolicy::kOff : o_.checksum;
     // auto probes once, in the first engine of the run; later engines reuse that choice, so
     // every configuration and point runs with the same split.

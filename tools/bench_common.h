@@ -172,6 +172,8 @@ struct SweepOptions {
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
+  uint32_t group_workers = 0;
+  uint32_t layer_group = 0;
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;  // the engine's span digests
 };
 

@@ -50,6 +50,8 @@ struct TransferFlags {
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
+  uint32_t group_workers = 0;
+  uint32_t layer_group = 0;
   std::string checksum = "on";
   std::string ceiling_grid = "full";
   std::string grid_cell = "256MiB";
@@ -154,6 +156,8 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   o.read_banks = f.read_banks;
   o.lookahead_layers = f.lookahead_layers;
   o.write_workers = f.write_workers;
+  o.group_workers = f.group_workers;
+  o.layer_group = f.layer_group;
   o.checksum = f.checksum == "off" ? ChecksumPolicy::kOff : ChecksumPolicy::kAlways;
 
   // Engine and store lines at info level (store opened, snapshot saved) would interleave with
@@ -239,6 +243,9 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");
   cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 2)");
   cmd->add_option("--write-workers", flags->write_workers, "engine write workers (0: default 32)");
+  cmd->add_option("--group-workers", flags->group_workers,
+                  "engine store group workers (0: default 8)");
+  cmd->add_option("--layer-group", flags->layer_group, "engine store layer group (0: default 4)");
   cmd->add_option("--checksum", flags->checksum, "engine span digests: on (default) | off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();

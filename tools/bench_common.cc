@@ -492,7 +492,8 @@ uint64_t SumBytes(const std::vector<Extent>& extents) {
 }
 
 std::string RequestName(uint64_t bytes) {
-  return bytes >= kMiB ? std::to_string(bytes / kMiB) + " MiB" : std::to_string(bytes / kKiB) + " KiB";
+  return bytes >= kMiB ? std::to_string(bytes / kMiB) + " MiB"
+                       : std::to_string(bytes / kKiB) + " KiB";
 }
 
 // Rows of every extent in `buffer` that differ from the pattern.
@@ -848,8 +849,8 @@ class Sweep {
     }
     const uint32_t bt = report_.best_ceiling_threads;
     const uint64_t br = report_.best_ceiling_request_bytes;
-    report_.best_ceiling_config = std::to_string(bt) + " threads x " + RequestName(br) +
-                                  " requests";
+    report_.best_ceiling_config =
+        std::to_string(bt) + " threads x " + RequestName(br) + " requests";
     if (bt == CeilingThreads() && br >= max_extent) {
       report_.best_ceiling_config = report_.ceiling_config;  // the engine configuration itself
       return OkStatus();
@@ -880,12 +881,13 @@ class Sweep {
       return OkStatus();
     }
     if (!c.direct) DropCache(c.path);
-    RANGEKV_ASSIGN_OR_RETURN(double best_sec, ParallelIo(c.fd.get(), c.best_extents,
-                                                         c.buffer.data(), c.best_threads,
-                                                         /*write=*/false));
+    RANGEKV_ASSIGN_OR_RETURN(double best_sec,
+                             ParallelIo(c.fd.get(), c.best_extents, c.buffer.data(), c.best_threads,
+                                        /*write=*/false));
     const uint64_t best_bad =
         CountExtentMismatches(c.extents, c.buffer.data(), o_.seed, geometry_.token_bytes);
-    if (best_bad != 0) return Corruption("best ceiling read " + std::to_string(best_bad) + " wrong rows");
+    if (best_bad != 0)
+      return Corruption("best ceiling read " + std::to_string(best_bad) + " wrong rows");
     std::memset(c.buffer.data(), 0, c.buffer.size_bytes());
     const double best_gib_s = static_cast<double>(report_.payload_bytes) / kGiB / best_sec;
     if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(best_gib_s);
@@ -958,9 +960,9 @@ class Sweep {
       if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(gib_s);
       return OkStatus();
     }
-    RANGEKV_ASSIGN_OR_RETURN(double best_sec, ParallelIo(c.fd.get(), c.best_extents,
-                                                         c.buffer.data(), c.best_threads,
-                                                         /*write=*/true));
+    RANGEKV_ASSIGN_OR_RETURN(double best_sec,
+                             ParallelIo(c.fd.get(), c.best_extents, c.buffer.data(), c.best_threads,
+                                        /*write=*/true));
     const double best_gib_s = static_cast<double>(report_.payload_bytes) / kGiB / best_sec;
     if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(best_gib_s);
     Progress("best ceiling (%s pwrite) rep %u: %.3f s, %.2f GiB/s%s",
@@ -1525,7 +1527,8 @@ void PrintSweepTable(const SweepReport& rep, std::FILE* out) {
                  rep.ceiling_config.c_str(), rep.ceiling_gib_s, rep.best_ceiling_config.c_str(),
                  rep.best_ceiling_gib_s, rep.best_ceiling_samples_gib_s.size(), rep.grid.size());
   }
-  if (!rep.engine_split.empty()) std::fprintf(out, "rangekv byte split: %s\n", rep.engine_split.c_str());
+  if (!rep.engine_split.empty())
+    std::fprintf(out, "rangekv byte split: %s\n", rep.engine_split.c_str());
   if (restore) {
     std::fprintf(out, "%-10s %8s  %-10s %-20s %9s %7s %6s %6s %9s %8s %7s %9s %8s %6s %7s\n",
                  "point", "objects", "engine", "ablation", "median s", "GiB/s", "/ceil", "/best",
@@ -1544,7 +1547,8 @@ void PrintSweepTable(const SweepReport& rep, std::FILE* out) {
     const std::string abl = r.ablation ? *r.ablation : "-";
     const char* flag = r.verify_failures != 0 ? "  VERIFY FAILED"
                                               : (r.counters_stable ? "" : "  (counters varied)");
-    const double best = rep.reference_ceiling_gib_s() > 0 ? r.gib_s / rep.reference_ceiling_gib_s() : 0;
+    const double best =
+        rep.reference_ceiling_gib_s() > 0 ? r.gib_s / rep.reference_ceiling_gib_s() : 0;
     if (restore) {
       std::fprintf(out,
                    "%-10s %8s  %-10s %-20s %9.3f %7.2f %6.2f %6.2f %9.3f %8" PRIu64 " %7" PRIu64
@@ -1601,8 +1605,8 @@ std::vector<std::string> CheckTargets(const SweepReport& rep) {
     if (r.engine != "rangekv" || r.ablation) continue;
     if (ref > 0 && r.gib_s / ref < target) {
       std::snprintf(buf, sizeof(buf), "%s point %s: %.3f of the best ceiling (target >= %.2f)",
-                    std::string(WorkloadName(rep.workload)).c_str(), r.point.c_str(),
-                    r.gib_s / ref, target);
+                    std::string(WorkloadName(rep.workload)).c_str(), r.point.c_str(), r.gib_s / ref,
+                    target);
       missed.push_back(buf);
     }
     auto p = po.find(r.point);
@@ -1668,7 +1672,8 @@ void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
   for (const SweepResult* r : rkv) {
     auto it = po.find(r->point);
     if (it == po.end() || r->median_s <= 0) continue;
-    std::fprintf(out, "  %-10s per-object / rangekv time: %.2fx%s; per-object / best ceiling %.2f\n",
+    std::fprintf(out,
+                 "  %-10s per-object / rangekv time: %.2fx%s; per-object / best ceiling %.2f\n",
                  r->point.c_str(), it->second->median_s / r->median_s,
                  it->second->median_s < r->median_s ? "  (RANGEKV SLOWER)" : "",
                  ref > 0 ? it->second->gib_s / ref : 0);
@@ -1687,7 +1692,8 @@ void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
   for (const SweepResult* r : rkv) {
     if (r->phases_ms.empty()) continue;
     std::fprintf(out, "  %-10s phases (median ms, summed over batches):", r->point.c_str());
-    for (const auto& [name, v] : r->phases_ms) std::fprintf(out, " %s %.1f", name.c_str(), Median(v));
+    for (const auto& [name, v] : r->phases_ms)
+      std::fprintf(out, " %s %.1f", name.c_str(), Median(v));
     std::fprintf(out, " (store wall %.1f ms)\n", r->median_s * 1e3);
   }
   if (rep.verify_failures != 0) {

@@ -333,8 +333,8 @@ void RunBenchIo(const BenchIoConfig& cfg) {
       for (uint64_t b : grid_blocks) {
         CeilingMethod cell(*file, dst, "cell", t, b, cell_bytes);
         const double gib_s = static_cast<double>(cell_bytes) / kGiB / cell.Pass();
-        grid.push_back({{"threads", t}, {"request_bytes", b}, {"bytes", cell_bytes},
-                        {"gib_s", gib_s}});
+        grid.push_back(
+            {{"threads", t}, {"request_bytes", b}, {"bytes", cell_bytes}, {"gib_s", gib_s}});
         std::fprintf(stderr, "bench io: grid %2u threads x %2llu MiB: %7.2f GiB/s\n", t,
                      static_cast<unsigned long long>(b / kMiB), gib_s);
         if (gib_s > best) {
@@ -346,8 +346,8 @@ void RunBenchIo(const BenchIoConfig& cfg) {
     }
     if (best_t != cfg.threads || best_b != cfg.block_bytes) {
       best_config = std::to_string(best_t) + " threads x " + std::to_string(best_b / kMiB) + " MiB";
-      methods.push_back(std::make_unique<CeilingMethod>(*file, dst, "best-ceil", best_t, best_b,
-                                                        cfg.size_bytes));
+      methods.push_back(
+          std::make_unique<CeilingMethod>(*file, dst, "best-ceil", best_t, best_b, cfg.size_bytes));
     }
   }
   const size_t engines_from = methods.size();
@@ -401,14 +401,14 @@ void RunBenchIo(const BenchIoConfig& cfg) {
 
   const double ceiling = Median(samples[0]);
   const double best_ceiling = std::max(ceiling, engines_from > 1 ? Median(samples[1]) : 0.0);
-  if (engines_from > 1 && Median(samples[1]) < ceiling) best_config += " (lost to the engine config on the whole file)";
+  if (engines_from > 1 && Median(samples[1]) < ceiling)
+    best_config += " (lost to the engine config on the whole file)";
   nlohmann::json results = nlohmann::json::array();
   std::printf("\nrangekv bench io: %.2f GiB, %llu MiB blocks, %u threads, %s, %s, %u reps\n", gib,
               static_cast<unsigned long long>(cfg.block_bytes / kMiB), cfg.threads,
               file->direct() ? "O_DIRECT" : "buffered", FileSystemName(dir.path()).c_str(),
               cfg.reps);
-  std::printf("best ceiling: %s, %.2f GiB/s; engine split: %s\n", best_config.c_str(),
-              best_ceiling,
+  std::printf("best ceiling: %s, %.2f GiB/s; engine split: %s\n", best_config.c_str(), best_ceiling,
               cfg.split_bytes == 0 ? "none" : (std::to_string(cfg.split_bytes) + " B").c_str());
   std::printf("%-10s %12s %8s %8s   %s\n", "method", "GiB/s (med)", "ratio", "/best",
               "samples GiB/s");

@@ -53,11 +53,12 @@ Status WriteSvg(const SweepReport& rep, const std::string& path) {
   const double gib = static_cast<double>(rep.payload_bytes) / (1024.0 * 1024 * 1024);
   std::vector<std::pair<std::string, double>> lines;
   if (rep.ceiling_gib_s > 0) {
-    lines.push_back({"engine-config ceiling (" + rep.ceiling_config + ")", gib / rep.ceiling_gib_s});
+    lines.push_back(
+        {"engine-config ceiling (" + rep.ceiling_config + ")", gib / rep.ceiling_gib_s});
   }
   if (rep.reference_ceiling_gib_s() > 0 && rep.best_ceiling_config != rep.ceiling_config) {
-    lines.push_back({"best ceiling (" + rep.best_ceiling_config + ")",
-                     gib / rep.reference_ceiling_gib_s()});
+    lines.push_back(
+        {"best ceiling (" + rep.best_ceiling_config + ")", gib / rep.reference_ceiling_gib_s()});
   }
   double ymax = 0;
   for (const auto& [arm, m] : arms) {
@@ -106,8 +107,8 @@ Status WriteSvg(const SweepReport& rep, const std::string& path) {
   auto legend = [&](const std::string& text, const std::string& colour, bool dashed) {
     svg << "<line x1=\"" << L + pw + 20 << "\" y1=\"" << legend_y << "\" x2=\"" << L + pw + 45
         << "\" y2=\"" << legend_y << "\" stroke=\"" << colour << "\" stroke-width=\"2\""
-        << (dashed ? " stroke-dasharray=\"6,4\"" : "") << "/><text x=\"" << L + pw + 50
-        << "\" y=\"" << legend_y + 4 << "\">" << Escape(text) << "</text>\n";
+        << (dashed ? " stroke-dasharray=\"6,4\"" : "") << "/><text x=\"" << L + pw + 50 << "\" y=\""
+        << legend_y + 4 << "\">" << Escape(text) << "</text>\n";
     legend_y += 20;
   };
   for (size_t k = 0; k < lines.size(); ++k) {
@@ -155,8 +156,7 @@ Status WriteSweepPlot(const SweepReport& report, const std::string& path) {
     out << SweepJson(report).dump() << "\n";
     if (!out) return Status(StatusCode::kIoError, "cannot write " + json_path);
   }
-  const std::string cmd =
-      "python3 -m rangekv.bench.plot '" + json_path + "' '" + path + "' 1>&2";
+  const std::string cmd = "python3 -m rangekv.bench.plot '" + json_path + "' '" + path + "' 1>&2";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     return Unavailable("PNG needs python3 with the rangekv package and matplotlib (`" + cmd +

@@ -31,8 +31,8 @@ enum class IoEngineSelection : uint8_t {
 };
 
 // EngineOptions::io_split_bytes values besides a byte count.
-inline constexpr uint64_t kIoSplitAuto = 0;           // probe the medium at Open
-inline constexpr uint64_t kIoSplitOff = UINT64_MAX;   // issue every span whole
+inline constexpr uint64_t kIoSplitAuto = 0;          // probe the medium at Open
+inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
 
 enum class DirectIoPreference : uint8_t {
   kPreferred,  // O_DIRECT where the file system supports it (tmpfs does not), else buffered

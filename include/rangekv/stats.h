@@ -37,11 +37,11 @@ namespace rangekv {
   X(digest_launches, "digest kernel launches (store and restore; up to 32 blocks each)")        \
   X(verified_spans, "restore spans whose payload digests were checked before scatter")          \
   X(payload_allocations, "payload buffers allocated after Open (the data path allocates none)") \
-  X(rejected_requests, "restores or stores refused because their job slots were all in use")  \
-  X(native_read_calls, "read syscalls/SQEs issued by the I/O engine (engine-wide)")           \
-  X(native_write_calls, "write syscalls/SQEs issued by the I/O engine (engine-wide)")        \
-  X(store_gather_ns, "store: ns in gather + digest + copy-out per batch, summed over batches") \
-  X(store_integrity_ns, "store: ns recording digests and the dirty marker, summed")           \
+  X(rejected_requests, "restores or stores refused because their job slots were all in use")    \
+  X(native_read_calls, "read syscalls/SQEs issued by the I/O engine (engine-wide)")             \
+  X(native_write_calls, "write syscalls/SQEs issued by the I/O engine (engine-wide)")           \
+  X(store_gather_ns, "store: ns in gather + digest + copy-out per batch, summed over batches")  \
+  X(store_integrity_ns, "store: ns recording digests and the dirty marker, summed")             \
   X(store_write_ns, "store: ns from write submit to the batch's last completion, summed")
 
 struct EngineStats {

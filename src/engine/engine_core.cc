@@ -99,7 +99,8 @@ std::string EngineCore::ResolveIoSplit() {
   if (configured == kIoSplitOff) return "off";
   if (configured != kIoSplitAuto) return std::to_string(configured) + " (configured)";
   options_.io_split_bytes = kIoSplitOff;
-  if (options_.env != DefaultEnv()) return "off (auto: a caller-supplied env has no medium to probe)";
+  if (options_.env != DefaultEnv())
+    return "off (auto: a caller-supplied env has no medium to probe)";
   SplitProbeOptions po;
   po.spans = std::clamp<uint32_t>(options_.read_workers, 1, 16);
   IoEngineOptions eo;
@@ -115,11 +116,12 @@ std::string EngineCore::ResolveIoSplit() {
     probe = ProbeSplit(options_.env, path, direct, kind, eo, po);
   }
   if (!probe.ok()) {
-    Log(LogLevel::kWarning, "io split: probe failed, spans stay whole: " + probe.status().ToString());
+    Log(LogLevel::kWarning,
+        "io split: probe failed, spans stay whole: " + probe.status().ToString());
     return "off (auto: probe failed: " + probe.status().message() + ")";
   }
-  Log(LogLevel::kInfo, "io split probe (" + std::string(IoEngineKindName(kind)) + "): " +
-                           probe->summary);
+  Log(LogLevel::kInfo,
+      "io split probe (" + std::string(IoEngineKindName(kind)) + "): " + probe->summary);
   if (probe->split_bytes == 0) return "off (auto: probe " + probe->summary + ")";
   options_.io_split_bytes = probe->split_bytes;
   return std::to_string(probe->split_bytes) + " (auto: probe " + probe->summary + ")";

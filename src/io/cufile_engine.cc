@@ -90,10 +90,9 @@ class CuFileEngine final : public IoEngine {
         const auto begin = reinterpret_cast<uintptr_t>(b.data);
         buffers_.push_back({begin, begin + b.bytes});
       }
-      std::sort(buffers_.begin(), buffers_.end(),
-                [](const RegisteredBuffer& a, const RegisteredBuffer& b) {
-                  return a.begin < b.begin;
-                });
+      std::sort(
+          buffers_.begin(), buffers_.end(),
+          [](const RegisteredBuffer& a, const RegisteredBuffer& b) { return a.begin < b.begin; });
       buffer_count_.store(buffers_.size(), std::memory_order_relaxed);
       return OkStatus();
     });
@@ -173,7 +172,8 @@ class CuFileEngine final : public IoEngine {
       cufile::Handle h = r.length == 0 ? nullptr : FindHandle(r.file);
       if (h == nullptr || io_internal::HasDirectTail(r)) {
         counters_.file_path_spans.fetch_add(1, std::memory_order_relaxed);
-        queue_.Complete(ref, io_internal::RunSpan(r, options_.max_short_retries, bounce, counters_));
+        queue_.Complete(ref,
+                        io_internal::RunSpan(r, options_.max_short_retries, bounce, counters_));
         continue;
       }
       queue_.Complete(ref, RunCuFile(r, h));
@@ -188,10 +188,9 @@ class CuFileEngine final : public IoEngine {
     uint64_t done = 0;
     uint32_t shorts = 0;
     auto short_status = [&](const char* why) {
-      return Status(StatusCode::kShortTransfer, io_internal::SpanName(r) + ": moved " +
-                                                    std::to_string(done) + " of " +
-                                                    std::to_string(r.length) + " bytes (" + why +
-                                                    ")");
+      return Status(StatusCode::kShortTransfer,
+                    io_internal::SpanName(r) + ": moved " + std::to_string(done) + " of " +
+                        std::to_string(r.length) + " bytes (" + why + ")");
     };
     while (done < r.length) {
       const uint64_t chunk = std::min(r.length - done, io_internal::kMaxChunkBytes);
@@ -205,16 +204,16 @@ class CuFileEngine final : public IoEngine {
       if (n < 0) {
         if (n == -1) return {ErrnoStatus(errno, io_internal::SpanName(r)), done};
         if (-n > cufile::kOpBaseError) {
-          return {Status(StatusCode::kIoError,
-                         io_internal::SpanName(r) + ": cuFile error " +
-                             cufile::ErrorName({static_cast<int>(-n), 0})),
+          return {Status(StatusCode::kIoError, io_internal::SpanName(r) + ": cuFile error " +
+                                                   cufile::ErrorName({static_cast<int>(-n), 0})),
                   done};
         }
         return {ErrnoStatus(static_cast<int>(-n), io_internal::SpanName(r)), done};
       }
       const auto m = static_cast<uint64_t>(n);
       if (m == 0 && read) return {short_status("end of file"), done};
-      if (m > chunk) return {Internal(io_internal::SpanName(r) + ": cuFile moved more than asked"), done};
+      if (m > chunk)
+        return {Internal(io_internal::SpanName(r) + ": cuFile moved more than asked"), done};
       done += m;
       if (m < chunk) {
         if (++shorts > options_.max_short_retries) {

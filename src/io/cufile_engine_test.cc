@@ -96,15 +96,13 @@ struct Fake {
     }
     return ::pread(*static_cast<int*>(fh), static_cast<uint8_t*>(base) + buf_off, size, off);
   }
-  static ssize_t Write(cufile::Handle fh, const void* base, size_t size, off_t off,
-                       off_t buf_off) {
+  static ssize_t Write(cufile::Handle fh, const void* base, size_t size, off_t off, off_t buf_off) {
     CheckAddress(base, size, buf_off);
     {
       std::lock_guard<std::mutex> l(mu);
       ++writes;
     }
-    return ::pwrite(*static_cast<int*>(fh), static_cast<const uint8_t*>(base) + buf_off, size,
-                    off);
+    return ::pwrite(*static_cast<int*>(fh), static_cast<const uint8_t*>(base) + buf_off, size, off);
   }
   static cufile::Error Props(cufile::DrvProps* p) {
     p->nvfs.major_version = 0;  // no nvidia-fs: compat mode

@@ -46,20 +46,47 @@ Result<std::unique_ptr<Library>> Library::Load(const std::string& path) {
 std::string ErrorName(const Error& e) {
   const char* name = nullptr;
   switch (e.err) {
-    case 0: name = "CU_FILE_SUCCESS"; break;
-    case 5001: name = "CU_FILE_DRIVER_NOT_INITIALIZED"; break;
-    case 5004: name = "CU_FILE_DRIVER_VERSION_MISMATCH"; break;
-    case 5007: name = "CU_FILE_PLATFORM_NOT_SUPPORTED"; break;
-    case 5008: name = "CU_FILE_IO_NOT_SUPPORTED"; break;
-    case 5011: name = "CU_FILE_CUDA_DRIVER_ERROR"; break;
-    case 5019: name = "CU_FILE_INVALID_FILE_OPEN_FLAG"; break;
-    case 5020: name = "CU_FILE_DIO_NOT_SET"; break;
-    case 5025: name = "CU_FILE_PERMISSION_DENIED"; break;
-    case 5027: name = "CU_FILE_HANDLE_NOT_REGISTERED"; break;
-    case 5028: name = "CU_FILE_HANDLE_ALREADY_REGISTERED"; break;
-    case 5033: name = "CU_FILE_NVFS_SETUP_ERROR"; break;
-    case 5036: name = "CU_FILE_GPU_MEMORY_PINNING_FAILED"; break;
-    default: break;
+    case 0:
+      name = "CU_FILE_SUCCESS";
+      break;
+    case 5001:
+      name = "CU_FILE_DRIVER_NOT_INITIALIZED";
+      break;
+    case 5004:
+      name = "CU_FILE_DRIVER_VERSION_MISMATCH";
+      break;
+    case 5007:
+      name = "CU_FILE_PLATFORM_NOT_SUPPORTED";
+      break;
+    case 5008:
+      name = "CU_FILE_IO_NOT_SUPPORTED";
+      break;
+    case 5011:
+      name = "CU_FILE_CUDA_DRIVER_ERROR";
+      break;
+    case 5019:
+      name = "CU_FILE_INVALID_FILE_OPEN_FLAG";
+      break;
+    case 5020:
+      name = "CU_FILE_DIO_NOT_SET";
+      break;
+    case 5025:
+      name = "CU_FILE_PERMISSION_DENIED";
+      break;
+    case 5027:
+      name = "CU_FILE_HANDLE_NOT_REGISTERED";
+      break;
+    case 5028:
+      name = "CU_FILE_HANDLE_ALREADY_REGISTERED";
+      break;
+    case 5033:
+      name = "CU_FILE_NVFS_SETUP_ERROR";
+      break;
+    case 5036:
+      name = "CU_FILE_GPU_MEMORY_PINNING_FAILED";
+      break;
+    default:
+      break;
   }
   std::string s = std::to_string(e.err);
   if (name != nullptr) s += std::string(" (") + name + ")";

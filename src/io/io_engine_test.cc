@@ -549,12 +549,12 @@ TEST_P(IoEngineTest, SplitSpansIssueBytesOverPieceCallsAndRoundTripBitExact) {
   // piece up to its alignment so every piece stays aligned.
   for (const uint64_t split : {uint64_t{5000}, uint64_t{3 * kAlign + 1}, uint64_t{64 * 1024}}) {
     for (const FileOptions& options : {kBuffered, kDirect}) {
-      SCOPED_TRACE(std::to_string(split) + (options.direct == DirectIo::kOff ? " buffered" :
-                                                                               " direct"));
+      SCOPED_TRACE(std::to_string(split) +
+                   (options.direct == DirectIo::kOff ? " buffered" : " direct"));
       auto engine = Make(IoEngineOptions{.split_bytes = split});
       ASSERT_EQ(engine->split_bytes(), split);
-      const std::string path = dir_.Join("s" + std::to_string(split) +
-                                         (options.direct == DirectIo::kOff ? "b" : "d"));
+      const std::string path =
+          dir_.Join("s" + std::to_string(split) + (options.direct == DirectIo::kOff ? "b" : "d"));
       auto file = DefaultEnv()->CreateFile(path, options);
       ASSERT_TRUE(file.ok());
       const uint64_t piece =
@@ -570,10 +570,9 @@ TEST_P(IoEngineTest, SplitSpansIssueBytesOverPieceCallsAndRoundTripBitExact) {
       FillPattern(src.data, total, 31 + split);
       IoBatch writes(12), reads(12);
       for (uint32_t i = 0; i < 12; ++i) {
-        ASSERT_TRUE(writes
-                        .Add({file->get(), offsets[i], src.data + offsets[i], lengths[i],
-                              IoOp::kWrite})
-                        .ok());
+        ASSERT_TRUE(
+            writes.Add({file->get(), offsets[i], src.data + offsets[i], lengths[i], IoOp::kWrite})
+                .ok());
         ASSERT_TRUE(
             reads.Add({file->get(), offsets[i], dst.data + offsets[i], lengths[i], IoOp::kRead})
                 .ok());
@@ -700,8 +699,7 @@ TEST_P(IoEngineTest, SplitEioInOnePieceFailsOnlyItsSpan) {
   IoBatch batch(2);
   ASSERT_TRUE(batch.Add({file->get(), 0, buf.data, 16 * kAlign, IoOp::kRead}).ok());
   ASSERT_TRUE(
-      batch.Add({file->get(), 16 * kAlign, buf.data + 16 * kAlign, 16 * kAlign, IoOp::kRead})
-          .ok());
+      batch.Add({file->get(), 16 * kAlign, buf.data + 16 * kAlign, 16 * kAlign, IoOp::kRead}).ok());
   ASSERT_TRUE(engine->Submit(batch).ok());
   batch.Wait();
   const Status s = batch.status();

@@ -54,8 +54,8 @@ class SpanQueue {
 
   // IoEngine::Submit's contract.
   Status Submit(IoBatch& batch) EXCLUDES(mu_);
-  // Hands out the next span or piece. With Block::kYes waits for one; returns false only once Stop()
-  // was called and the queue is empty. With Block::kNo returns false when nothing is queued.
+  // Hands out the next span or piece. With Block::kYes waits for one; returns false only once
+  // Stop() was called and the queue is empty. With Block::kNo returns false when nothing is queued.
   bool Take(SpanRef* out, Block block) EXCLUDES(mu_);
   // Records the outcome of a span or piece; completes a split span with its last piece, and
   // finishes the batch when that was its last span.

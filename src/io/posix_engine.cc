@@ -14,8 +14,7 @@ namespace {
 class PosixEngine final : public IoEngine {
  public:
   explicit PosixEngine(const IoEngineOptions& options)
-      : options_(options),
-        queue_(options.max_queued_batches, options.split_bytes, &counters_) {
+      : options_(options), queue_(options.max_queued_batches, options.split_bytes, &counters_) {
     workers_.reserve(options.workers);
     for (uint32_t i = 0; i < options.workers; ++i) workers_.emplace_back([this] { Run(); });
   }

@@ -104,8 +104,8 @@ IoRequest SpanQueue::Request(SpanRef ref) {
 uint32_t SpanQueue::PieceCount(const IoRequest& r, uint64_t split_bytes, uint64_t* piece_bytes) {
   *piece_bytes = r.length;
   if (split_bytes == 0 || r.length <= split_bytes || !ValidateSpan(r).ok()) return 1;
-  const uint64_t piece = r.file->direct() ? AlignUp(split_bytes, r.file->direct_alignment())
-                                          : split_bytes;
+  const uint64_t piece =
+      r.file->direct() ? AlignUp(split_bytes, r.file->direct_alignment()) : split_bytes;
   const uint64_t n = (r.length + piece - 1) / piece;
   if (n <= 1 || n > UINT32_MAX) return 1;
   *piece_bytes = piece;

@@ -17,8 +17,7 @@ constexpr uint32_t kMaxRounds = 5;
 constexpr size_t kMaxCandidates = 8;
 
 double NowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string SplitName(uint64_t bytes) {
@@ -39,8 +38,8 @@ struct FreeDeleter {
 };
 
 // Runs `spans` equal spans covering [0, bytes) of `file` through `engine`; returns seconds.
-Result<double> TimeSpans(IoEngine& engine, File* file, uint8_t* buf, uint64_t bytes,
-                         uint32_t spans, IoOp op) {
+Result<double> TimeSpans(IoEngine& engine, File* file, uint8_t* buf, uint64_t bytes, uint32_t spans,
+                         IoOp op) {
   IoBatch batch(spans);
   const uint64_t each = bytes / spans;
   for (uint32_t i = 0; i < spans; ++i) {
@@ -79,8 +78,9 @@ Result<SplitProbeResult> ProbeSplit(Env* env, const std::string& scratch_path, D
   if (options.spans == 0 || options.probe_bytes == 0 || options.probe_bytes > kMaxProbeBytes ||
       options.rounds == 0 || options.rounds > kMaxRounds ||
       options.candidates.size() > kMaxCandidates) {
-    return InvalidArgument("split probe: probe_bytes in [1, 64 MiB], spans >= 1, rounds in "
-                           "[1, 5], at most 8 candidates");
+    return InvalidArgument(
+        "split probe: probe_bytes in [1, 64 MiB], spans >= 1, rounds in "
+        "[1, 5], at most 8 candidates");
   }
   const uint64_t each = AlignDown(options.probe_bytes / options.spans, kMaxDirectAlignmentBytes);
   if (each == 0) return InvalidArgument("split probe: spans smaller than 64 KiB");
@@ -134,8 +134,8 @@ Result<SplitProbeResult> ProbeSplit(Env* env, const std::string& scratch_path, D
     for (size_t k = 0; k < splits.size(); ++k) {
       const size_t i = (k + round) % splits.size();
       std::memset(dst.get(), 0, bytes);
-      RANGEKV_ASSIGN_OR_RETURN(
-          double s, TimeSpans(*engines[i], file.get(), dst.get(), bytes, options.spans, IoOp::kRead));
+      RANGEKV_ASSIGN_OR_RETURN(double s, TimeSpans(*engines[i], file.get(), dst.get(), bytes,
+                                                   options.spans, IoOp::kRead));
       if (std::memcmp(src.get(), dst.get(), bytes) != 0) {
         return Corruption("split probe: " + scratch_path + " read back different bytes");
       }

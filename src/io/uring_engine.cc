@@ -102,8 +102,7 @@ class Ring {
 class UringEngine final : public IoEngine {
  public:
   explicit UringEngine(const IoEngineOptions& options)
-      : options_(options),
-        queue_(options.max_queued_batches, options.split_bytes, &counters_) {}
+      : options_(options), queue_(options.max_queued_batches, options.split_bytes, &counters_) {}
 
   Status Init() {
     rings_.reserve(options_.workers);

@@ -464,6 +464,38 @@ uint64_t ExtentBytes(const std::vector<Extent>& extents) {
   return total;
 }
 
+// The first extents holding at most `max_bytes` (at least one), each cut into native requests
+// of at most `request_bytes` (a multiple of the I/O alignment), same buffer placement.
+std::vector<Extent> CutExtents(const std::vector<Extent>& extents, uint64_t request_bytes,
+                               uint64_t max_bytes) {
+  std::vector<Extent> out;
+  uint64_t total = 0;
+  for (const Extent& e : extents) {
+    if (!out.empty() && total + e.bytes > max_bytes) break;
+    total += e.bytes;
+    for (uint64_t off = 0; off < e.bytes; off += request_bytes) {
+      Extent piece = e;
+      piece.file_offset = e.file_offset + off;
+      piece.buffer_offset = e.buffer_offset + off;
+      piece.bytes = std::min(request_bytes, e.bytes - off);
+      piece.tokens = 0;  // pieces are not verified row by row
+      out.push_back(piece);
+    }
+  }
+  return out;
+}
+
+uint64_t SumBytes(const std::vector<Extent>& extents) {
+  uint64_t n = 0;
+  for (const Extent& e : extents) n += e.bytes;
+  return n;
+}
+
+std::string RequestName(uint64_t bytes) {
+  return bytes >= kMiB ? std::to_string(bytes / kMiB) + " MiB"
+                       : std::to_string(bytes / kKiB) + " KiB";
+}
+
 // Rows of every extent in `buffer` that differ from the pattern.
 uint64_t CountExtentMismatches(const std::vector<Extent>& extents, const uint8_t* buffer,
                                uint64_t seed, uint64_t token_bytes) {
@@ -602,11 +634,19 @@ class Sweep {
     // Point-major order for the table: the default, each ablation, then the per-object model.
     for (auto& [key, r] : kept_) report_.results.push_back(std::move(r));
     report_.ceiling_gib_s = Median(report_.ceiling_samples_gib_s);
+    report_.best_ceiling_gib_s = Median(report_.best_ceiling_samples_gib_s);
+    if (report_.best_ceiling_gib_s < report_.ceiling_gib_s) {
+      // Re-measured on the whole payload the grid's pick lost to the engine configuration.
+      report_.best_ceiling_gib_s = report_.ceiling_gib_s;
+      report_.best_ceiling_samples_gib_s = report_.ceiling_samples_gib_s;
+      report_.best_ceiling_config = report_.ceiling_config;
+    }
     report_.io =
         "rangekv: " + (engine_backends_.empty() ? std::string("not run") : engine_backends_) +
         "; per-object: " +
         (baseline_backends_.empty() ? std::string("not run") : baseline_backends_);
     report_.wall_s = NowS() - wall0;
+    EndProgress();
     return std::move(report_);
   }
 
@@ -615,17 +655,55 @@ class Sweep {
     std::optional<std::string> name;
     Ablations ablations;
     Durability durability;
+    bool checksum_off = false;  // the bench's own "checksum=off" arm (not an engine ablation)
   };
 
+  // One overall progress line on stderr: steps done of the planned total (ceiling passes, grid
+  // cells, timed and warm-up repetitions) and an ETA from the mean step time so far. On a TTY
+  // the line is rewritten in place (\r); otherwise each message is its own line.
   void Progress(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
     if (!o_.progress) return;
+    char msg[512];
     std::va_list args;
     va_start(args, fmt);
-    std::fprintf(stderr, "[%s %s %6.1fs] ", o_.tool.c_str(),
-                 std::string(WorkloadName(o_.workload)).c_str(), NowS() - start_s_);
-    std::vfprintf(stderr, fmt, args);
-    std::fputc('\n', stderr);
+    std::vsnprintf(msg, sizeof(msg), fmt, args);
     va_end(args);
+    const double elapsed = NowS() - start_s_;
+    char eta[48] = "";
+    if (steps_done_ > 0 && steps_total_ > 0) {
+      const double left = elapsed / static_cast<double>(steps_done_) *
+                          static_cast<double>(steps_total_ - std::min(steps_done_, steps_total_));
+      std::snprintf(eta, sizeof(eta), " ETA %dm%02ds", static_cast<int>(left) / 60,
+                    static_cast<int>(left) % 60);
+    }
+    const std::string head = "[" + o_.tool + " " + std::string(WorkloadName(o_.workload)) + " " +
+                             std::to_string(static_cast<int>(elapsed)) + "s " +
+                             std::to_string(steps_done_) + "/" + std::to_string(steps_total_) +
+                             eta + "] ";
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K%s%.*s", head.c_str(), 150, msg);
+      line_open_ = true;
+    } else {
+      std::fprintf(stderr, "%s%s\n", head.c_str(), msg);
+    }
+    std::fflush(stderr);
+  }
+  void Step() { ++steps_done_; }
+  void EndProgress() {
+    if (line_open_) std::fputc('\n', stderr);
+    line_open_ = false;
+  }
+  void PlanSteps() {
+    const uint64_t reps = o_.warmups + o_.reps;
+    uint64_t n = 0;
+    if (o_.run_rangekv) n += configs_.size() * points_.size() * reps;
+    if (o_.run_baseline) n += points_.size() * reps;
+    if (o_.run_rangekv && o_.run_ceiling) {
+      n += reps;
+      if (o_.ceiling_grid == CeilingGrid::kFull) n += 20;
+      if (o_.ceiling_grid == CeilingGrid::kShort) n += 4;
+    }
+    steps_total_ = n;
   }
 
   Status Setup() {
@@ -669,10 +747,15 @@ class Sweep {
     for (const std::string& a : o_.ablations) {
       Config c;
       c.name = a;
-      RANGEKV_RETURN_IF_ERROR(c.ablations.Set(a));
+      if (a == "checksum=off") {
+        c.checksum_off = true;
+      } else {
+        RANGEKV_RETURN_IF_ERROR(c.ablations.Set(a));
+      }
       configs_.push_back(c);
     }
 
+    PlanSteps();
     DeviceOptions dopt;
     dopt.kind = o_.device;
     RANGEKV_ASSIGN_OR_RETURN(device_, MakeDevice(dopt));
@@ -717,6 +800,8 @@ class Sweep {
     Fd fd;
     bool direct = false;
     std::string path;
+    std::vector<Extent> best_extents;  // the best grid cell's requests over the whole payload
+    uint32_t best_threads = 0;         // 0: the engine configuration is the best
   };
 
   Result<std::unique_ptr<ReadCeiling>> PrepareReadCeiling(const std::string& pack_path) {
@@ -727,7 +812,64 @@ class Sweep {
     std::memset(c->buffer.data(), 0, c->buffer.size_bytes());  // no first-touch faults timed
     RANGEKV_ASSIGN_OR_RETURN(c->fd, OpenForCeiling(pack_path, O_RDONLY, o_.buffered, &c->direct));
     report_.direct = c->direct;
+    RANGEKV_RETURN_IF_ERROR(MeasureGrid(c->fd.get(), c->extents, c->buffer.data(),
+                                        /*write=*/false, c->path, c->direct, &c->best_extents,
+                                        &c->best_threads));
     return c;
+  }
+
+  // Runs the ceiling grid once (cells in order, the page cache dropped before each buffered
+  // read cell) and picks the fastest cell. When it is not the engine configuration, its
+  // requests over the whole payload go to *best / *best_threads for the interleaved passes.
+  Status MeasureGrid(int fd, const std::vector<Extent>& extents, uint8_t* buffer, bool write,
+                     const std::string& path, bool direct, std::vector<Extent>* best,
+                     uint32_t* best_threads) {
+    uint64_t max_extent = 0;
+    for (const Extent& e : extents) max_extent = std::max(max_extent, e.bytes);
+    report_.ceiling_config = std::to_string(CeilingThreads()) + " threads x " +
+                             RequestName(AlignUp(max_extent, kMiB)) + " (stripe extents)";
+    report_.best_ceiling_config = report_.ceiling_config;
+    report_.best_ceiling_threads = CeilingThreads();
+    report_.best_ceiling_request_bytes = max_extent;
+    if (o_.ceiling_grid == CeilingGrid::kOff) return OkStatus();
+    std::vector<uint32_t> threads = {1, 2, 4, 8, 16};
+    std::vector<uint64_t> requests = {1 * kMiB, 4 * kMiB, 8 * kMiB, 32 * kMiB};
+    if (o_.ceiling_grid == CeilingGrid::kShort) {
+      threads = {4, 16};
+      requests = {1 * kMiB, 32 * kMiB};
+    }
+    double best_gib_s = 0;
+    for (uint32_t t : threads) {
+      for (uint64_t r : requests) {
+        const std::vector<Extent> cell = CutExtents(extents, r, o_.grid_cell_bytes);
+        if (!write && !direct) DropCache(path);
+        RANGEKV_ASSIGN_OR_RETURN(double sec, ParallelIo(fd, cell, buffer, t, write));
+        GridCell g{t, r, SumBytes(cell), static_cast<double>(SumBytes(cell)) / kGiB / sec};
+        report_.grid.push_back(g);
+        Step();
+        Progress("ceiling grid %s: %2u threads x %6s requests: %.2f GiB/s (%s)",
+                 write ? "pwrite" : "pread", t, RequestName(r).c_str(), g.gib_s,
+                 FormatBytes(g.bytes).c_str());
+        if (g.gib_s > best_gib_s) {
+          best_gib_s = g.gib_s;
+          report_.best_ceiling_threads = t;
+          report_.best_ceiling_request_bytes = r;
+        }
+      }
+    }
+    const uint32_t bt = report_.best_ceiling_threads;
+    const uint64_t br = report_.best_ceiling_request_bytes;
+    report_.best_ceiling_config =
+        std::to_string(bt) + " threads x " + RequestName(br) + " requests";
+    if (bt == CeilingThreads() && br >= max_extent) {
+      report_.best_ceiling_config = report_.ceiling_config;  // the engine configuration itself
+      return OkStatus();
+    }
+    *best = CutExtents(extents, br, UINT64_MAX);
+    *best_threads = bt;
+    Progress("best ceiling configuration: %s (re-measured on the whole payload every round)",
+             report_.best_ceiling_config.c_str());
+    return OkStatus();
   }
 
   Status ReadCeilingOnce(ReadCeiling& c, const std::string& label, uint32_t rep) {
@@ -740,8 +882,27 @@ class Sweep {
     std::memset(c.buffer.data(), 0, c.buffer.size_bytes());
     const double gib_s = static_cast<double>(report_.payload_bytes) / kGiB / sec;
     if (rep >= o_.warmups) report_.ceiling_samples_gib_s.push_back(gib_s);
+    Step();
     Progress("point %s ceiling (%u threads pread, %s) rep %u: %.3f s, %.2f GiB/s, verified%s",
              label.c_str(), CeilingThreads(), c.direct ? "O_DIRECT" : "buffered", rep, sec, gib_s,
+             rep < o_.warmups ? " (warm-up)" : "");
+    if (c.best_threads == 0) {
+      if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(gib_s);
+      return OkStatus();
+    }
+    if (!c.direct) DropCache(c.path);
+    RANGEKV_ASSIGN_OR_RETURN(double best_sec,
+                             ParallelIo(c.fd.get(), c.best_extents, c.buffer.data(), c.best_threads,
+                                        /*write=*/false));
+    const uint64_t best_bad =
+        CountExtentMismatches(c.extents, c.buffer.data(), o_.seed, geometry_.token_bytes);
+    if (best_bad != 0)
+      return Corruption("best ceiling read " + std::to_string(best_bad) + " wrong rows");
+    std::memset(c.buffer.data(), 0, c.buffer.size_bytes());
+    const double best_gib_s = static_cast<double>(report_.payload_bytes) / kGiB / best_sec;
+    if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(best_gib_s);
+    Progress("best ceiling (%s) rep %u: %.3f s, %.2f GiB/s, verified%s",
+             report_.best_ceiling_config.c_str(), rep, best_sec, best_gib_s,
              rep < o_.warmups ? " (warm-up)" : "");
     return OkStatus();
   }
@@ -757,6 +918,8 @@ class Sweep {
     Fd fd;
     bool direct = false;
     std::string path;
+    std::vector<Extent> best_extents;
+    uint32_t best_threads = 0;
   };
 
   Result<std::unique_ptr<WriteCeiling>> PrepareWriteCeiling() {
@@ -788,6 +951,9 @@ class Sweep {
     if (CountExtentMismatches(c->extents, check.data(), o_.seed, geometry_.token_bytes) != 0) {
       return Corruption("write ceiling: the file does not hold what was written");
     }
+    RANGEKV_RETURN_IF_ERROR(MeasureGrid(c->fd.get(), c->extents, c->buffer.data(),
+                                        /*write=*/true, c->path, c->direct, &c->best_extents,
+                                        &c->best_threads));
     return c;
   }
 
@@ -796,8 +962,21 @@ class Sweep {
                                                     CeilingThreads(), /*write=*/true));
     const double gib_s = static_cast<double>(report_.payload_bytes) / kGiB / sec;
     if (rep >= o_.warmups) report_.ceiling_samples_gib_s.push_back(gib_s);
+    Step();
     Progress("ceiling (%u threads pwrite, %s) rep %u: %.3f s, %.2f GiB/s%s", CeilingThreads(),
              c.direct ? "O_DIRECT" : "buffered", rep, sec, gib_s,
+             rep < o_.warmups ? " (warm-up)" : "");
+    if (c.best_threads == 0) {
+      if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(gib_s);
+      return OkStatus();
+    }
+    RANGEKV_ASSIGN_OR_RETURN(double best_sec,
+                             ParallelIo(c.fd.get(), c.best_extents, c.buffer.data(), c.best_threads,
+                                        /*write=*/true));
+    const double best_gib_s = static_cast<double>(report_.payload_bytes) / kGiB / best_sec;
+    if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(best_gib_s);
+    Progress("best ceiling (%s pwrite) rep %u: %.3f s, %.2f GiB/s%s",
+             report_.best_ceiling_config.c_str(), rep, best_sec, best_gib_s,
              rep < o_.warmups ? " (warm-up)" : "");
     return OkStatus();
   }
@@ -851,8 +1030,9 @@ class Sweep {
     eo.device = o_.device == DeviceKind::kHost   ? DeviceSelection::kHost
                 : o_.device == DeviceKind::kCuda ? DeviceSelection::kCuda
                                                  : DeviceSelection::kAuto;
-    eo.io_engine =
-        o_.io == IoEngineKind::kUring ? IoEngineSelection::kUring : IoEngineSelection::kPosix;
+    eo.io_engine = o_.io == IoEngineKind::kUring    ? IoEngineSelection::kUring
+                   : o_.io == IoEngineKind::kCuFile ? IoEngineSelection::kCuFile
+                                                    : IoEngineSelection::kPosix;
     eo.direct_io = o_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
     eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, P_ + S_ + 1);
     if (o_.read_workers != 0) eo.read_workers = o_.read_workers;
@@ -862,8 +1042,13 @@ class Sweep {
     }
     if (o_.lookahead_layers != 0) eo.lookahead_layers = o_.lookahead_layers;
     if (o_.write_workers != 0) eo.write_workers = o_.write_workers;
-    eo.checksum = o_.checksum;
+    if (o_.group_workers != 0) eo.group_workers = o_.group_workers;
+    if (o_.layer_group != 0) eo.layer_group = o_.layer_group;
+    eo.checksum = c.checksum_off ? ChecksumPolicy::kOff : o_.checksum;
     eo.durability = c.durability;
+    // auto probes once, in the first engine of the run; later engines reuse that choice, so
+    // every configuration and point runs with the same split.
+    eo.io_split_bytes = resolved_split_.value_or(o_.io_split_bytes);
     eo.ablations = c.ablations;
     eo.ablations.object_tokens = p.object_tokens;
     // Layered namings key (chunk, layer) objects; the engine's scalar index has no rank-slice
@@ -962,6 +1147,7 @@ class Sweep {
     if (workload == Workload::kRestore) {
       return {{"records_selected", w.records_selected},
               {"native_reads", w.native_reads},
+              {"native_read_calls", w.native_read_calls},
               {"scatter_launches", w.scatter_launches},
               {"ready_events", w.ready_events},
               {"payload_allocations", w.payload_allocations},
@@ -971,8 +1157,12 @@ class Sweep {
               {"leases_taken", w.leases_taken}};
     }
     return {{"native_writes", w.native_writes},
+            {"native_write_calls", w.native_write_calls},
             {"gather_launches", w.gather_launches},
             {"store_bank_acquisitions", w.store_bank_acquisitions},
+            {"store_gather_ns", w.store_gather_ns},
+            {"store_integrity_ns", w.store_integrity_ns},
+            {"store_write_ns", w.store_write_ns},
             {"payload_allocations", w.payload_allocations},
             {"bytes_written", w.bytes_written}};
   }
@@ -982,6 +1172,7 @@ class Sweep {
     if (workload == Workload::kRestore) {
       return {{"records_selected", w.records_selected},
               {"native_reads", w.native_reads},
+              {"native_read_calls", w.native_reads},  // one native call per object
               {"scatter_launches", w.scatter_launches},
               {"ready_events", w.ready_events},
               {"payload_allocations", w.payload_allocations},
@@ -991,6 +1182,7 @@ class Sweep {
               {"kernel_launches", w.kernel_launches}};
     }
     return {{"native_writes", w.native_writes},
+            {"native_write_calls", w.native_writes},  // one native call per object
             {"gather_launches", w.gather_launches},
             {"payload_allocations", w.payload_allocations},
             {"bytes_written", w.bytes_written},
@@ -1029,12 +1221,26 @@ class Sweep {
     }
     r.samples_s.push_back(t.total_s);
     if (o_.workload == Workload::kRestore) r.first_layer_s.push_back(t.first_layer_s);
+    for (const auto& counter : counters) {
+      const std::string& name = counter.first;
+      if (name.size() <= 3 || name.compare(name.size() - 3, 3, "_ns") != 0) continue;
+      auto it = std::find_if(r.phases_ms.begin(), r.phases_ms.end(),
+                             [&](const auto& p) { return p.first == name; });
+      if (it == r.phases_ms.end()) {
+        r.phases_ms.push_back({name, {}});
+        it = r.phases_ms.end() - 1;
+      }
+      it->second.push_back(static_cast<double>(counter.second) / 1e6);
+    }
     if (r.counters.empty()) {
       r.counters = std::move(counters);
     } else {
       // prefetched_stripes depends on how far lookup-time prefetch got before the claim: timing.
       for (size_t i = 0; i < counters.size() && i < r.counters.size(); ++i) {
-        if (counters[i].first != "prefetched_stripes" && counters[i] != r.counters[i]) {
+        const std::string& name = counters[i].first;
+        const bool timing = name == "prefetched_stripes" ||
+                            (name.size() > 3 && name.compare(name.size() - 3, 3, "_ns") == 0);
+        if (!timing && counters[i] != r.counters[i]) {
           r.counters_stable = false;
         }
       }
@@ -1066,6 +1272,13 @@ class Sweep {
     session.pack_path = session.dir + "/packs.rkv";
     RANGEKV_ASSIGN_OR_RETURN(session.engine, OpenEngine(session.dir, c, p));
     if (engine_backends_.empty()) engine_backends_ = session.engine->DescribeBackends();
+    if (!resolved_split_) resolved_split_ = session.engine->options().io_split_bytes;
+    if (report_.engine_split.empty()) {
+      // The first engine's (the one that probed, under auto).
+      const std::string b = session.engine->DescribeBackends();
+      const size_t at = b.find("split=");
+      report_.engine_split = at == std::string::npos ? "" : b.substr(at + 6);
+    }
     RANGEKV_RETURN_IF_ERROR(EnsurePrefixPattern());
     RANGEKV_ASSIGN_OR_RETURN(double setup_s, EngineStore(*session.engine, prefix_, "setup", 0));
     Progress("%s [%s]: prefix of %" PRIu64 " tokens stored in %.3f s", session.tag.c_str(),
@@ -1119,6 +1332,7 @@ class Sweep {
     if (o_.workload == Workload::kRestore) {
       std::snprintf(first, sizeof(first), " (layer 0 ready %.3f s)", t.first_layer_s);
     }
+    Step();
     Progress("point %s %s rep %u: %.3f s%s, %s%s", p.sweep.label.c_str(), session.tag.c_str(), rep,
              t.total_s, first,
              bad == 0 ? "verified" : ("VERIFY FAILED: " + std::to_string(bad) + " rows").c_str(),
@@ -1189,7 +1403,8 @@ class Sweep {
     po.kv_dtype = o_.model.kv_dtype;
     po.geometry = geometry_;
     po.device = device_.get();
-    po.io_engine = o_.io;
+    // The stock path's disk backends use POSIX reads; a cufile run keeps the model on posix.
+    po.io_engine = o_.io == IoEngineKind::kCuFile ? IoEngineKind::kPosix : o_.io;
     po.io_workers = 4;
     po.direct = o_.buffered ? DirectIo::kOff : DirectIo::kPreferred;
     const uint64_t footprint = baseline::PerObjectStore::FootprintBytes(p.naming, 64 * kKiB);
@@ -1241,6 +1456,7 @@ class Sweep {
         RANGEKV_ASSIGN_OR_RETURN(bad, kv_->CountMismatches(seed, P_, P_ + S_));
         store->Clear();
       }
+      Step();
       Progress("point %s per-object rep %u: %.3f s, %s%s", p.sweep.label.c_str(), rep, t.total_s,
                bad == 0 ? "verified" : ("VERIFY FAILED: " + std::to_string(bad) + " rows").c_str(),
                rep < o_.warmups ? " (warm-up)" : "");
@@ -1270,8 +1486,13 @@ class Sweep {
   SweepReport report_;
   std::map<std::pair<size_t, size_t>, SweepResult> kept_;  // (point, config) -> result
   const double start_s_ = NowS();
+  const bool tty_ = ::isatty(2) != 0;
+  bool line_open_ = false;
+  uint64_t steps_done_ = 0;
+  uint64_t steps_total_ = 0;
   std::string engine_backends_;
   std::string baseline_backends_;
+  std::optional<uint64_t> resolved_split_;  // the first engine's io_split_bytes, as resolved
 };
 
 }  // namespace
@@ -1310,13 +1531,23 @@ void PrintSweepTable(const SweepReport& rep, std::FILE* out) {
           ? (", host-to-device " + std::to_string(rep.h2d_ceiling_gib_s).substr(0, 5) + " GiB/s")
                 .c_str()
           : "");
+  if (!rep.grid.empty() || rep.best_ceiling_gib_s > 0) {
+    std::fprintf(out,
+                 "engine-config ceiling: %s, %.2f GiB/s; best ceiling: %s, %.2f GiB/s (median "
+                 "of %zu; grid of %zu cells); /best is every ratio's reference\n",
+                 rep.ceiling_config.c_str(), rep.ceiling_gib_s, rep.best_ceiling_config.c_str(),
+                 rep.best_ceiling_gib_s, rep.best_ceiling_samples_gib_s.size(), rep.grid.size());
+  }
+  if (!rep.engine_split.empty())
+    std::fprintf(out, "rangekv byte split: %s\n", rep.engine_split.c_str());
   if (restore) {
-    std::fprintf(out, "%-10s %8s  %-10s %-20s %9s %7s %6s %9s %8s %7s %8s %6s %7s\n", "point",
-                 "objects", "engine", "ablation", "median s", "GiB/s", "/ceil", "layer0 s",
-                 "records", "reads", "scatters", "ready", "allocs");
+    std::fprintf(out, "%-10s %8s  %-10s %-20s %9s %7s %6s %6s %9s %8s %7s %9s %8s %6s %7s\n",
+                 "point", "objects", "engine", "ablation", "median s", "GiB/s", "/ceil", "/best",
+                 "layer0 s", "records", "reads", "calls", "scatters", "ready", "allocs");
   } else {
-    std::fprintf(out, "%-10s %8s  %-10s %-20s %9s %7s %6s %8s %8s %7s\n", "point", "objects",
-                 "engine", "ablation", "median s", "GiB/s", "/ceil", "writes", "gathers", "allocs");
+    std::fprintf(out, "%-10s %8s  %-10s %-20s %9s %7s %6s %6s %8s %9s %8s %7s\n", "point",
+                 "objects", "engine", "ablation", "median s", "GiB/s", "/ceil", "/best", "writes",
+                 "calls", "gathers", "allocs");
   }
   std::string last_point;
   for (const SweepResult& r : rep.results) {
@@ -1327,20 +1558,24 @@ void PrintSweepTable(const SweepReport& rep, std::FILE* out) {
     const std::string abl = r.ablation ? *r.ablation : "-";
     const char* flag = r.verify_failures != 0 ? "  VERIFY FAILED"
                                               : (r.counters_stable ? "" : "  (counters varied)");
+    const double best =
+        rep.reference_ceiling_gib_s() > 0 ? r.gib_s / rep.reference_ceiling_gib_s() : 0;
     if (restore) {
       std::fprintf(out,
-                   "%-10s %8s  %-10s %-20s %9.3f %7.2f %6.2f %9.3f %8" PRIu64 " %7" PRIu64
-                   " %8" PRIu64 " %6" PRIu64 " %7" PRIu64 "%s\n",
+                   "%-10s %8s  %-10s %-20s %9.3f %7.2f %6.2f %6.2f %9.3f %8" PRIu64 " %7" PRIu64
+                   " %9" PRIu64 " %8" PRIu64 " %6" PRIu64 " %7" PRIu64 "%s\n",
                    r.point.c_str(), objects.c_str(), r.engine.c_str(), abl.c_str(), r.median_s,
-                   r.gib_s, ratio, r.first_layer_median_s, Counter(r, "records_selected"),
-                   Counter(r, "native_reads"), Counter(r, "scatter_launches"),
-                   Counter(r, "ready_events"), Counter(r, "payload_allocations"), flag);
+                   r.gib_s, ratio, best, r.first_layer_median_s, Counter(r, "records_selected"),
+                   Counter(r, "native_reads"), Counter(r, "native_read_calls"),
+                   Counter(r, "scatter_launches"), Counter(r, "ready_events"),
+                   Counter(r, "payload_allocations"), flag);
     } else {
       std::fprintf(out,
-                   "%-10s %8s  %-10s %-20s %9.3f %7.2f %6.2f %8" PRIu64 " %8" PRIu64 " %7" PRIu64
-                   "%s\n",
+                   "%-10s %8s  %-10s %-20s %9.3f %7.2f %6.2f %6.2f %8" PRIu64 " %9" PRIu64
+                   " %8" PRIu64 " %7" PRIu64 "%s\n",
                    r.point.c_str(), objects.c_str(), r.engine.c_str(), abl.c_str(), r.median_s,
-                   r.gib_s, ratio, Counter(r, "native_writes"), Counter(r, "gather_launches"),
+                   r.gib_s, ratio, best, Counter(r, "native_writes"),
+                   Counter(r, "native_write_calls"), Counter(r, "gather_launches"),
                    Counter(r, "payload_allocations"), flag);
     }
   }
@@ -1353,6 +1588,11 @@ void PrintSweepTable(const SweepReport& rep, std::FILE* out) {
                  "(paper's object size kept)\n");
   }
   std::fprintf(out, "%s\n",
+               restore ? "reads: spans submitted; calls: native read calls (pread/SQE; per-object: "
+                         "one per object)"
+                       : "writes: spans submitted; calls: native write calls (pwrite/SQE; "
+                         "per-object: one per object)");
+  std::fprintf(out, "%s\n",
                restore
                    ? "scatters: KV transfer calls (RangeKV: one single-layer launch per stripe; "
                      "per-object: one multi-layer call per object)"
@@ -1360,43 +1600,112 @@ void PrintSweepTable(const SweepReport& rep, std::FILE* out) {
                      "per-object: one multi-layer call per object)");
 }
 
+std::vector<std::string> CheckTargets(const SweepReport& rep) {
+  std::vector<std::string> missed;
+  const bool restore = rep.workload == Workload::kRestore;
+  const double target = restore ? 0.95 : 0.90;
+  const double ref = rep.reference_ceiling_gib_s();
+  std::map<std::string, const SweepResult*> po, off;
+  for (const SweepResult& r : rep.results) {
+    if (r.engine == "per-object") po[r.point] = &r;
+    if (r.engine == "rangekv" && r.ablation && *r.ablation == "checksum=off") off[r.point] = &r;
+  }
+  double on_s = 0, off_s = 0;
+  char buf[256];
+  for (const SweepResult& r : rep.results) {
+    if (r.engine != "rangekv" || r.ablation) continue;
+    if (ref > 0 && r.gib_s / ref < target) {
+      std::snprintf(buf, sizeof(buf), "%s point %s: %.3f of the best ceiling (target >= %.2f)",
+                    std::string(WorkloadName(rep.workload)).c_str(), r.point.c_str(), r.gib_s / ref,
+                    target);
+      missed.push_back(buf);
+    }
+    auto p = po.find(r.point);
+    if (p != po.end() && p->second->median_s < r.median_s) {
+      std::snprintf(buf, sizeof(buf),
+                    "%s point %s: rangekv %.3f s is slower than the per-object model's %.3f s",
+                    std::string(WorkloadName(rep.workload)).c_str(), r.point.c_str(), r.median_s,
+                    p->second->median_s);
+      missed.push_back(buf);
+    }
+    auto o = off.find(r.point);
+    if (o != off.end()) {
+      on_s += r.median_s;
+      off_s += o->second->median_s;
+    }
+  }
+  if (off_s > 0 && on_s / off_s - 1 > 0.02) {
+    std::snprintf(buf, sizeof(buf), "%s: checksum cost %.1f%% (target <= 2%%)",
+                  std::string(WorkloadName(rep.workload)).c_str(), (on_s / off_s - 1) * 100);
+    missed.push_back(buf);
+  }
+  return missed;
+}
+
 void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
   std::vector<const SweepResult*> rkv;
-  std::map<std::string, const SweepResult*> po;
+  std::map<std::string, const SweepResult*> po, off;
   for (const SweepResult& r : rep.results) {
     if (r.engine == "rangekv" && !r.ablation) rkv.push_back(&r);
     if (r.engine == "per-object") po[r.point] = &r;
+    if (r.engine == "rangekv" && r.ablation && *r.ablation == "checksum=off") off[r.point] = &r;
   }
+  const bool restore = rep.workload == Workload::kRestore;
+  const double ref = rep.reference_ceiling_gib_s();
   if (!rkv.empty()) {
     double lo = rkv[0]->median_s;
     double hi = lo;
-    double rlo = 1e9;
-    double rhi = 0;
+    double rlo = 1e9, rhi = 0, blo = 1e9, bhi = 0;
     for (const SweepResult* r : rkv) {
       lo = std::min(lo, r->median_s);
       hi = std::max(hi, r->median_s);
       const double ratio = rep.ceiling_gib_s > 0 ? r->gib_s / rep.ceiling_gib_s : 0;
       rlo = std::min(rlo, ratio);
       rhi = std::max(rhi, ratio);
+      const double best = ref > 0 ? r->gib_s / ref : 0;
+      blo = std::min(blo, best);
+      bhi = std::max(bhi, best);
     }
     const double spread = lo > 0 ? (hi - lo) / lo : 0;
-    // The acceptance targets (issue 4) are the restore's; the store line is informational.
-    const bool restore = rep.workload == Workload::kRestore;
     std::fprintf(
         out, "rangekv: medians %.3f-%.3f s across %zu points, spread %.1f%%%s\n", lo, hi,
         rkv.size(), spread * 100,
         !restore ? "" : (spread <= 0.05 ? " (target <= 5%)" : " (target <= 5%)  ABOVE TARGET"));
     if (rep.ceiling_gib_s > 0) {
-      std::fprintf(
-          out, "rangekv / ceiling: %.2f-%.2f%s\n", rlo, rhi,
-          !restore ? "" : (rlo >= 0.8 ? " (target >= 0.80)" : " (target >= 0.80)  BELOW TARGET"));
+      std::fprintf(out, "rangekv / engine-config ceiling (%s): %.2f-%.2f\n",
+                   rep.ceiling_config.c_str(), rlo, rhi);
+      const double target = restore ? 0.95 : 0.90;
+      std::fprintf(out, "rangekv / best ceiling (%s, %.2f GiB/s): %.2f-%.2f (target >= %.2f)%s\n",
+                   rep.best_ceiling_config.c_str(), ref, blo, bhi, target,
+                   blo >= target ? "" : "  BELOW TARGET");
     }
   }
   for (const SweepResult* r : rkv) {
     auto it = po.find(r->point);
     if (it == po.end() || r->median_s <= 0) continue;
-    std::fprintf(out, "  %-10s per-object / rangekv time: %.2fx\n", r->point.c_str(),
-                 it->second->median_s / r->median_s);
+    std::fprintf(out,
+                 "  %-10s per-object / rangekv time: %.2fx%s; per-object / best ceiling %.2f\n",
+                 r->point.c_str(), it->second->median_s / r->median_s,
+                 it->second->median_s < r->median_s ? "  (RANGEKV SLOWER)" : "",
+                 ref > 0 ? it->second->gib_s / ref : 0);
+  }
+  double on_s = 0, off_s = 0;
+  for (const SweepResult* r : rkv) {
+    auto it = off.find(r->point);
+    if (it == off.end()) continue;
+    on_s += r->median_s;
+    off_s += it->second->median_s;
+  }
+  if (off_s > 0) {
+    std::fprintf(out, "checksum cost (sum of medians, on / off - 1): %.1f%% (target <= 2%%)\n",
+                 (on_s / off_s - 1) * 100);
+  }
+  for (const SweepResult* r : rkv) {
+    if (r->phases_ms.empty()) continue;
+    std::fprintf(out, "  %-10s phases (median ms, summed over batches):", r->point.c_str());
+    for (const auto& [name, v] : r->phases_ms)
+      std::fprintf(out, " %s %.1f", name.c_str(), Median(v));
+    std::fprintf(out, " (store wall %.1f ms)\n", r->median_s * 1e3);
   }
   if (rep.verify_failures != 0) {
     std::fprintf(out, "VERIFICATION FAILED in %" PRIu64 " repetitions\n", rep.verify_failures);
@@ -1406,6 +1715,13 @@ void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
 }
 
 nlohmann::json SweepJson(const SweepReport& rep) {
+  nlohmann::json grid = nlohmann::json::array();
+  for (const GridCell& g : rep.grid) {
+    grid.push_back({{"threads", g.threads},
+                    {"request_bytes", g.request_bytes},
+                    {"bytes", g.bytes},
+                    {"gib_s", g.gib_s}});
+  }
   nlohmann::json results = nlohmann::json::array();
   for (const SweepResult& r : rep.results) {
     nlohmann::json counters = nlohmann::json::object();
@@ -1421,9 +1737,17 @@ nlohmann::json SweepJson(const SweepReport& rep) {
         {"median_s", r.median_s},
         {"gib_s", r.gib_s},
         {"ratio_to_ceiling", rep.ceiling_gib_s > 0 ? r.gib_s / rep.ceiling_gib_s : 0},
+        {"ratio_to_best_ceiling",
+         rep.reference_ceiling_gib_s() > 0 ? r.gib_s / rep.reference_ceiling_gib_s() : 0},
         {"samples_s", r.samples_s},
         {"counters", counters},
         {"counters_stable", r.counters_stable},
+        {"phases_median_ms",
+         [&] {
+           nlohmann::json p = nlohmann::json::object();
+           for (const auto& [name, v] : r.phases_ms) p[name] = Median(v);
+           return p;
+         }()},
         {"verify_failures", r.verify_failures}};
     if (rep.workload == Workload::kRestore) {
       j["first_layer_median_s"] = r.first_layer_median_s;
@@ -1444,6 +1768,14 @@ nlohmann::json SweepJson(const SweepReport& rep) {
                       {"prefix_tokens", rep.prefix_tokens},
                       {"ceiling_gib_s", rep.ceiling_gib_s},
                       {"ceiling_samples_gib_s", rep.ceiling_samples_gib_s},
+                      {"ceiling_config", rep.ceiling_config},
+                      {"best_ceiling_gib_s", rep.reference_ceiling_gib_s()},
+                      {"best_ceiling_samples_gib_s", rep.best_ceiling_samples_gib_s},
+                      {"best_ceiling_config", rep.best_ceiling_config},
+                      {"best_ceiling_threads", rep.best_ceiling_threads},
+                      {"best_ceiling_request_bytes", rep.best_ceiling_request_bytes},
+                      {"ceiling_grid", grid},
+                      {"engine_split", rep.engine_split},
                       {"results", results},
                       {"verify_failures", rep.verify_failures},
                       {"machine", rep.machine.ToJson()},

@@ -127,6 +127,19 @@ class PagedKvSpace {
 
 enum class Workload : uint8_t { kRestore, kStore };
 
+// The medium's best ceiling: a grid of raw parallel pread/pwrite configurations, each cell on
+// at most `grid_cell_bytes` of the payload's extents. kFull: threads 1,2,4,8,16 x requests 1, 4,
+// 8, 32 MiB (threads are the queue depth: one synchronous call in flight per thread); kShort:
+// threads 4,16 x requests 1, 32 MiB; kOff: no grid (the best ceiling is the engine-config one).
+enum class CeilingGrid : uint8_t { kFull, kShort, kOff };
+
+struct GridCell {
+  uint32_t threads = 0;
+  uint64_t request_bytes = 0;
+  uint64_t bytes = 0;  // moved by the cell
+  double gib_s = 0;
+};
+
 struct SweepOptions {
   Workload workload = Workload::kRestore;
   std::string tool = "rangekv bench";  // prefix of progress lines
@@ -148,6 +161,10 @@ struct SweepOptions {
   bool buffered = false;  // page-cache I/O (dropped before each repetition) instead of O_DIRECT
   std::string dir;        // parent of the scratch directory
   uint32_t ceiling_threads = 0;  // 0: the engine's read (4) or write (32) worker count
+  CeilingGrid ceiling_grid = CeilingGrid::kFull;
+  uint64_t grid_cell_bytes = 256ull << 20;
+  // Engine byte split (EngineOptions::io_split_bytes): kIoSplitAuto probes per engine.
+  uint64_t io_split_bytes = kIoSplitAuto;
   uint64_t seed = 20261130;
   bool progress = true;
   // Engine tuning (0: the engine's default), for finding where time goes.
@@ -155,6 +172,8 @@ struct SweepOptions {
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
+  uint32_t group_workers = 0;
+  uint32_t layer_group = 0;
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;  // the engine's span digests
   // EngineOptions::durability values (Durability::Set syntax): the first is the default
   // configuration's, each further one runs as an extra configuration named "durability=X"
@@ -180,6 +199,8 @@ struct SweepResult {
   std::vector<std::pair<std::string, uint64_t>> counters;
   bool counters_stable = true;
   uint64_t verify_failures = 0;
+  // Phase timings (counters named *_ns) of every timed repetition, milliseconds.
+  std::vector<std::pair<std::string, std::vector<double>>> phases_ms;
 };
 
 struct SweepReport {
@@ -192,13 +213,28 @@ struct SweepReport {
   uint64_t payload_bytes = 0;  // bytes each repetition moves (prefix or suffix)
   uint64_t payload_tokens = 0;
   uint64_t prefix_tokens = 0;
-  double ceiling_gib_s = 0;
+  double ceiling_gib_s = 0;  // engine-configuration ceiling (threads = engine workers)
   std::vector<double> ceiling_samples_gib_s;
+  std::string ceiling_config;  // "4 threads x stripe extents"
+  // The best ceiling: the grid's best cell re-measured on the whole payload, interleaved with
+  // the repetitions like the engine-configuration ceiling (or that one, when it is faster).
+  std::vector<GridCell> grid;
+  double best_ceiling_gib_s = 0;
+  std::vector<double> best_ceiling_samples_gib_s;
+  std::string best_ceiling_config;  // "8 threads x 1 MiB requests"
+  uint32_t best_ceiling_threads = 0;
+  uint64_t best_ceiling_request_bytes = 0;
+  std::string engine_split;      // the engine's byte split as DescribeBackends reports it
   double h2d_ceiling_gib_s = 0;  // 0 when the device is the host
   std::vector<SweepResult> results;
   uint64_t verify_failures = 0;
   MachineInfo machine;
   double wall_s = 0;
+  // The ratio every RangeKV number is stated against: the best ceiling when measured, else the
+  // engine-configuration one.
+  double reference_ceiling_gib_s() const {
+    return best_ceiling_gib_s > 0 ? best_ceiling_gib_s : ceiling_gib_s;
+  }
 };
 
 // Runs the sweep. Errors (setup failures, engine errors) abort the run; verification failures
@@ -210,9 +246,18 @@ void PrintSweepTable(const SweepReport& report, std::FILE* out);
 // Per-engine summary lines: the RangeKV spread across points, ratios to the ceiling and the
 // per-object baseline.
 void PrintSweepSummary(const SweepReport& report, std::FILE* out);
+// The acceptance targets (`--check`): every default RangeKV point at >= 0.95 (restore) / 0.90
+// (store) of the best ceiling and no slower than the per-object model at that point, and the
+// checksum cost (default vs the checksum=off arm, sums of medians) <= 2% when that arm ran.
+// Returns one line per missed target.
+std::vector<std::string> CheckTargets(const SweepReport& report);
 // {"workload":"restore","device":...,"payload_bytes":...,"ceiling_gib_s":X,"results":[...]}.
 nlohmann::json SweepJson(const SweepReport& report);
 
 std::string_view WorkloadName(Workload w);  // "restore", "store"
+
+// Draws median time per point for every arm, ceilings as lines (tools/bench_plot.cc): .svg
+// written directly, .png through `python3 -m rangekv.bench.plot` (matplotlib).
+Status WriteSweepPlot(const SweepReport& report, const std::string& path);
 
 }  // namespace rangekv::tools

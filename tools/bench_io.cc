@@ -52,6 +52,9 @@ struct BenchIoConfig {
   std::string dir;
   std::string json_path;
   std::string uring_submit = "inline";
+  std::string ceiling_grid = "full";  // full | short | off
+  uint64_t grid_cell_bytes = 256 * kMiB;
+  uint64_t split_bytes = 0;  // engines' byte split (0: spans whole)
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -179,26 +182,38 @@ class Method {
   virtual double Pass() = 0;
 };
 
-// N threads of plain pread, each taking the next block: the most a reader can expect.
+// N threads of plain pread, each taking the next block: the most a reader can expect. The
+// engine-configuration ceiling uses --threads x --block over the whole file; grid cells and the
+// best ceiling use their own threads and request size (cells over a bounded prefix).
 class CeilingMethod final : public Method {
  public:
-  CeilingMethod(File& file, const HostBuffer& dst, const BenchIoConfig& cfg)
-      : file_(file), dst_(dst), cfg_(cfg) {}
-  const char* name() const override { return "ceiling"; }
+  CeilingMethod(File& file, const HostBuffer& dst, std::string name, uint32_t threads,
+                uint64_t block_bytes, uint64_t bytes)
+      : file_(file),
+        dst_(dst),
+        name_(std::move(name)),
+        threads_(threads),
+        block_(block_bytes),
+        bytes_(bytes) {}
+  const char* name() const override { return name_.c_str(); }
+  uint32_t threads() const { return threads_; }
+  uint64_t block() const { return block_; }
+  uint64_t bytes() const { return bytes_; }
 
   double Pass() override {
-    const uint64_t blocks = cfg_.size_bytes / cfg_.block_bytes;
+    const uint64_t blocks = (bytes_ + block_ - 1) / block_;
     std::atomic<uint64_t> next{0};
     std::atomic<bool> failed{false};
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
-    for (uint32_t t = 0; t < cfg_.threads; ++t) {
+    for (uint32_t t = 0; t < threads_; ++t) {
       threads.emplace_back([&] {
         for (uint64_t b; (b = next.fetch_add(1)) < blocks;) {
-          const uint64_t off = b * cfg_.block_bytes;
+          const uint64_t off = b * block_;
+          const uint64_t len = std::min(block_, bytes_ - off);
           uint64_t done = 0;
-          while (done < cfg_.block_bytes) {
-            const ssize_t n = ::pread(file_.fd(), dst_.data() + off + done, cfg_.block_bytes - done,
+          while (done < len) {
+            const ssize_t n = ::pread(file_.fd(), dst_.data() + off + done, len - done,
                                       static_cast<off_t>(off + done));
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) {
@@ -219,7 +234,10 @@ class CeilingMethod final : public Method {
  private:
   File& file_;
   const HostBuffer& dst_;
-  const BenchIoConfig& cfg_;
+  std::string name_;
+  uint32_t threads_;
+  uint64_t block_;
+  uint64_t bytes_;
 };
 
 class EngineMethod final : public Method {
@@ -293,9 +311,50 @@ void RunBenchIo(const BenchIoConfig& cfg) {
   }
 
   std::vector<std::unique_ptr<Method>> methods;
-  methods.push_back(std::make_unique<CeilingMethod>(*file, dst, cfg));
-  const IoEngineOptions engine_options{
-      .workers = cfg.threads, .queue_depth = cfg.queue_depth, .uring_submit = submit};
+  methods.push_back(std::make_unique<CeilingMethod>(*file, dst, "ceiling", cfg.threads,
+                                                    cfg.block_bytes, cfg.size_bytes));
+  // The best ceiling: a grid of threads x request sizes, each cell once over a bounded prefix
+  // of the file; the best cell joins the interleaved passes over the whole file.
+  nlohmann::json grid = nlohmann::json::array();
+  std::string best_config = std::to_string(cfg.threads) + " threads x " +
+                            std::to_string(cfg.block_bytes / kMiB) + " MiB (engine config)";
+  if (cfg.ceiling_grid != "off") {
+    std::vector<uint32_t> grid_threads = {1, 2, 4, 8, 16};
+    std::vector<uint64_t> grid_blocks = {1 * kMiB, 4 * kMiB, 8 * kMiB, 32 * kMiB};
+    if (cfg.ceiling_grid == "short") {
+      grid_threads = {4, 16};
+      grid_blocks = {1 * kMiB, 32 * kMiB};
+    }
+    const uint64_t cell_bytes = std::min(cfg.size_bytes, cfg.grid_cell_bytes);
+    double best = 0;
+    uint32_t best_t = cfg.threads;
+    uint64_t best_b = cfg.block_bytes;
+    for (uint32_t t : grid_threads) {
+      for (uint64_t b : grid_blocks) {
+        CeilingMethod cell(*file, dst, "cell", t, b, cell_bytes);
+        const double gib_s = static_cast<double>(cell_bytes) / kGiB / cell.Pass();
+        grid.push_back(
+            {{"threads", t}, {"request_bytes", b}, {"bytes", cell_bytes}, {"gib_s", gib_s}});
+        std::fprintf(stderr, "bench io: grid %2u threads x %2llu MiB: %7.2f GiB/s\n", t,
+                     static_cast<unsigned long long>(b / kMiB), gib_s);
+        if (gib_s > best) {
+          best = gib_s;
+          best_t = t;
+          best_b = b;
+        }
+      }
+    }
+    if (best_t != cfg.threads || best_b != cfg.block_bytes) {
+      best_config = std::to_string(best_t) + " threads x " + std::to_string(best_b / kMiB) + " MiB";
+      methods.push_back(
+          std::make_unique<CeilingMethod>(*file, dst, "best-ceil", best_t, best_b, cfg.size_bytes));
+    }
+  }
+  const size_t engines_from = methods.size();
+  const IoEngineOptions engine_options{.workers = cfg.threads,
+                                       .queue_depth = cfg.queue_depth,
+                                       .uring_submit = submit,
+                                       .split_bytes = cfg.split_bytes};
   auto posix = MakeIoEngine(IoEngineKind::kPosix, engine_options);
   Check(posix.status(), "posix engine");
   methods.push_back(std::make_unique<EngineMethod>(std::move(posix).value(), *file, dst, cfg));
@@ -341,12 +400,18 @@ void RunBenchIo(const BenchIoConfig& cfg) {
   }
 
   const double ceiling = Median(samples[0]);
+  const double best_ceiling = std::max(ceiling, engines_from > 1 ? Median(samples[1]) : 0.0);
+  if (engines_from > 1 && Median(samples[1]) < ceiling)
+    best_config += " (lost to the engine config on the whole file)";
   nlohmann::json results = nlohmann::json::array();
   std::printf("\nrangekv bench io: %.2f GiB, %llu MiB blocks, %u threads, %s, %s, %u reps\n", gib,
               static_cast<unsigned long long>(cfg.block_bytes / kMiB), cfg.threads,
               file->direct() ? "O_DIRECT" : "buffered", FileSystemName(dir.path()).c_str(),
               cfg.reps);
-  std::printf("%-10s %12s %8s   %s\n", "method", "GiB/s (med)", "ratio", "samples GiB/s");
+  std::printf("best ceiling: %s, %.2f GiB/s; engine split: %s\n", best_config.c_str(), best_ceiling,
+              cfg.split_bytes == 0 ? "none" : (std::to_string(cfg.split_bytes) + " B").c_str());
+  std::printf("%-10s %12s %8s %8s   %s\n", "method", "GiB/s (med)", "ratio", "/best",
+              "samples GiB/s");
   for (size_t m = 0; m < methods.size(); ++m) {
     const double med = Median(samples[m]);
     std::string list;
@@ -355,11 +420,13 @@ void RunBenchIo(const BenchIoConfig& cfg) {
       std::snprintf(b, sizeof(b), "%.2f ", v);
       list += b;
     }
-    std::printf("%-10s %12.2f %8.3f   %s\n", methods[m]->name(), med, med / ceiling, list.c_str());
-    if (m == 0) continue;
+    std::printf("%-10s %12.2f %8.3f %8.3f   %s\n", methods[m]->name(), med, med / ceiling,
+                med / best_ceiling, list.c_str());
+    if (m < engines_from) continue;
     nlohmann::json r = {{"engine", methods[m]->name()},
                         {"gib_s", med},
                         {"ratio", med / ceiling},
+                        {"ratio_to_best_ceiling", med / best_ceiling},
                         {"samples_gib_s", samples[m]}};
     if (std::string(methods[m]->name()) == "uring") {
       r["buffers"] = uring_buffers;
@@ -381,6 +448,10 @@ void RunBenchIo(const BenchIoConfig& cfg) {
         {"ceiling_gib_s", ceiling},
         {"results", results},
         {"ceiling_samples_gib_s", samples[0]},
+        {"best_ceiling_gib_s", best_ceiling},
+        {"best_ceiling_config", best_config},
+        {"ceiling_grid", grid},
+        {"split_bytes", cfg.split_bytes},
         {"size_bytes", cfg.size_bytes},
         {"block_bytes", cfg.block_bytes},
         {"threads", cfg.threads},
@@ -424,6 +495,16 @@ void AddBenchIoCommand(CLI::App& bench) {
       ->check(CLI::IsMember({"inline", "async"}))
       ->capture_default_str();
   cmd->add_option("--json", cfg->json_path, "Write results as JSON to this file");
+  cmd->add_option("--ceiling-grid", cfg->ceiling_grid,
+                  "best-ceiling grid: full (threads 1-16 x 1-32 MiB), short, off")
+      ->check(CLI::IsMember({"full", "short", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--grid-cell-bytes", cfg->grid_cell_bytes, "bytes read per grid cell")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--split", cfg->split_bytes, "engines' byte split (0: spans whole)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   cmd->callback([cfg] { RunBenchIo(*cfg); });
 }
 

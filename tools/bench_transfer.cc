@@ -11,6 +11,7 @@
 // T = 8192, L = 32) with a 768 MiB prefix (6,144 tokens: every plain point splits it into whole
 // tokens) on the host device, O_DIRECT in a scratch directory under /var/tmp. `--payload 6GiB`
 // is the paper's full size (49,152 tokens, 6 packs).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -49,8 +50,15 @@ struct TransferFlags {
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
+  uint32_t group_workers = 0;
+  uint32_t layer_group = 0;
   std::string checksum = "on";
   std::string durability;
+  std::string ceiling_grid = "full";
+  std::string grid_cell = "256MiB";
+  std::string io_split = "auto";
+  bool check = false;
+  std::string plot_path;
 };
 
 [[noreturn]] void Fail(Workload w, const std::string& what) {
@@ -104,6 +112,27 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
                     : "index=scalar";
   }
   if (ablations != "none") o.ablations = SplitList(ablations);
+  // Restore only: a store digests its spans under either policy (the checksum policy is the
+  // restore's verification), so a store has no checksum-off arm to compare with.
+  if (f.check && workload == Workload::kRestore && f.checksum == "on" && !f.skip_rangekv &&
+      std::find(o.ablations.begin(), o.ablations.end(), "checksum=off") == o.ablations.end()) {
+    o.ablations.push_back("checksum=off");  // --check needs the checksum cost
+  }
+  o.ceiling_grid = f.ceiling_grid == "off"     ? CeilingGrid::kOff
+                   : f.ceiling_grid == "short" ? CeilingGrid::kShort
+                                               : CeilingGrid::kFull;
+  Result<uint64_t> cell = ParseBytes(f.grid_cell);
+  if (!cell.ok() || *cell < kMiB) Fail(workload, "--grid-cell-bytes must be >= 1 MiB");
+  o.grid_cell_bytes = *cell;
+  if (f.io_split == "auto") {
+    o.io_split_bytes = kIoSplitAuto;
+  } else if (f.io_split == "off") {
+    o.io_split_bytes = kIoSplitOff;
+  } else {
+    Result<uint64_t> split = ParseBytes(f.io_split);
+    if (!split.ok()) Fail(workload, "--io-split: auto, off or a size");
+    o.io_split_bytes = *split;
+  }
   o.run_baseline = !f.skip_baseline;
   o.run_rangekv = !f.skip_rangekv;
   o.run_ceiling = !f.skip_ceiling;
@@ -128,6 +157,8 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   o.read_banks = f.read_banks;
   o.lookahead_layers = f.lookahead_layers;
   o.write_workers = f.write_workers;
+  o.group_workers = f.group_workers;
+  o.layer_group = f.layer_group;
   o.checksum = f.checksum == "off" ? ChecksumPolicy::kOff : ChecksumPolicy::kAlways;
   o.durabilities = SplitList(f.durability);
 
@@ -151,7 +182,18 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
     out << SweepJson(*report).dump(1) << "\n";
     if (!out) Fail(workload, "cannot write " + f.json_path);
   }
+  if (!f.plot_path.empty()) {
+    Status plotted = WriteSweepPlot(*report, f.plot_path);
+    if (!plotted.ok()) Fail(workload, "--plot: " + plotted.ToString());
+    std::printf("plot: %s\n", f.plot_path.c_str());
+  }
   if (report->verify_failures != 0) throw CLI::RuntimeError(2);
+  if (f.check) {
+    const std::vector<std::string> missed = CheckTargets(*report);
+    for (const std::string& m : missed) std::printf("check: MISSED %s\n", m.c_str());
+    if (!missed.empty()) throw CLI::RuntimeError(3);
+    std::printf("check: every target met\n");
+  }
 }
 
 void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
@@ -160,8 +202,10 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--device", flags->device, "host | cuda | auto")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
-  cmd->add_option("--io", flags->io, "I/O engine for RangeKV and the baseline: posix | uring")
-      ->check(CLI::IsMember({"posix", "uring"}))
+  cmd->add_option("--io", flags->io,
+                  "I/O engine for RangeKV and the baseline: posix | uring | cufile (RangeKV "
+                  "only, CUDA device; falls back with the reason)")
+      ->check(CLI::IsMember({"posix", "uring", "cufile"}))
       ->capture_default_str();
   cmd->add_option("--reps", flags->reps, "timed repetitions per configuration (median)")
       ->check(CLI::Range(1u, 1000u))
@@ -206,6 +250,9 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");
   cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 2)");
   cmd->add_option("--write-workers", flags->write_workers, "engine write workers (0: default 32)");
+  cmd->add_option("--group-workers", flags->group_workers,
+                  "engine store group workers (0: default 8)");
+  cmd->add_option("--layer-group", flags->layer_group, "engine store layer group (0: default 4)");
   cmd->add_option("--checksum", flags->checksum, "engine span digests: on (default) | off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
@@ -213,6 +260,23 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
                   "engine durability, comma-separated: the first for the default "
                   "configuration, each further one as an extra configuration "
                   "(every_publish | periodic:<ms> | none; default: the engine's, periodic:200)");
+  cmd->add_option("--ceiling-grid", flags->ceiling_grid,
+                  "best-ceiling grid: full (threads 1-16 x requests 1-32 MiB), short (4,16 x 1, "
+                  "32 MiB), off")
+      ->check(CLI::IsMember({"full", "short", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--grid-cell-bytes", flags->grid_cell, "payload bytes per grid cell (bound)")
+      ->capture_default_str();
+  cmd->add_option("--io-split", flags->io_split,
+                  "engine byte split: auto (probe at open), off, or a size (e.g. 1MiB)")
+      ->capture_default_str();
+  cmd->add_flag("--check", flags->check,
+                "exit 3 when a target is missed (>= 0.95 (restore) / 0.90 (store) of the best "
+                "ceiling, no slower than per-object, restore checksum cost <= 2%; a restore "
+                "--check adds the checksum=off arm)");
+  cmd->add_option("--plot", flags->plot_path,
+                  "draw time against object count per arm, ceilings as lines (.svg written "
+                  "directly; .png through python3 + matplotlib)");
   cmd->callback([workload, flags] { RunTransfer(workload, *flags); });
 }
 

@@ -24,7 +24,15 @@ enum class IoEngineSelection : uint8_t {
   kAuto,   // uring when it works with this file, else posix (the reason is logged)
   kPosix,  // pread/pwrite thread pool
   kUring,  // io_uring; Open fails with kUnavailable when it cannot be used
+  // cuFile (libcufile via dlopen; GDS, or cuFile's compat mode) with a CUDA device. When the
+  // library, its driver or the pack file's handle registration is unavailable, or the device
+  // is not CUDA, Open falls back as kAuto does and DescribeBackends() / the log say why.
+  kCuFile,
 };
+
+// EngineOptions::io_split_bytes values besides a byte count.
+inline constexpr uint64_t kIoSplitAuto = 0;          // probe the medium at Open
+inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
 
 enum class DirectIoPreference : uint8_t {
   kPreferred,  // O_DIRECT where the file system supports it (tmpfs does not), else buffered
@@ -131,6 +139,17 @@ struct EngineOptions {
   uint32_t cuda_device_ordinal = 0;
   IoEngineSelection io_engine = IoEngineSelection::kAuto;
   DirectIoPreference direct_io = DirectIoPreference::kPreferred;
+  // Byte split of native I/O (docs/design.md 4.3): a span longer than this is issued as
+  // concurrent sub-reads / sub-writes of this many bytes (rounded up to the O_DIRECT
+  // alignment), so native calls = payload bytes / split, whatever the object count.
+  // kIoSplitAuto: chosen at Open by a short probe of the store's medium (16 MiB through the
+  // read engine, src/io/split_probe.h; a split must beat whole spans by 10%), logged; with a
+  // caller-supplied `env` (not DefaultEnv()) there is no real medium to probe and spans stay
+  // whole. kIoSplitOff: never split. Otherwise [512, 1 GiB]. options() reports the split in
+  // effect (kIoSplitOff when none) and DescribeBackends() how it was chosen.
+  uint64_t io_split_bytes = kIoSplitAuto;
+  // kCuFile: the library to dlopen ("" = libcufile.so.0 through the dynamic loader).
+  std::string cufile_library;
 
   // Restore side (docs/design.md "Defaults and limits"). Bank bytes 0 means W; a read bank holds
   // one stripe span.

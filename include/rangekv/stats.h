@@ -37,12 +37,17 @@ namespace rangekv {
   X(digest_launches, "digest kernel launches (store and restore; up to 32 blocks each)")        \
   X(verified_spans, "restore spans whose payload digests were checked before scatter")          \
   X(payload_allocations, "payload buffers allocated after Open (the data path allocates none)") \
-  X(rejected_requests, "restores or stores refused because their job slots were all in use") \
-  X(journal_commits, "journal group commits (one pack fsync and one journal fsync each)")     \
-  X(journal_records, "journal records made durable")                                         \
-  X(journal_durable_publications, "publish records made durable (one per new pack)")         \
-  X(journal_checkpoints, "journal checkpoints folded into a new snapshot mid-session")       \
-  X(journal_failures, "journal appends or fsyncs that failed (journaling ended)")
+  X(rejected_requests, "restores or stores refused because their job slots were all in use")    \
+  X(journal_commits, "journal group commits (one pack fsync and one journal fsync each)")       \
+  X(journal_records, "journal records made durable")                                           \
+  X(journal_durable_publications, "publish records made durable (one per new pack)")           \
+  X(journal_checkpoints, "journal checkpoints folded into a new snapshot mid-session")         \
+  X(journal_failures, "journal appends or fsyncs that failed (journaling ended)")               \
+  X(native_read_calls, "read syscalls/SQEs issued by the I/O engine (engine-wide)")             \
+  X(native_write_calls, "write syscalls/SQEs issued by the I/O engine (engine-wide)")           \
+  X(store_gather_ns, "store: ns in gather + digest + copy-out per batch, summed over batches")  \
+  X(store_integrity_ns, "store: ns recording digests and the dirty marker, summed")             \
+  X(store_write_ns, "store: ns from write submit to the batch's last completion, summed")
 
 struct EngineStats {
 #define RANGEKV_STATS_DECLARE_(name, doc) uint64_t name = 0;

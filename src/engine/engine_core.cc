@@ -4,8 +4,10 @@
 #include <numeric>
 
 #include "base/log.h"
+#include "base/units.h"
 #include "directory/ticket.h"
 #include "engine/options.h"
+#include "io/split_probe.h"
 #include "rangekv/env.h"
 
 namespace rangekv::engine_internal {
@@ -52,19 +54,77 @@ Result<std::unique_ptr<IoEngine>> EngineCore::MakeIo(uint32_t workers, uint32_t 
   IoEngineOptions io;
   io.workers = std::min<uint32_t>(workers, 256);
   io.max_queued_batches = std::max<uint32_t>(64, max_queued_batches);
+  io.split_bytes = options_.io_split_bytes == kIoSplitOff ? 0 : options_.io_split_bytes;
+  std::string cufile_why;
+  if (options_.io_engine == IoEngineSelection::kCuFile) {
+    if (device_->capabilities().kind != DeviceKind::kCuda) {
+      cufile_why = "cuFile needs a CUDA device, this engine's is " + device_->capabilities().name;
+    } else {
+      io.cufile_library = options_.cufile_library;
+      auto cufile = MakeIoEngine(IoEngineKind::kCuFile, io);
+      if (cufile.ok()) {
+        File* files[1] = {store_->file()};
+        Status reg = (*cufile)->RegisterFiles(files);
+        if (reg.ok()) {
+          *description = (*cufile)->Describe();
+          Log(LogLevel::kInfo, "io engine: " + *description);
+          return cufile;
+        }
+        cufile_why = reg.message();
+      } else {
+        cufile_why = cufile.status().message();
+      }
+    }
+    Log(LogLevel::kWarning, "io engine: cufile unavailable, falling back: " + cufile_why);
+  }
+  const std::string fallback =
+      cufile_why.empty() ? std::string() : " (cufile unavailable: " + cufile_why + ")";
   if (options_.io_engine != IoEngineSelection::kPosix) {
     auto uring = MakeIoEngine(IoEngineKind::kUring, io);
     if (uring.ok()) {
-      *description = "uring";
+      *description = "uring" + fallback;
       return uring;
     }
     if (options_.io_engine == IoEngineSelection::kUring) return uring.status();
-    *description = "posix (uring unavailable: " + uring.status().message() + ")";
+    *description = "posix (uring unavailable: " + uring.status().message() + ")" + fallback;
     Log(LogLevel::kInfo, "io engine: falling back to posix: " + uring.status().ToString());
   } else {
     *description = "posix";
   }
   return MakeIoEngine(IoEngineKind::kPosix, io);
+}
+
+std::string EngineCore::ResolveIoSplit() {
+  const uint64_t configured = options_.io_split_bytes;
+  if (configured == kIoSplitOff) return "off";
+  if (configured != kIoSplitAuto) return std::to_string(configured) + " (configured)";
+  options_.io_split_bytes = kIoSplitOff;
+  if (options_.env != DefaultEnv())
+    return "off (auto: a caller-supplied env has no medium to probe)";
+  SplitProbeOptions po;
+  po.spans = std::clamp<uint32_t>(options_.read_workers, 1, 16);
+  IoEngineOptions eo;
+  eo.workers = std::min<uint32_t>(options_.read_workers, 256);
+  const std::string path = options_.store_dir + "/io-probe.tmp";
+  const DirectIo direct = store_->file()->direct() ? DirectIo::kPreferred : DirectIo::kOff;
+  IoEngineKind kind =
+      options_.io_engine == IoEngineSelection::kPosix ? IoEngineKind::kPosix : IoEngineKind::kUring;
+  Result<SplitProbeResult> probe = ProbeSplit(options_.env, path, direct, kind, eo, po);
+  if (!probe.ok() && kind == IoEngineKind::kUring &&
+      probe.status().code() == StatusCode::kUnavailable) {
+    kind = IoEngineKind::kPosix;
+    probe = ProbeSplit(options_.env, path, direct, kind, eo, po);
+  }
+  if (!probe.ok()) {
+    Log(LogLevel::kWarning,
+        "io split: probe failed, spans stay whole: " + probe.status().ToString());
+    return "off (auto: probe failed: " + probe.status().message() + ")";
+  }
+  Log(LogLevel::kInfo,
+      "io split probe (" + std::string(IoEngineKindName(kind)) + "): " + probe->summary);
+  if (probe->split_bytes == 0) return "off (auto: probe " + probe->summary + ")";
+  options_.io_split_bytes = probe->split_bytes;
+  return std::to_string(probe->split_bytes) + " (auto: probe " + probe->summary + ")";
 }
 
 Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& config) {
@@ -138,6 +198,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     recovery_.journal_publications_dropped = r.journal.dropped();
   }
 
+  const std::string split_desc = ResolveIoSplit();
   std::string read_desc, write_desc;
   RANGEKV_ASSIGN_OR_RETURN(read_io_,
                            MakeIo(options_.read_workers, options_.read_workers, &read_desc));
@@ -151,6 +212,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   backends_ = "device=" + caps.name + " io=" + read_desc +
               " direct=" + (store_->file()->direct() ? "on" : "off");
   if (write_desc != read_desc) backends_ += " write_io=" + write_desc;
+  backends_ += " split=" + split_desc;
 
   context_.options = &options_;
   context_.geometry = geometry_;
@@ -389,6 +451,8 @@ EngineStats EngineCore::GetStats() const {
       s.journal_failures = js.failures;
     }
   }
+  if (read_io_ != nullptr) s.native_read_calls = read_io_->stats().native_ops;
+  if (write_io_ != nullptr) s.native_write_calls = write_io_->stats().native_ops;
   return s;
 }
 

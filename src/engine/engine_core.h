@@ -102,6 +102,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Status Init(const EngineOptions& options, const EngineInternalConfig& config);
   Result<std::unique_ptr<IoEngine>> MakeIo(uint32_t workers, uint32_t max_queued_batches,
                                            std::string* description);
+  // Settles options_.io_split_bytes (probing the medium for kIoSplitAuto); returns how, for
+  // DescribeBackends().
+  std::string ResolveIoSplit();
 
   EngineOptions options_;
   Geometry geometry_;

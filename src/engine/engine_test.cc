@@ -544,6 +544,75 @@ TEST_F(EngineTest, OpenValidatesOptionsAndTheExistingStore) {
   EXPECT_EQ(ns.status().code(), StatusCode::kNamespaceMismatch) << ns.status().ToString();
 }
 
+TEST_F(EngineTest, ByteSplitIssuesBytesOverSplitCallsAndRestoresBitExact) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.io_split_bytes = 3000;  // odd: O_DIRECT rounds each piece up to 4096
+  Open(o);
+  EXPECT_EQ(engine_->options().io_split_bytes, 3000u);
+  EXPECT_NE(engine_->DescribeBackends().find("split=3000 (configured)"), std::string::npos)
+      << engine_->DescribeBackends();
+  const bool direct = engine_->DescribeBackends().find("direct=on") != std::string::npos;
+  const uint64_t piece = direct ? 4096 : 3000;
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(4 * kT + 1, 31);
+  auto stored = StoreAll(*engine_, *src, tokens, /*seed=*/41, /*slot_seed=*/3);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_TRUE(stored->outcome.status.ok()) << stored->outcome.status.ToString();
+  const EngineStats before = engine_->GetStats();
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, /*granularity=*/16, 41, 4);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_EQ(r->mismatches, 0u);
+  const EngineStats work = engine_->GetStats() - before;
+  // 4 full packs x 4 layers = 16 stripe spans of kW bytes, each cut into ceil(kW / piece).
+  EXPECT_EQ(work.native_reads, 16u);
+  EXPECT_EQ(work.native_read_calls, 16 * ((kW + piece - 1) / piece));
+}
+
+TEST_F(EngineTest, AutoSplitProbesTheMediumAndSaysWhatItChose) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.io_split_bytes = kIoSplitAuto;
+  Open(o);
+  const std::string b = engine_->DescribeBackends();
+  EXPECT_NE(b.find("(auto: probe"), std::string::npos) << b;
+  const uint64_t split = engine_->options().io_split_bytes;
+  EXPECT_TRUE(split == kIoSplitOff || split == (1u << 20) || split == (512u << 10) ||
+              split == (256u << 10))
+      << split;
+  EXPECT_FALSE(DefaultEnv()->FileExists(dir_.path() + "/store/io-probe.tmp"));
+  // Whatever was chosen, the bytes round-trip.
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(2 * kT + 9, 32);
+  auto stored = StoreAll(*engine_, *src, tokens, 42, 5);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, 16, 42, 6);
+  ASSERT_TRUE(r.ok() && r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+}
+
+TEST_F(EngineTest, CuFileOnTheHostDeviceFallsBackWithTheReason) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  if (o.device != DeviceSelection::kHost) GTEST_SKIP() << "the CUDA run takes the cuFile path";
+  o.io_engine = IoEngineSelection::kCuFile;
+  Open(o);
+  const std::string b = engine_->DescribeBackends();
+  EXPECT_NE(b.find("cufile unavailable: cuFile needs a CUDA device"), std::string::npos) << b;
+  auto src = Fixture();
+  const auto tokens = RandomTokens(kT + 3, 33);
+  auto stored = StoreAll(*engine_, *src, tokens, 43, 7);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+}
+
+TEST_F(EngineTest, SplitOptionIsValidated) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.io_split_bytes = 100;
+  EXPECT_EQ(Engine::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o.io_split_bytes = (1ull << 30) + 1;
+  EXPECT_EQ(Engine::Open(o).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(EngineTest, StoreRejectsBadInputAndUnproducedLayersAbort) {
   OpenDefault();
   auto src = Fixture();

@@ -85,6 +85,8 @@ EngineOptions SmallOptions(const std::string& dir, const ModelSpec& model, uint6
   o.device = device != nullptr && std::string_view(device) == "cuda" ? DeviceSelection::kCuda
                                                                      : DeviceSelection::kHost;
   o.io_engine = IoEngineSelection::kPosix;
+  // Deterministic native call counts and no probe file per Open; the split tests opt in.
+  o.io_split_bytes = kIoSplitOff;
   o.read_banks = 4;
   o.prefetch_banks = 3;
   o.read_workers = 2;

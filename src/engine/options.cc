@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/units.h"
+#include "io/io_engine.h"
 #include "kernels/paged_kv.h"
 #include "pack/format.h"
 
@@ -211,6 +212,11 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   if (o.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
   if (o.durability.mode == Durability::Mode::kPeriodic) {
     RANGEKV_RETURN_IF_ERROR(CheckCount("durability.period_ms", o.durability.period_ms, 1, 60000));
+  }
+  if (o.io_split_bytes != kIoSplitAuto && o.io_split_bytes != kIoSplitOff &&
+      (o.io_split_bytes < kMinSplitBytes || o.io_split_bytes > kMaxSplitBytes)) {
+    return Bad("io_split_bytes", "must be auto (0), off, or in [512, 1 GiB], got " +
+                                     std::to_string(o.io_split_bytes));
   }
   return o;
 }

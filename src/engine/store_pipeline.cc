@@ -1,6 +1,7 @@
 #include "engine/store_pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "base/check.h"
@@ -12,6 +13,12 @@ namespace rangekv::engine_internal {
 
 namespace {
 constexpr uint32_t kNoBank = UINT32_MAX;
+
+uint64_t SteadyNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 }  // namespace
 
 StorePipeline::StorePipeline(const EngineContext& context)
@@ -607,8 +614,11 @@ void StorePipeline::GroupWorker(uint32_t index) {
     // The bank's previous batch may still be finishing its callback; wait for done().
     if (bk.submitted) bk.batch->Wait();
     const StoreBatch& batch = job->batches[b];
+    const uint64_t gather_start_ns = SteadyNs();
     Status status = Gather(*job, batch, bk, worker);
     const bool gather_proven = status.ok();
+    const uint64_t gathered_ns = SteadyNs();
+    Count(job.get(), &Counters::store_gather_ns, gathered_ns - gather_start_ns);
     const std::span<const Span> spans(job->slot->spans.data() + batch.span_begin,
                                       batch.span_end - batch.span_begin);
     if (status.ok() && context_.hooks && context_.hooks->store_point) {
@@ -618,6 +628,7 @@ void StorePipeline::GroupWorker(uint32_t index) {
       // The marker is durable before this batch's first write can reach the pack file.
       status = context_.integrity->BeforeFirstWrite(job->reservation_id);
       if (status.ok()) status = RecordDigests(*job, batch, bk);
+      Count(job.get(), &Counters::store_integrity_ns, SteadyNs() - gathered_ns);
     }
     if (status.ok()) {
       Status cleared = bk.batch->Clear();
@@ -653,6 +664,7 @@ void StorePipeline::GroupWorker(uint32_t index) {
     }
     Count(job.get(), &Counters::native_writes, spans.size());
     bk.submitted = true;
+    bk.submit_ns = SteadyNs();
     Status submitted = context_.write_io->Submit(*bk.batch);
     if (!submitted.ok()) {
       // Nothing was accepted: every span of the batch failed, and the bank is free.
@@ -673,6 +685,7 @@ void StorePipeline::OnWritesDone(uint32_t bank) {
   BankOwner owner = std::move(bank_owner_[bank]);
   bank_owner_[bank] = {};
   StoreJob& job = *owner.job;
+  Count(&job, &Counters::store_write_ns, SteadyNs() - bk.submit_ns);
   for (uint32_t i = 0; i < bk.batch->size(); ++i) {
     const IoCompletion& c = bk.batch->completion(i);
     Count(&job, &Counters::bytes_written, c.bytes);

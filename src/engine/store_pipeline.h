@@ -148,6 +148,7 @@ class StorePipeline {
     uint64_t digest_capacity = 0;
     std::unique_ptr<IoBatch> batch;
     bool submitted = false;  // batch was submitted at least once (Wait() is then legal)
+    uint64_t submit_ns = 0;  // steady clock at the last Submit (phase timing)
     uint8_t* io_buffer() const { return staging.empty() ? device.bytes() : staging.data(); }
   };
   struct BankOwner {

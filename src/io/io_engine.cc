@@ -4,11 +4,18 @@
 #include <utility>
 
 #include "base/check.h"
+#include "io/cufile_engine.h"
 #include "io/io_internal.h"
 
 namespace rangekv {
 
-IoBatch::IoBatch(uint32_t capacity) : requests_(capacity), completions_(capacity) {}
+IoBatch::IoBatch(uint32_t capacity)
+    : requests_(capacity),
+      completions_(capacity),
+      pieces_(capacity, 1),
+      piece_bytes_(capacity, 0),
+      pieces_left_(new std::atomic<uint32_t>[capacity]),
+      failed_piece_(capacity, 0) {}
 
 IoBatch::~IoBatch() { RANGEKV_CHECK(state_.load(std::memory_order_acquire) != State::kInFlight); }
 
@@ -70,6 +77,8 @@ std::string_view IoEngineKindName(IoEngineKind kind) {
       return "posix";
     case IoEngineKind::kUring:
       return "uring";
+    case IoEngineKind::kCuFile:
+      return "cufile";
   }
   return "unknown";
 }
@@ -77,7 +86,8 @@ std::string_view IoEngineKindName(IoEngineKind kind) {
 Result<IoEngineKind> ParseIoEngineKind(std::string_view name) {
   if (name == "posix") return IoEngineKind::kPosix;
   if (name == "uring") return IoEngineKind::kUring;
-  return InvalidArgument("unknown I/O engine '" + std::string(name) + "' (posix, uring)");
+  if (name == "cufile") return IoEngineKind::kCuFile;
+  return InvalidArgument("unknown I/O engine '" + std::string(name) + "' (posix, uring, cufile)");
 }
 
 Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind, const IoEngineOptions& options) {
@@ -92,6 +102,11 @@ Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind, const IoEngine
   if (options.max_queued_batches < 1) {
     return InvalidArgument("IoEngineOptions::max_queued_batches must be >= 1");
   }
+  if (options.split_bytes != 0 &&
+      (options.split_bytes < kMinSplitBytes || options.split_bytes > kMaxSplitBytes)) {
+    return InvalidArgument("IoEngineOptions::split_bytes must be 0 or in [512, 1 GiB], got " +
+                           std::to_string(options.split_bytes));
+  }
   if (options.max_short_retries > 1000) {
     return InvalidArgument("IoEngineOptions::max_short_retries must be <= 1000, got " +
                            std::to_string(options.max_short_retries));
@@ -101,6 +116,8 @@ Result<std::unique_ptr<IoEngine>> MakeIoEngine(IoEngineKind kind, const IoEngine
       return io_internal::MakePosixEngine(options);
     case IoEngineKind::kUring:
       return io_internal::MakeUringEngine(options);
+    case IoEngineKind::kCuFile:
+      return MakeCuFileEngine(options, CuFileSource{.library = options.cufile_library});
   }
   return InvalidArgument("unknown IoEngineKind");
 }

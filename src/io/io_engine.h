@@ -39,6 +39,17 @@
 //   Spans of one batch, or of concurrently outstanding batches, must not write overlapping
 //   file ranges or read into overlapping buffer ranges.
 //
+// Byte split (IoEngineOptions::split_bytes, docs/design.md 4.3): a span longer than the split
+// size is issued as ceil(length / piece) concurrent sub-requests ("pieces") of `piece` bytes
+// each (the last one shorter), piece = split_bytes rounded up to the file's O_DIRECT alignment,
+// so every piece keeps the span's alignment. Pieces of one span run on any engine threads, in
+// any order; the native call count is then payload bytes / piece size, whatever the number of
+// spans or logical objects. The span still completes once, with one IoCompletion exactly as
+// without the split: OK with `length` bytes when every piece succeeded; otherwise the status of
+// the failed piece nearest the span's start (its message names the sub-read) and, as bytes,
+// the contiguous prefix moved before that failure. Pieces after a failed piece still run (they
+// are already issued); their bytes are not reported. An invalid span is never split.
+//
 // Files without a descriptor (fd() == -1, e.g. testing/fault_env.h) work with every engine:
 // their spans go through File::ReadAt/WriteAt with the same checks (the uring engine runs them
 // on a ring's thread, counted in IoEngineStats::file_path_spans), so fault-injection tests
@@ -54,6 +65,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -132,16 +144,24 @@ class IoBatch {
  private:
   friend class io_internal::SpanQueue;
   enum class State : uint8_t { kIdle, kInFlight, kDone };
+  static constexpr uint32_t kNoPiece = UINT32_MAX;
 
   std::vector<IoRequest> requests_;        // capacity() entries, first size() used
   std::vector<IoCompletion> completions_;  // same
   uint32_t size_ = 0;
+  // Byte split bookkeeping, per span (capacity() entries; written by Submit, then by engine
+  // threads): piece count and size, pieces not yet completed, and the first failed piece.
+  std::vector<uint32_t> pieces_;
+  std::vector<uint64_t> piece_bytes_;
+  std::unique_ptr<std::atomic<uint32_t>[]> pieces_left_;
+  std::vector<uint32_t> failed_piece_ GUARDED_BY(mu_);  // kNoPiece when none failed
   std::function<void(IoBatch&)> on_complete_;
   std::atomic<State> state_{State::kIdle};
   std::atomic<uint32_t> remaining_{0};  // spans not yet completed while in flight
   // Engine queue linkage, guarded by the engine's queue mutex while in flight.
   IoBatch* next_ = nullptr;
-  uint32_t dispatched_ = 0;
+  uint32_t dispatched_ = 0;        // spans whose every piece was handed out
+  uint32_t dispatched_piece_ = 0;  // pieces of span dispatched_ handed out
   Mutex mu_;
   CondVar cv_;
 };
@@ -177,13 +197,16 @@ struct IoEngineStats {
   uint64_t fixed_buffer_ops = 0;  // uring: SQEs that used a registered buffer
   uint64_t fixed_file_ops = 0;    // uring: SQEs that used a registered file
   uint64_t file_path_spans = 0;   // uring: spans served through File::ReadAt/WriteAt
+  uint64_t split_spans = 0;       // spans issued as several pieces (byte split)
+  uint64_t pieces = 0;            // pieces of split spans completed
 };
 
 enum class IoEngineKind : uint8_t {
-  kPosix,  // pread/pwrite thread pool
-  kUring,  // io_uring rings, one per thread
+  kPosix,   // pread/pwrite thread pool
+  kUring,   // io_uring rings, one per thread
+  kCuFile,  // cuFile (GPUDirect Storage or its compat mode) via dlopen, see cufile_engine.h
 };
-std::string_view IoEngineKindName(IoEngineKind kind);  // "posix", "uring"
+std::string_view IoEngineKindName(IoEngineKind kind);  // "posix", "uring", "cufile"
 Result<IoEngineKind> ParseIoEngineKind(std::string_view name);
 
 enum class UringSubmit : uint8_t {
@@ -201,7 +224,16 @@ struct IoEngineOptions {
   uint32_t max_queued_batches = 64;  // Submit blocks while this many are outstanding. >= 1
   uint32_t max_short_retries = 8;    // per span, see header comment. [0, 1000]
   UringSubmit uring_submit = UringSubmit::kInline;
+  // Byte split (see the header comment): 0 = spans are issued whole; otherwise spans longer
+  // than this are cut into pieces of this size (rounded up to O_DIRECT alignment per file).
+  // 0 or [kMinSplitBytes, kMaxSplitBytes].
+  uint64_t split_bytes = 0;
+  // cufile: the library to dlopen ("" = libcufile.so.0 through the dynamic loader).
+  std::string cufile_library;
 };
+
+inline constexpr uint64_t kMinSplitBytes = 512;
+inline constexpr uint64_t kMaxSplitBytes = 1ull << 30;
 
 class IoEngine {
  public:
@@ -212,6 +244,11 @@ class IoEngine {
   std::string_view name() const { return IoEngineKindName(kind()); }
   virtual IoEngineCaps caps() const = 0;
   virtual IoEngineStats stats() const = 0;
+  // The byte split in effect (IoEngineOptions::split_bytes; 0 = none).
+  virtual uint64_t split_bytes() const = 0;
+  // One line for logs and DescribeBackends: the name, plus what is in effect (cufile: mode
+  // GDS or compat, library version).
+  virtual std::string Describe() const { return std::string(name()); }
 
   // Registers host buffers for the life of the engine (or until the next call, which replaces
   // them; an empty span unregisters). Spans lying wholly inside a registered buffer then skip

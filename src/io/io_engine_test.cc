@@ -534,6 +534,228 @@ TEST_P(IoEngineTest, DestructionDrainsOutstandingBatches) {
   EXPECT_EQ(0, std::memcmp(buf.data, data.data(), data.size()));
 }
 
+// ---- byte split -------------------------------------------------------------------------
+
+// ceil(length / piece) for every span: the native calls a split batch must issue.
+uint64_t ExpectedPieces(const std::vector<uint64_t>& lengths, uint64_t piece) {
+  uint64_t n = 0;
+  for (uint64_t len : lengths) n += (len + piece - 1) / piece;
+  return n;
+}
+
+TEST_P(IoEngineTest, SplitSpansIssueBytesOverPieceCallsAndRoundTripBitExact) {
+  SKIP_IF_UNAVAILABLE();
+  // Odd split sizes: a buffered file cuts at exactly that size, an O_DIRECT one rounds the
+  // piece up to its alignment so every piece stays aligned.
+  for (const uint64_t split : {uint64_t{5000}, uint64_t{3 * kAlign + 1}, uint64_t{64 * 1024}}) {
+    for (const FileOptions& options : {kBuffered, kDirect}) {
+      SCOPED_TRACE(std::to_string(split) +
+                   (options.direct == DirectIo::kOff ? " buffered" : " direct"));
+      auto engine = Make(IoEngineOptions{.split_bytes = split});
+      ASSERT_EQ(engine->split_bytes(), split);
+      const std::string path =
+          dir_.Join("s" + std::to_string(split) + (options.direct == DirectIo::kOff ? "b" : "d"));
+      auto file = DefaultEnv()->CreateFile(path, options);
+      ASSERT_TRUE(file.ok());
+      const uint64_t piece =
+          (*file)->direct() ? AlignUp(split, (*file)->direct_alignment()) : split;
+      std::vector<uint64_t> offsets, lengths;
+      uint64_t total = 0;
+      for (uint32_t i = 0; i < 12; ++i) {
+        offsets.push_back(total);
+        lengths.push_back(kAlign * (1 + (i * 29) % 61));  // 4 KiB .. 244 KiB
+        total += lengths.back();
+      }
+      AlignedBuffer src(total), dst(total, 0xee);
+      FillPattern(src.data, total, 31 + split);
+      IoBatch writes(12), reads(12);
+      for (uint32_t i = 0; i < 12; ++i) {
+        ASSERT_TRUE(
+            writes.Add({file->get(), offsets[i], src.data + offsets[i], lengths[i], IoOp::kWrite})
+                .ok());
+        ASSERT_TRUE(
+            reads.Add({file->get(), offsets[i], dst.data + offsets[i], lengths[i], IoOp::kRead})
+                .ok());
+      }
+      const IoEngineStats s0 = engine->stats();
+      ASSERT_TRUE(engine->Submit(writes).ok());
+      writes.Wait();
+      ASSERT_TRUE(writes.status().ok()) << writes.status().ToString();
+      const IoEngineStats s1 = engine->stats();
+      ASSERT_TRUE(engine->Submit(reads).ok());
+      reads.Wait();
+      ASSERT_TRUE(reads.status().ok()) << reads.status().ToString();
+      const IoEngineStats s2 = engine->stats();
+      const uint64_t want = ExpectedPieces(lengths, piece);
+      EXPECT_EQ(s1.native_ops - s0.native_ops, want);
+      EXPECT_EQ(s2.native_ops - s1.native_ops, want);
+      uint64_t split_spans = 0;
+      for (uint64_t len : lengths) split_spans += len > piece ? 1 : 0;
+      EXPECT_EQ(s2.split_spans - s1.split_spans, split_spans);
+      EXPECT_EQ(s2.pieces - s1.pieces, want - (lengths.size() - split_spans));
+      EXPECT_EQ(s2.spans - s1.spans, lengths.size());  // one completion per span, not per piece
+      for (uint32_t i = 0; i < 12; ++i) EXPECT_EQ(reads.completion(i).bytes, lengths[i]);
+      EXPECT_EQ(reads.bytes_moved(), total);
+      ASSERT_EQ(0, std::memcmp(src.data, dst.data, total));
+    }
+  }
+}
+
+TEST_P(IoEngineTest, SplitCallCountDependsOnBytesNotOnSpanCount) {
+  SKIP_IF_UNAVAILABLE();
+  // The same 1 MiB read as 1 span or as 64 spans costs 1 MiB / piece native calls either way.
+  auto engine = Make(IoEngineOptions{.split_bytes = 16 * kAlign});
+  const std::string path = dir_.Join("f");
+  const auto data = MakeFile(path, 256 * kAlign, 32);
+  auto file = DefaultEnv()->OpenFile(path, kBuffered);
+  ASSERT_TRUE(file.ok());
+  AlignedBuffer a(256 * kAlign), b(256 * kAlign);
+  IoBatch one(1), many(64);
+  ASSERT_TRUE(one.Add({file->get(), 0, a.data, 256 * kAlign, IoOp::kRead}).ok());
+  for (uint32_t i = 0; i < 64; ++i) {
+    ASSERT_TRUE(
+        many.Add({file->get(), i * 4 * kAlign, b.data + i * 4 * kAlign, 4 * kAlign, IoOp::kRead})
+            .ok());
+  }
+  // 64 spans of 4 pages are each below the piece size: one call each, no split.
+  const IoEngineStats s0 = engine->stats();
+  ASSERT_TRUE(engine->Submit(one).ok());
+  one.Wait();
+  ASSERT_TRUE(one.status().ok());
+  const IoEngineStats s1 = engine->stats();
+  EXPECT_EQ(s1.native_ops - s0.native_ops, 16u);
+  EXPECT_EQ(0, std::memcmp(a.data, data.data(), data.size()));
+  auto coarse = Make(IoEngineOptions{.split_bytes = 4 * kAlign});
+  ASSERT_TRUE(coarse->Submit(many).ok());
+  many.Wait();
+  ASSERT_TRUE(many.status().ok());
+  EXPECT_EQ(coarse->stats().native_ops, 64u);
+  EXPECT_EQ(coarse->stats().split_spans, 0u);
+  EXPECT_EQ(0, std::memcmp(b.data, data.data(), data.size()));
+}
+
+TEST_P(IoEngineTest, SplitDirectReadWithUnalignedLengthIsBitExact) {
+  SKIP_IF_UNAVAILABLE();
+  auto engine = Make(IoEngineOptions{.split_bytes = 3 * kAlign + 7});
+  const std::string path = dir_.Join("f");
+  const uint64_t file_bytes = 20 * kAlign + 1234;
+  const auto data = MakeFile(path, file_bytes, 33);
+  auto file = DefaultEnv()->OpenFile(path, kDirect);
+  ASSERT_TRUE(file.ok());
+  AlignedBuffer a(24 * kAlign, 0xee), b(24 * kAlign, 0xee);
+  IoBatch batch(2);
+  // Ends mid-file on an unaligned length; ends exactly at end of file on an unaligned length.
+  ASSERT_TRUE(batch.Add({file->get(), 0, a.data, 13 * kAlign + 100, IoOp::kRead}).ok());
+  ASSERT_TRUE(batch.Add({file->get(), 0, b.data, file_bytes, IoOp::kRead}).ok());
+  ASSERT_TRUE(engine->Submit(batch).ok());
+  batch.Wait();
+  ASSERT_TRUE(batch.status().ok()) << batch.status().ToString();
+  EXPECT_EQ(0, std::memcmp(a.data, data.data(), 13 * kAlign + 100));
+  EXPECT_EQ(a.data[13 * kAlign + 100], 0xee);
+  EXPECT_EQ(0, std::memcmp(b.data, data.data(), file_bytes));
+  EXPECT_EQ(b.data[file_bytes], 0xee);
+  EXPECT_EQ(engine->stats().split_spans, 2u);
+}
+
+TEST_P(IoEngineTest, SplitReadPastEndOfFileReportsTheContiguousPrefix) {
+  SKIP_IF_UNAVAILABLE();
+  auto engine = Make(IoEngineOptions{.split_bytes = kAlign});
+  const std::string path = dir_.Join("f");
+  const auto data = MakeFile(path, 10000, 34);
+  auto file = DefaultEnv()->OpenFile(path, kBuffered);
+  ASSERT_TRUE(file.ok());
+  AlignedBuffer buf(8 * kAlign, 0xee), other(kAlign, 0xee);
+  IoBatch batch(2);
+  // Pieces 0 and 1 are whole, piece 2 ends at end of file, pieces 3..7 are beyond it.
+  ASSERT_TRUE(batch.Add({file->get(), 0, buf.data, 8 * kAlign, IoOp::kRead}).ok());
+  ASSERT_TRUE(batch.Add({file->get(), 0, other.data, kAlign, IoOp::kRead}).ok());
+  ASSERT_TRUE(engine->Submit(batch).ok());
+  batch.Wait();
+  // Exactly what the unsplit span reports: kShortTransfer with the 10,000 bytes there are.
+  EXPECT_EQ(batch.completion(0).status.code(), StatusCode::kShortTransfer);
+  EXPECT_EQ(batch.completion(0).bytes, 10000u);
+  EXPECT_NE(batch.completion(0).status.message().find("sub-read 2 of 8"), std::string::npos)
+      << batch.completion(0).status.ToString();
+  EXPECT_EQ(0, std::memcmp(buf.data, data.data(), 10000));
+  EXPECT_TRUE(batch.completion(1).status.ok());
+  EXPECT_EQ(batch.failed_spans(), 1u);
+  EXPECT_EQ(engine->stats().failed_spans, 1u);  // per span, not per piece
+}
+
+TEST_P(IoEngineTest, SplitEioInOnePieceFailsOnlyItsSpan) {
+  SKIP_IF_UNAVAILABLE();
+  auto engine = Make(IoEngineOptions{.split_bytes = 2 * kAlign});
+  const std::string path = dir_.Join("f");
+  const auto data = MakeFile(path, 32 * kAlign, 35);
+  FaultInjectingEnv env(DefaultEnv());
+  env.AddRule({.path = path,
+               .op = FaultOp::kRead,
+               .offset = 5 * kAlign + 100,
+               .length = 1,
+               .kind = FaultKind::kIoError});
+  auto file = env.OpenFile(path, kBuffered);
+  ASSERT_TRUE(file.ok());
+  AlignedBuffer buf(32 * kAlign, 0xee);
+  IoBatch batch(2);
+  ASSERT_TRUE(batch.Add({file->get(), 0, buf.data, 16 * kAlign, IoOp::kRead}).ok());
+  ASSERT_TRUE(
+      batch.Add({file->get(), 16 * kAlign, buf.data + 16 * kAlign, 16 * kAlign, IoOp::kRead}).ok());
+  ASSERT_TRUE(engine->Submit(batch).ok());
+  batch.Wait();
+  const Status s = batch.status();
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("span 0"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+  EXPECT_EQ(batch.completion(0).status.code(), StatusCode::kIoError);
+  EXPECT_EQ(batch.completion(0).bytes, 4 * kAlign);  // pieces 0 and 1, before the failed one
+  EXPECT_TRUE(batch.completion(1).status.ok());
+  EXPECT_EQ(0, std::memcmp(buf.data + 16 * kAlign, data.data() + 16 * kAlign, 16 * kAlign));
+  EXPECT_EQ(batch.failed_spans(), 1u);
+}
+
+TEST_P(IoEngineTest, SplitShortReadsInOnePieceAreContinued) {
+  SKIP_IF_UNAVAILABLE();
+  auto engine = Make(IoEngineOptions{.split_bytes = 8 * kAlign});
+  const std::string path = dir_.Join("f");
+  const auto data = MakeFile(path, 64 * kAlign, 36);
+  FaultInjectingEnv env(DefaultEnv());
+  env.AddRule({.path = path,
+               .op = FaultOp::kRead,
+               .offset = 20 * kAlign,
+               .length = 4 * kAlign,
+               .kind = FaultKind::kShortTransfer,
+               .times = 2});
+  auto file = env.OpenFile(path, kBuffered);
+  ASSERT_TRUE(file.ok());
+  AlignedBuffer buf(64 * kAlign);
+  IoBatch batch(1);
+  ASSERT_TRUE(batch.Add({file->get(), 0, buf.data, 64 * kAlign, IoOp::kRead}).ok());
+  ASSERT_TRUE(engine->Submit(batch).ok());
+  batch.Wait();
+  ASSERT_TRUE(batch.status().ok()) << batch.status().ToString();
+  EXPECT_EQ(batch.completion(0).bytes, 64 * kAlign);
+  EXPECT_EQ(0, std::memcmp(buf.data, data.data(), data.size()));
+  EXPECT_EQ(env.counters().short_reads, 2u);
+  EXPECT_EQ(engine->stats().short_retries, 2u);
+  EXPECT_EQ(engine->stats().pieces, 8u);
+}
+
+TEST_P(IoEngineTest, SplitNeverCutsAnInvalidSpan) {
+  SKIP_IF_UNAVAILABLE();
+  auto engine = Make(IoEngineOptions{.split_bytes = kAlign});
+  const std::string path = dir_.Join("f");
+  MakeFile(path, 16 * kAlign, 37);
+  auto file = DefaultEnv()->OpenFile(path, kBuffered);
+  ASSERT_TRUE(file.ok());
+  IoBatch batch(1);
+  ASSERT_TRUE(batch.Add({file->get(), 0, nullptr, 8 * kAlign, IoOp::kRead}).ok());
+  ASSERT_TRUE(engine->Submit(batch).ok());
+  batch.Wait();
+  EXPECT_EQ(batch.completion(0).status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->stats().pieces, 0u);
+  EXPECT_EQ(engine->stats().native_ops, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Engines, IoEngineTest,
     ::testing::Values(EngineParam{"posix", IoEngineKind::kPosix, UringSubmit::kInline},
@@ -549,9 +771,14 @@ TEST(IoEngineFactoryTest, RejectsBadOptionsAndParsesNames) {
               StatusCode::kInvalidArgument);
     EXPECT_EQ(MakeIoEngine(kind, IoEngineOptions{.max_queued_batches = 0}).status().code(),
               StatusCode::kInvalidArgument);
+    EXPECT_EQ(MakeIoEngine(kind, IoEngineOptions{.split_bytes = 511}).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(MakeIoEngine(kind, IoEngineOptions{.split_bytes = (1ull << 30) + 1}).status().code(),
+              StatusCode::kInvalidArgument);
     EXPECT_EQ(*ParseIoEngineKind(IoEngineKindName(kind)), kind);
   }
-  EXPECT_EQ(ParseIoEngineKind("cufile").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseIoEngineKind("cufile"), IoEngineKind::kCuFile);
+  EXPECT_EQ(ParseIoEngineKind("gds").status().code(), StatusCode::kInvalidArgument);
   auto posix = MakeIoEngine(IoEngineKind::kPosix, IoEngineOptions{});
   ASSERT_TRUE(posix.ok());
   EXPECT_EQ((*posix)->name(), "posix");

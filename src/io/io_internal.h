@@ -20,9 +20,11 @@ namespace rangekv::io_internal {
 // read/write at 2 GiB - 4 KiB). Reaching this cap is not a short transfer.
 inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
 
+// One unit of work handed to an engine thread: a whole span, or one piece of a split span.
 struct SpanRef {
   IoBatch* batch = nullptr;
-  uint32_t index = 0;
+  uint32_t index = 0;  // span
+  uint32_t piece = 0;  // piece of the span (0 for an unsplit span)
 };
 
 // Engine-wide counters, updated with relaxed atomics.
@@ -36,6 +38,8 @@ struct Counters {
   std::atomic<uint64_t> fixed_buffer_ops{0};
   std::atomic<uint64_t> fixed_file_ops{0};
   std::atomic<uint64_t> file_path_spans{0};
+  std::atomic<uint64_t> split_spans{0};
+  std::atomic<uint64_t> pieces{0};
   IoEngineStats Snapshot() const;
 };
 
@@ -43,17 +47,18 @@ class SpanQueue {
  public:
   enum class Block : uint8_t { kYes, kNo };
 
-  SpanQueue(uint32_t max_queued_batches, Counters* counters)
-      : max_queued_batches_(max_queued_batches), counters_(counters) {}
+  SpanQueue(uint32_t max_queued_batches, uint64_t split_bytes, Counters* counters)
+      : max_queued_batches_(max_queued_batches), split_bytes_(split_bytes), counters_(counters) {}
   SpanQueue(const SpanQueue&) = delete;
   SpanQueue& operator=(const SpanQueue&) = delete;
 
   // IoEngine::Submit's contract.
   Status Submit(IoBatch& batch) EXCLUDES(mu_);
-  // Hands out the next span. With Block::kYes waits for one; returns false only once Stop()
-  // was called and the queue is empty. With Block::kNo returns false when nothing is queued.
+  // Hands out the next span or piece. With Block::kYes waits for one; returns false only once
+  // Stop() was called and the queue is empty. With Block::kNo returns false when nothing is queued.
   bool Take(SpanRef* out, Block block) EXCLUDES(mu_);
-  // Records the span's outcome; finishes the batch when it was the last span.
+  // Records the outcome of a span or piece; completes a split span with its last piece, and
+  // finishes the batch when that was its last span.
   void Complete(SpanRef ref, IoCompletion completion) EXCLUDES(mu_);
   // Waits until no batch is outstanding, then makes Take(kYes) return false when empty.
   void DrainAndStop() EXCLUDES(mu_);
@@ -61,12 +66,19 @@ class SpanQueue {
   // kFailedPrecondition otherwise.
   Status WhileIdle(const std::function<Status()>& fn) EXCLUDES(mu_);
 
-  static const IoRequest& Request(SpanRef ref) { return ref.batch->requests_[ref.index]; }
+  // The request a SpanRef stands for: the span, or the piece's sub-range of it.
+  static IoRequest Request(SpanRef ref);
+  uint64_t split_bytes() const { return split_bytes_; }
+
+  // Pieces of `r` under a split of `split_bytes` (1 when unsplit) and their size.
+  static uint32_t PieceCount(const IoRequest& r, uint64_t split_bytes, uint64_t* piece_bytes);
 
  private:
+  void CompleteSpan(IoBatch& b, uint32_t index, IoCompletion completion);
   void Finish(IoBatch& batch);  // the last touch of `batch` by the engine
 
   const uint32_t max_queued_batches_;
+  const uint64_t split_bytes_;
   Counters* const counters_;
   Mutex mu_;
   CondVar work_cv_;                          // takers wait for spans

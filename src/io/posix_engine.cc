@@ -14,7 +14,7 @@ namespace {
 class PosixEngine final : public IoEngine {
  public:
   explicit PosixEngine(const IoEngineOptions& options)
-      : options_(options), queue_(options.max_queued_batches, &counters_) {
+      : options_(options), queue_(options.max_queued_batches, options.split_bytes, &counters_) {
     workers_.reserve(options.workers);
     for (uint32_t i = 0; i < options.workers; ++i) workers_.emplace_back([this] { Run(); });
   }
@@ -40,6 +40,7 @@ class PosixEngine final : public IoEngine {
   }
 
   IoEngineStats stats() const override { return counters_.Snapshot(); }
+  uint64_t split_bytes() const override { return options_.split_bytes; }
 
   // pread/pwrite have nothing to pre-register; accepted so callers need no special case.
   Status RegisterBuffers(std::span<const IoBuffer>) override { return OkStatus(); }
@@ -52,7 +53,7 @@ class PosixEngine final : public IoEngine {
     BounceBlock bounce;
     SpanRef ref;
     while (queue_.Take(&ref, SpanQueue::Block::kYes)) {
-      const IoRequest& r = SpanQueue::Request(ref);
+      const IoRequest r = SpanQueue::Request(ref);
       Status valid = ValidateSpan(r);
       if (!valid.ok()) {
         queue_.Complete(ref, {std::move(valid), 0});

@@ -21,6 +21,8 @@ IoEngineStats Counters::Snapshot() const {
       .fixed_buffer_ops = get(fixed_buffer_ops),
       .fixed_file_ops = get(fixed_file_ops),
       .file_path_spans = get(file_path_spans),
+      .split_spans = get(split_spans),
+      .pieces = get(pieces),
   };
 }
 
@@ -32,8 +34,18 @@ Status SpanQueue::Submit(IoBatch& batch) {
     }
   } while (!batch.state_.compare_exchange_weak(expected, IoBatch::State::kInFlight,
                                                std::memory_order_acq_rel));
-  for (uint32_t i = 0; i < batch.size_; ++i) batch.completions_[i] = IoCompletion{};
+  {
+    MutexLock lock(batch.mu_);
+    for (uint32_t i = 0; i < batch.size_; ++i) {
+      batch.completions_[i] = IoCompletion{};
+      const uint32_t n = PieceCount(batch.requests_[i], split_bytes_, &batch.piece_bytes_[i]);
+      batch.pieces_[i] = n;
+      batch.pieces_left_[i].store(n, std::memory_order_relaxed);
+      batch.failed_piece_[i] = IoBatch::kNoPiece;
+    }
+  }
   batch.dispatched_ = 0;
+  batch.dispatched_piece_ = 0;
   batch.next_ = nullptr;
   batch.remaining_.store(batch.size_, std::memory_order_relaxed);
   if (batch.size_ == 0) {
@@ -64,7 +76,11 @@ bool SpanQueue::Take(SpanRef* out, Block block) {
   }
   if (head_ == nullptr) return false;
   IoBatch* b = head_;
-  *out = SpanRef{b, b->dispatched_++};
+  *out = SpanRef{b, b->dispatched_, b->dispatched_piece_++};
+  if (b->dispatched_piece_ == b->pieces_[b->dispatched_]) {
+    ++b->dispatched_;
+    b->dispatched_piece_ = 0;
+  }
   if (b->dispatched_ == b->size_) {
     head_ = b->next_;
     if (head_ == nullptr) tail_ = nullptr;
@@ -73,12 +89,68 @@ bool SpanQueue::Take(SpanRef* out, Block block) {
   return true;
 }
 
+IoRequest SpanQueue::Request(SpanRef ref) {
+  const IoBatch& b = *ref.batch;
+  IoRequest r = b.requests_[ref.index];
+  if (b.pieces_[ref.index] == 1) return r;
+  const uint64_t piece = b.piece_bytes_[ref.index];
+  const uint64_t begin = uint64_t{ref.piece} * piece;
+  r.offset += begin;
+  r.buf = static_cast<uint8_t*>(r.buf) + begin;
+  r.length = std::min(piece, r.length - begin);
+  return r;
+}
+
+uint32_t SpanQueue::PieceCount(const IoRequest& r, uint64_t split_bytes, uint64_t* piece_bytes) {
+  *piece_bytes = r.length;
+  if (split_bytes == 0 || r.length <= split_bytes || !ValidateSpan(r).ok()) return 1;
+  const uint64_t piece =
+      r.file->direct() ? AlignUp(split_bytes, r.file->direct_alignment()) : split_bytes;
+  const uint64_t n = (r.length + piece - 1) / piece;
+  if (n <= 1 || n > UINT32_MAX) return 1;
+  *piece_bytes = piece;
+  return static_cast<uint32_t>(n);
+}
+
 void SpanQueue::Complete(SpanRef ref, IoCompletion completion) {
   IoBatch& b = *ref.batch;
+  const uint32_t i = ref.index;
+  if (b.pieces_[i] == 1) {
+    CompleteSpan(b, i, std::move(completion));
+    return;
+  }
+  counters_->pieces.fetch_add(1, std::memory_order_relaxed);
+  if (!completion.status.ok()) {
+    MutexLock lock(b.mu_);
+    if (ref.piece < b.failed_piece_[i]) {
+      b.failed_piece_[i] = ref.piece;
+      const IoRequest& whole = b.requests_[i];
+      b.completions_[i] = {
+          completion.status.WithContext("sub-read " + std::to_string(ref.piece) + " of " +
+                                        std::to_string(b.pieces_[i]) + " of " + SpanName(whole)),
+          uint64_t{ref.piece} * b.piece_bytes_[i] + completion.bytes};
+    }
+  }
+  // acq_rel: the last piece's thread sees the other pieces' failure records.
+  if (b.pieces_left_[i].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  counters_->split_spans.fetch_add(1, std::memory_order_relaxed);
+  IoCompletion whole;
+  {
+    MutexLock lock(b.mu_);
+    if (b.failed_piece_[i] == IoBatch::kNoPiece) {
+      whole = {OkStatus(), b.requests_[i].length};
+    } else {
+      whole = std::move(b.completions_[i]);
+    }
+  }
+  CompleteSpan(b, i, std::move(whole));
+}
+
+void SpanQueue::CompleteSpan(IoBatch& b, uint32_t index, IoCompletion completion) {
   counters_->spans.fetch_add(1, std::memory_order_relaxed);
   counters_->bytes.fetch_add(completion.bytes, std::memory_order_relaxed);
   if (!completion.status.ok()) counters_->failed_spans.fetch_add(1, std::memory_order_relaxed);
-  b.completions_[ref.index] = std::move(completion);
+  b.completions_[index] = std::move(completion);
   // acq_rel: the thread that finishes the batch sees every other span's completion record.
   if (b.remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish(b);
 }

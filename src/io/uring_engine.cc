@@ -102,7 +102,7 @@ class Ring {
 class UringEngine final : public IoEngine {
  public:
   explicit UringEngine(const IoEngineOptions& options)
-      : options_(options), queue_(options.max_queued_batches, &counters_) {}
+      : options_(options), queue_(options.max_queued_batches, options.split_bytes, &counters_) {}
 
   Status Init() {
     rings_.reserve(options_.workers);
@@ -146,6 +146,7 @@ class UringEngine final : public IoEngine {
   }
 
   IoEngineStats stats() const override { return counters_.Snapshot(); }
+  uint64_t split_bytes() const override { return options_.split_bytes; }
 
   Status RegisterBuffers(std::span<const IoBuffer> buffers) override {
     if (buffers.size() > kMaxRegisteredBuffers) {
@@ -225,6 +226,7 @@ class UringEngine final : public IoEngine {
   // One span with an SQE outstanding (user_data = slot index).
   struct Slot {
     SpanRef ref;
+    IoRequest req;        // the span, or the piece of a split span
     uint64_t done = 0;    // bytes of the span finished so far
     uint64_t chunk = 0;   // bytes asked by the outstanding SQE
     uint32_t shorts = 0;  // short results so far
@@ -299,7 +301,7 @@ class UringEngine final : public IoEngine {
         reap();
         continue;
       }
-      const IoRequest& r = SpanQueue::Request(ref);
+      const IoRequest r = SpanQueue::Request(ref);
       Status valid = ValidateSpan(r);
       if (!valid.ok()) {
         queue_.Complete(ref, {std::move(valid), 0});
@@ -317,6 +319,7 @@ class UringEngine final : public IoEngine {
       const uint32_t s = free_slots.back();
       free_slots.pop_back();
       slots[s] = Slot{.ref = ref,
+                      .req = r,
                       .buf_index = FindBuffer(r.buf, r.length),
                       .file_index = FindFile(r.file),
                       .busy = true};
@@ -345,7 +348,7 @@ class UringEngine final : public IoEngine {
 
   // Queues an SQE for the slot's next chunk.
   void Prepare(Ring& ring, Slot& slot, uint32_t index) {
-    const IoRequest& r = SpanQueue::Request(slot.ref);
+    const IoRequest& r = slot.req;
     slot.chunk = std::min(r.length - slot.done, kMaxChunkBytes);
     io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
     RANGEKV_CHECK(sqe != nullptr);  // at most queue_depth SQEs exist at once
@@ -380,7 +383,7 @@ class UringEngine final : public IoEngine {
 
   // Handles one CQE; returns true when the span completed (the slot is free again).
   bool OnCqe(Ring& ring, Slot& slot, uint32_t index, int res) {
-    const IoRequest& r = SpanQueue::Request(slot.ref);
+    const IoRequest& r = slot.req;
     auto finish = [&](Status status) {
       queue_.Complete(slot.ref, {std::move(status), slot.done});
       return true;

@@ -163,6 +163,7 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
   ++slot->flag_value;
   jobs_.Activate(job);
   if (claimed) Count(job.get(), &Counters::restores_started);
+  FailUnservable();  // no bank left: the job settles failed at once
   work_cv_.NotifyAll();
   return job;
 }
@@ -350,6 +351,29 @@ void RestorePipeline::ReleaseBank(uint32_t bank) {
 
 void RestorePipeline::QuarantineBank(RestoreJob& job, uint32_t bank) {
   jobs_.QuarantineBank(bank, &job.counters, "its last use could not be proven complete");
+  FailUnservable();
+}
+
+void RestorePipeline::FailUnservable() {
+  if (jobs_.usable_banks() != 0) return;
+  // No bank is owned either (an owned bank is usable), so no stripe is reading, landed or
+  // scattering: failing the pending ones settles every job. Backwards, because a job that
+  // settles leaves the active list.
+  const Status none = Unavailable("every read bank is quarantined (unproven device work)");
+  for (size_t k = jobs_.active_count(); k-- > 0;) {
+    const std::shared_ptr<RestoreJob> job = jobs_.ServiceOrder(k);
+    RestoreJobState& st = job->state.Locked(mu_);
+    for (uint32_t s = 0; s < st.progress.stripes(); ++s) {
+      if (st.progress.state(s) != StripeState::kPending) continue;
+      Status& ls = st.layer_status[st.progress.LayerOf(s)];
+      if (ls.ok()) ls = none;
+    }
+    const uint32_t failed = st.progress.FailPending();
+    if (failed == 0) continue;
+    Count(job.get(), &Counters::failed_spans, failed);
+    if (st.first_error.ok()) st.first_error = none;
+    AfterProgress(*job);
+  }
 }
 
 void RestorePipeline::FailStripe(RestoreJob& job, uint32_t stripe, const Status& status) {

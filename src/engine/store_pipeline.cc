@@ -258,6 +258,7 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
   }
   jobs_.Activate(job);
   if (st.deferred) RetryDeferred();  // the joined store may have settled meanwhile
+  FailUnservable();                  // no bank left: the store fails (and settles) at once
   return job;
 }
 
@@ -299,6 +300,23 @@ void StorePipeline::RetryDeferred() {
     AfterProgress(job);
   }
   work_cv_.NotifyAll();
+}
+
+void StorePipeline::FailUnservable() {
+  if (jobs_.usable_banks() != 0) return;
+  const Status none = Unavailable("every store bank is quarantined (unproven device work)");
+  // AfterProgress may settle jobs (and, through RetryDeferred, others): start over after each.
+  for (bool again = true; again;) {
+    again = false;
+    for (const std::shared_ptr<StoreJob>& job : jobs_.active()) {
+      if (!job->state.Locked(mu_).first_error.ok()) continue;
+      const std::shared_ptr<StoreJob> keep = job;
+      Fail(*keep, none);
+      AfterProgress(*keep);
+      again = true;
+      break;
+    }
+  }
 }
 
 void StorePipeline::FinishUnreserved(StoreJob& job) {
@@ -603,6 +621,9 @@ void StorePipeline::GroupWorker(uint32_t index) {
     if (bk.submitted) bk.batch->Wait();
     const StoreBatch& batch = job->batches[b];
     Status status = Gather(*job, batch, produced_events, bk, worker);
+    if (status.ok() && context_.hooks && context_.hooks->gather_fault) {
+      status = context_.hooks->gather_fault(bank);
+    }
     const bool gather_proven = status.ok();
     const std::span<const Span> spans(job->slot->spans.data() + batch.span_begin,
                                       batch.span_end - batch.span_begin);
@@ -639,6 +660,7 @@ void StorePipeline::GroupWorker(uint32_t index) {
                                "gather completion unproven: " + status.ToString());
         }
         AfterProgress(*job);
+        FailUnservable();
         continue;
       }
       st.progress.Extracted(b, static_cast<uint32_t>(spans.size()));

@@ -12,7 +12,9 @@
 // caller falls back (recomputes) or retries after finishing another handle. Waiting instead
 // could deadlock a caller that itself holds the handles whose Finish would free a slot.
 //
-// Service order: workers visit active jobs oldest first (ServiceOrder).
+// Fair service: workers visit active jobs round robin (ServiceOrder), starting with the job
+// after the one served last, so each bank grant goes to the next job with work instead of to
+// the oldest job until it is done: N jobs in flight share the banks, none can take them all.
 //
 // Banks: every transition of a bank goes through here (Acquire / Release / Quarantine), so both
 // pipelines count, log and report it alike. When every bank is quarantined, usable_banks() is 0
@@ -167,7 +169,10 @@ class JobSlots {
     auto it = std::find_if(active_.begin(), active_.end(),
                            [&](const std::shared_ptr<Job>& j) { return j.get() == &job; });
     if (it == active_.end()) return;
+    const size_t at = static_cast<size_t>(it - active_.begin());
     active_.erase(it);
+    if (at < cursor_) --cursor_;  // the job the cursor names stays next
+    if (cursor_ >= active_.size()) cursor_ = 0;
   }
   // Returns the job's slot once it settled and its handle is done (each slot once).
   void ReturnSlot(const Job& job, JobLifecycle& life) {
@@ -178,10 +183,13 @@ class JobSlots {
   }
 
   // Active jobs in their service order: a worker looking for work visits ServiceOrder(k) for
-  // k in [0, active_count()) and calls Served() on the job it gave work to.
+  // k in [0, active_count()) and calls Served(k) for the job it gave work to; the next visit
+  // then starts after that job.
   size_t active_count() const { return active_.size(); }
-  const std::shared_ptr<Job>& ServiceOrder(size_t k) const { return active_[k]; }
-  void Served(size_t /*k*/) {}
+  const std::shared_ptr<Job>& ServiceOrder(size_t k) const {
+    return active_[(cursor_ + k) % active_.size()];
+  }
+  void Served(size_t k) { cursor_ = (cursor_ + k + 1) % active_.size(); }
   // Active jobs in start order (a visitor that must see every job, e.g. deferred stores).
   const std::vector<std::shared_ptr<Job>>& active() const { return active_; }
   // Per slot: the job holding it (settled or not), or null.
@@ -245,6 +253,7 @@ class JobSlots {
   std::vector<Slot*> free_;
   std::vector<Job*> owner_;                   // per slot: the job holding it
   std::vector<std::shared_ptr<Job>> active_;  // in start order
+  size_t cursor_ = 0;  // index into active_ of the job ServiceOrder(0) names
   uint64_t next_job_id_ = 1;
   bool closing_ = false;
 };

@@ -38,12 +38,12 @@ namespace {
 struct ConcurrentFlags {
   std::string device = "auto";
   std::string io = "posix";
-  std::string size = "768MiB";
+  std::string size = "256MiB";
   std::string n_list = "1,2,4,8,16";
   std::string stripe = "8MiB";
   std::string dir;
   std::string json_path;
-  uint32_t reps = 3;
+  uint32_t reps = 2;
   uint32_t warmups = 1;
   uint32_t ceiling_threads = 0;
   uint64_t seed = 20261202;

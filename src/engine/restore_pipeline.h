@@ -13,8 +13,9 @@
 //     buffers of one stripe's blocks; one fence reaper thread.
 //
 // Flow of one stripe (stripe = one read span = one layer of one pack run):
-//   read worker: picks the oldest job with a stripe inside its lookahead window and a bank it
-//     may take (unbound jobs only within the prefetch budget), marks it reading, submits the
+//   read worker: picks, round robin over the active jobs (JobSlots::ServiceOrder), the next job
+//     with a stripe inside its lookahead window and a bank it may take (unbound jobs only within
+//     the prefetch budget), marks it reading, submits the
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
 //   verify (checksum=always, before anything is scattered): the read worker hands the stripe
 //     (with its bank) to a verify worker through a queue and picks its next read at once; the

@@ -39,10 +39,10 @@ inline Status CopyToHost(Engine& engine, void* host_dst, const void* device_src,
   return EngineAccess::Core(engine).CopyToHost(host_dst, device_src, bytes);
 }
 
-inline RestorePipeline::PoolState ReadPoolState(const Engine& engine) {
+inline PoolState ReadPoolState(const Engine& engine) {
   return EngineAccess::Core(engine).restore().pool_state();
 }
-inline StorePipeline::PoolState StorePoolState(const Engine& engine) {
+inline PoolState StorePoolState(const Engine& engine) {
   return EngineAccess::Core(engine).stores().pool_state();
 }
 inline Directory& EngineDirectory(const Engine& engine) {

@@ -541,6 +541,45 @@ std::vector<Extent> SuffixExtents(const Geometry& g, uint64_t first_token, uint6
 
 }  // namespace
 
+Result<std::vector<double>> MeasureReadCeiling(Device& device, const std::string& pack_path,
+                                               const Geometry& g,
+                                               std::span<const CeilingPayload> payloads,
+                                               uint32_t threads, bool buffered, uint32_t warmups,
+                                               uint32_t reps) {
+  std::vector<Extent> extents;
+  std::vector<std::vector<Extent>> groups;  // per payload, for the pattern check
+  uint64_t bytes = 0;
+  for (const CeilingPayload& p : payloads) {
+    RANGEKV_ASSIGN_OR_RETURN(std::vector<Extent> e, LocatePayload(pack_path, g, p.tokens, p.seed));
+    const uint64_t base = extents.empty() ? 0 : ExtentBytes(extents);
+    for (Extent& x : e) {
+      x.buffer_offset += base;
+      extents.push_back(x);
+    }
+    groups.push_back(std::move(e));
+    bytes += p.tokens * g.token_bytes * g.layers;
+  }
+  RANGEKV_ASSIGN_OR_RETURN(PinnedHostBuffer buffer, device.AllocatePinnedHost(ExtentBytes(extents)));
+  std::memset(buffer.data(), 0, buffer.size_bytes());  // no first-touch faults timed
+  bool direct = false;
+  RANGEKV_ASSIGN_OR_RETURN(Fd fd, OpenForCeiling(pack_path, O_RDONLY, buffered, &direct));
+  std::vector<double> out;
+  for (uint32_t rep = 0; rep < warmups + reps; ++rep) {
+    if (!direct) DropCache(pack_path);
+    RANGEKV_ASSIGN_OR_RETURN(double sec,
+                             ParallelIo(fd.get(), extents, buffer.data(), threads, /*write=*/false));
+    uint64_t bad = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      bad += CountExtentMismatches(groups[i], buffer.data(), payloads[i].seed, g.token_bytes);
+    }
+    if (bad != 0) return Corruption("ceiling read " + std::to_string(bad) + " wrong rows");
+    std::memset(buffer.data(), 0, buffer.size_bytes());
+    if (rep >= warmups) out.push_back(static_cast<double>(bytes) / kGiB / sec);
+  }
+  return out;
+}
+
+
 // ---- the sweep ------------------------------------------------------------------------------
 
 std::string_view WorkloadName(Workload w) { return w == Workload::kRestore ? "restore" : "store"; }

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,23 @@ class PagedKvSpace {
   std::vector<int64_t> slots_;
   PagedKv engine_kv_;
 };
+
+// ---- the read ceiling -----------------------------------------------------------------------
+
+// One payload in an engine's pack file: `tokens` path tokens from 0 with the pattern of `seed`.
+struct CeilingPayload {
+  uint64_t tokens = 0;
+  uint64_t seed = 0;
+};
+// The sweep's read ceiling for payloads stored by an engine in `pack_path`: `threads` threads of
+// plain pread of the stripe extents holding them (found by content) into one pinned buffer,
+// O_DIRECT unless `buffered` (then the page cache is dropped first), every byte verified. GiB/s
+// of each of `reps` repetitions after `warmups`.
+Result<std::vector<double>> MeasureReadCeiling(Device& device, const std::string& pack_path,
+                                               const Geometry& g,
+                                               std::span<const CeilingPayload> payloads,
+                                               uint32_t threads, bool buffered, uint32_t warmups,
+                                               uint32_t reps);
 
 // ---- the sweep ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ void AddDemoCommand(CLI::App& app);            // demo.cc
 void AddBenchIoCommand(CLI::App& bench);       // bench_io.cc
 void AddBenchLookupCommand(CLI::App& bench);   // bench_lookup.cc
 void AddBenchTransferCommands(CLI::App& bench);  // bench_transfer.cc: restore, store
+void AddBenchConcurrentCommand(CLI::App& bench);  // bench_concurrent.cc
 void AddInspectCommands(CLI::App& app);        // inspect.cc: inspect, fsck
 
 }  // namespace rangekv::tools

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   rangekv::tools::AddBenchIoCommand(*bench);
   rangekv::tools::AddBenchLookupCommand(*bench);
   rangekv::tools::AddBenchTransferCommands(*bench);
+  rangekv::tools::AddBenchConcurrentCommand(*bench);
   rangekv::tools::AddInspectCommands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;

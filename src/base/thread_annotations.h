@@ -20,6 +20,7 @@
 #define EXCLUDES(...) RANGEKV_TSA(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) RANGEKV_TSA(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) RANGEKV_TSA(release_capability(__VA_ARGS__))
+#define ASSERT_CAPABILITY(x) RANGEKV_TSA(assert_capability(x))
 #define NO_THREAD_SAFETY_ANALYSIS RANGEKV_TSA(no_thread_safety_analysis)
 
 namespace rangekv {

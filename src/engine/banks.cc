@@ -18,7 +18,11 @@ BankPool::BankPool(uint32_t banks, uint32_t prefetch_limit)
 
 bool BankPool::CanAcquire(BankPurpose purpose) const {
   if (free_.empty()) return false;
-  return purpose != BankPurpose::kPrefetch || prefetch_owned_ < prefetch_limit_;
+  if (purpose != BankPurpose::kPrefetch) return true;
+  // Prefetch leaves at least one usable bank to scheduled work, also after quarantines shrank
+  // the pool below the configured budget.
+  const uint32_t usable = size() - quarantined_;
+  return prefetch_owned_ < prefetch_limit_ && prefetch_owned_ + 1 < usable;
 }
 
 std::optional<uint32_t> BankPool::TryAcquire(BankPurpose purpose) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/job_slots.h"
+
 namespace rangekv::engine_internal {
 namespace {
 
@@ -53,6 +55,64 @@ TEST(BankPoolTest, QuarantinedBankIsNeverHandedOutAgain) {
     EXPECT_NE(*b, *a);
     pool.Release(*b);
   }
+}
+
+TEST(BankPoolTest, PrefetchNeverTakesTheLastUsableBankAfterQuarantines) {
+  BankPool pool(4, 3);
+  const auto a = pool.TryAcquire(BankPurpose::kScheduled);
+  const auto b = pool.TryAcquire(BankPurpose::kScheduled);
+  ASSERT_TRUE(a && b);
+  pool.Quarantine(*a);
+  pool.Quarantine(*b);  // 2 usable banks left, budget 3
+  ASSERT_TRUE(pool.TryAcquire(BankPurpose::kPrefetch).has_value());
+  EXPECT_FALSE(pool.CanAcquire(BankPurpose::kPrefetch));  // the last usable bank is scheduled's
+  EXPECT_TRUE(pool.TryAcquire(BankPurpose::kScheduled).has_value());
+}
+
+struct TestSlot {
+  uint32_t index = 0;
+};
+struct TestJob {
+  TestSlot* const slot;
+};
+
+TEST(JobSlotsTest, ServiceIsRoundRobinAcrossActiveJobs) {
+  Counters counters;
+  EngineContext context;
+  context.counters = &counters;
+  JobSlots<TestSlot, TestJob> jobs(context, 4, 0, "test", "max_test", nullptr);
+  std::vector<std::unique_ptr<TestSlot>> slots;
+  for (uint32_t i = 0; i < 3; ++i) slots.push_back(std::make_unique<TestSlot>(TestSlot{i}));
+  jobs.Init(slots);
+  std::vector<std::shared_ptr<TestJob>> started;
+  for (int i = 0; i < 3; ++i) {
+    auto admitted = jobs.Admit();
+    ASSERT_TRUE(admitted.ok());
+    started.push_back(std::make_shared<TestJob>(TestJob{admitted->slot}));
+    jobs.Activate(started.back());
+  }
+  EXPECT_EQ(jobs.Admit().status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(counters.rejected_requests.load(), 1u);
+  // Every job always has work: grants go 0, 1, 2, 0, ... instead of all to job 0.
+  std::vector<TestJob*> served;
+  for (int i = 0; i < 6; ++i) {
+    served.push_back(jobs.ServiceOrder(0).get());
+    jobs.Served(0);
+  }
+  EXPECT_EQ(served, (std::vector<TestJob*>{started[0].get(), started[1].get(), started[2].get(),
+                                           started[0].get(), started[1].get(), started[2].get()}));
+  // Job 1 has no work: it is skipped, and the next visit starts after the job served.
+  EXPECT_EQ(jobs.ServiceOrder(1).get(), started[1].get());
+  EXPECT_EQ(jobs.ServiceOrder(2).get(), started[2].get());
+  jobs.Served(2);  // job 2 served
+  EXPECT_EQ(jobs.ServiceOrder(0).get(), started[0].get());
+  // A job leaving keeps the order of the others.
+  jobs.Served(0);  // job 0 served: job 1 is next
+  jobs.Deactivate(*started[0]);
+  EXPECT_EQ(jobs.ServiceOrder(0).get(), started[1].get());
+  EXPECT_EQ(jobs.ServiceOrder(1).get(), started[2].get());
+  jobs.Deactivate(*started[2]);
+  EXPECT_EQ(jobs.ServiceOrder(0).get(), started[1].get());
 }
 
 TEST(BankPoolDeathTest, ReleasingAFreeBankAborts) {

@@ -34,6 +34,9 @@ struct EngineTestHooks {
   // Consulted by the fence reaper after a scatter's event completed: a non-OK status is treated
   // as an unproven completion (the bank is quarantined, the stripe's tokens fail).
   std::function<Status(uint32_t bank, uint32_t layer)> scatter_fence_fault;
+  // Consulted by a group worker after a batch's gather was proven: a non-OK status is treated
+  // as an unproven gather (the store bank is quarantined, the store fails).
+  std::function<Status(uint32_t bank)> gather_fault;
   // Observes every read bank transition, with the bank's use number. Runs under the restore
   // pipeline's mutex: it must not call into the engine.
   std::function<void(BankEvent event, uint32_t bank, uint64_t use)> read_bank_observer;

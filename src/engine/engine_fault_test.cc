@@ -4,7 +4,8 @@
 // reclaimed only after the accepted writes drained; a dirty marker that cannot be made durable
 // fails the store before any write; a snapshot that cannot be written fails Close and leaves the
 // store dirty; cancellation with reads in flight reuses no bank early and leaks nothing; an
-// unproven fence quarantines its bank; a flipped payload byte fails exactly its tokens and drops
+// unproven fence quarantines its bank, and a restore or store whose banks all get quarantined
+// fails instead of waiting forever; a flipped payload byte fails exactly its tokens and drops
 // the pack; power loss (unsynced data and directory entries lost) at any point of a session or its
 // shutdown reopens to the latest clean state or to an empty index, never to stale bytes. Reads and
 // writes are held in flight with a gated file seam (a sync point), never with sleeps.
@@ -365,6 +366,88 @@ TEST_F(EngineFaultTest, UnprovenScatterFenceQuarantinesTheBank) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->outcome.status.ok());
   EXPECT_EQ(again->mismatches, 0u);
+}
+
+// Every fence fails: each of the 4 read banks is quarantined after its first scatter, while most
+// stripes are still pending. Finish (and each per-layer wait, host or stream) must return with
+// every undelivered token reported failed, not wait for a bank that will never be free; a later
+// restore with no usable bank fails at once.
+TEST_F(EngineFaultTest, RestoreWhoseBanksAllGetQuarantinedFinishesWithItsTokensFailed) {
+  for (WaitMode mode : {WaitMode::kFinishOnly, WaitMode::kEveryLayer, WaitMode::kStreamEveryLayer}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    engine_.reset();
+    engine_internal::EngineInternalConfig config;
+    config.hooks.scatter_fence_fault = [](uint32_t, uint32_t) {
+      return Internal("injected device fault");
+    };
+    Open(DefaultEnv(), config);
+    auto src = Fixture();
+    auto dst = Fixture();
+    const auto tokens = RandomTokens(4 * kT + 1, 21);
+    ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 13, 1)->outcome.status.ok());
+    // 4 packs x 8 layers = 32 stripes for 4 banks.
+    auto r = RestoreAndVerify(*engine_, *dst, Envelope("q"), tokens, 1, 13, 2, mode);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->outcome.status.ok());
+    ASSERT_EQ(r->outcome.failed.size(), 1u);
+    EXPECT_EQ(r->outcome.failed[0], (TokenInterval{0, 4 * kT}));
+    EXPECT_EQ(r->outcome.delivered_tokens, 0u);
+    EXPECT_EQ(r->outcome.work.quarantines, 4u);
+    EXPECT_EQ(r->outcome.work.failed_spans, 32u);
+    EXPECT_EQ(r->mismatches, 0u);
+    EXPECT_EQ(r->poisoned_rows, 0u);
+    auto pool = engine_internal::ReadPoolState(*engine_);
+    EXPECT_EQ(pool.quarantined_banks, 4u);
+    EXPECT_EQ(pool.owned_banks, 0u);
+    EXPECT_EQ(pool.active_jobs, 0u);
+    EXPECT_EQ(pool.free_slots, 4u);
+
+    // No bank is left: the next restore fails every token at once, and holds no lease after.
+    auto again = RestoreAndVerify(*engine_, *dst, Envelope("q2"), tokens, 1, 13, 3, mode);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->outcome.status.code(), StatusCode::kUnavailable)
+        << again->outcome.status.ToString();
+    ASSERT_EQ(again->outcome.failed.size(), 1u);
+    EXPECT_EQ(again->outcome.failed[0], (TokenInterval{0, 4 * kT}));
+    EXPECT_EQ(again->outcome.work.read_bank_acquisitions, 0u);
+    EXPECT_EQ(again->poisoned_rows, 0u);
+    for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+      EXPECT_EQ(s.leases, 0u);
+    }
+  }
+}
+
+// Every gather is unproven: each store quarantines the banks it gathered into and fails. Once no
+// store bank is left, a store must fail at once (kUnavailable) and settle, not wait in Finish
+// for a bank; nothing becomes visible and no reservation is left behind.
+TEST_F(EngineFaultTest, StoreWhoseBanksAllGetQuarantinedFailsInsteadOfWaiting) {
+  engine_internal::EngineInternalConfig config;
+  config.hooks.gather_fault = [](uint32_t) { return Internal("injected device fault"); };
+  Open(DefaultEnv(), config);
+  auto src = Fixture();
+  uint32_t stores = 0;
+  while (engine_internal::StorePoolState(*engine_).quarantined_banks < 4) {
+    ASSERT_LT(stores, 4u);  // each store quarantines at least the bank of its first gather
+    auto r = StoreAll(*engine_, *src, RandomTokens(2 * kT, 40 + stores), 7, stores + 1);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->outcome.status.code(), StatusCode::kInternal) << r->outcome.status.ToString();
+    EXPECT_FALSE(r->outcome.visible);
+    ++stores;
+  }
+  auto last = StoreAll(*engine_, *src, RandomTokens(2 * kT, 99), 7, 9);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(last->outcome.status.code(), StatusCode::kUnavailable)
+      << last->outcome.status.ToString();
+  EXPECT_FALSE(last->outcome.visible);
+  EXPECT_EQ(last->outcome.work.store_bank_acquisitions, 0u);
+  auto pool = engine_internal::StorePoolState(*engine_);
+  EXPECT_EQ(pool.owned_banks, 0u);
+  EXPECT_EQ(pool.active_jobs, 0u);
+  EXPECT_EQ(pool.free_slots, 4u);
+  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+    EXPECT_NE(s.state, SlotState::kReserved);
+  }
+  EXPECT_TRUE(engine_internal::EngineDirectory(*engine_).ListPacks(engine_->namespace_id()).empty());
 }
 
 // Flips one byte of the pack file at `offset` (as bit rot or a foreign writer would).

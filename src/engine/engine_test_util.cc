@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string_view>
+#include <thread>
 
 #include "base/check.h"
 #include "device/host_device.h"
@@ -364,6 +366,49 @@ class GatedFile final : public File {
   GateEnv* env_;
   std::unique_ptr<File> base_;
 };
+
+class JitterFile final : public File {
+ public:
+  JitterFile(JitterEnv* env, std::unique_ptr<File> base) : env_(env), base_(std::move(base)) {}
+  Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
+    env_->Delay();
+    return base_->ReadAt(offset, buf, size);
+  }
+  Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
+    env_->Delay();
+    return base_->WriteAt(offset, buf, size);
+  }
+  Status Sync() override { return base_->Sync(); }
+  Status Allocate(uint64_t size) override { return base_->Allocate(size); }
+  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Result<uint64_t> Size() override { return base_->Size(); }
+  bool direct() const override { return base_->direct(); }
+  uint64_t direct_alignment() const override { return base_->direct_alignment(); }
+  int fd() const override { return -1; }  // every op must pass the delay
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  JitterEnv* env_;
+  std::unique_ptr<File> base_;
+};
+
+void JitterEnv::Delay() {
+  if (max_delay_us_ == 0) return;
+  uint64_t x = seed_ ^ (ops_.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull);
+  std::this_thread::sleep_for(std::chrono::microseconds(SplitMix(x) % (max_delay_us_ + 1)));
+}
+
+Result<std::unique_ptr<File>> JitterEnv::OpenFile(const std::string& path,
+                                                  const FileOptions& options) {
+  RANGEKV_ASSIGN_OR_RETURN(auto f, EnvWrapper::OpenFile(path, options));
+  return std::unique_ptr<File>(new JitterFile(this, std::move(f)));
+}
+
+Result<std::unique_ptr<File>> JitterEnv::CreateFile(const std::string& path,
+                                                    const FileOptions& options) {
+  RANGEKV_ASSIGN_OR_RETURN(auto f, EnvWrapper::CreateFile(path, options));
+  return std::unique_ptr<File>(new JitterFile(this, std::move(f)));
+}
 
 void GateEnv::Close() {
   MutexLock l(mu_);

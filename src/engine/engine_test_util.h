@@ -6,6 +6,7 @@
 //     rows with canonical bytes (a pure function of seed, layer, path position and token id)
 //     through chosen slots, and compares them back bit for bit.
 //   - StoreAll / RestoreAndVerify: drive one store / one restore through the public API.
+//   - JitterEnv: an Env whose reads and writes each sleep a seeded random delay first.
 //   - GateEnv: an Env whose reads block while its gate is closed (a sync point: tests hold
 //     reads in flight without sleeping), counting the readers it holds.
 //   - PayloadFreeEnv and CountOnlyDevice: a file seam that keeps only file headers and a device
@@ -17,6 +18,7 @@
 // used by one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -162,6 +164,27 @@ class GateEnv final : public EnvWrapper {
   CondVar cv_;
   bool closed_ GUARDED_BY(mu_) = false;
   uint32_t held_ GUARDED_BY(mu_) = 0;
+};
+
+// Wraps `base`: every ReadAt / WriteAt first sleeps a seeded pseudo-random 0..max_delay_us
+// (a function of the seed and the op's sequence number). Not a sync point: it widens the windows
+// in which concurrent requests interleave, so a stress test meets many orders; tests that use it
+// assert outcomes, never timing.
+class JitterEnv final : public EnvWrapper {
+ public:
+  JitterEnv(Env* base, uint64_t seed, uint32_t max_delay_us)
+      : EnvWrapper(base), seed_(seed), max_delay_us_(max_delay_us) {}
+
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path,
+                                         const FileOptions& options) override;
+  Result<std::unique_ptr<File>> CreateFile(const std::string& path,
+                                           const FileOptions& options) override;
+  void Delay();
+
+ private:
+  const uint64_t seed_;
+  const uint32_t max_delay_us_;
+  std::atomic<uint64_t> ops_{0};
 };
 
 // An in-memory Env that keeps the first kKeptBytes of each file (headers) and drops payload:

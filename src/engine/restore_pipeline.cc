@@ -10,12 +10,6 @@
 
 namespace rangekv::engine_internal {
 
-namespace {
-
-constexpr uint32_t kNoBank = UINT32_MAX;
-
-}  // namespace
-
 TicketHold::~TicketHold() {
   if (!armed_.load(std::memory_order_acquire)) return;
   if (claimed()) {
@@ -38,7 +32,9 @@ RestorePipeline::RestorePipeline(const EngineContext& context)
                                       2
                                 : 1),
       verify_(context.integrity != nullptr && context.options->checksum == ChecksumPolicy::kAlways),
-      pool_(context.options->read_banks, context.options->prefetch_banks) {}
+      jobs_(context_, context.options->read_banks, context.options->prefetch_banks, "restore",
+            "max_inflight_restores",
+            context.hooks != nullptr ? &context.hooks->read_bank_observer : nullptr) {}
 
 RestorePipeline::~RestorePipeline() { Stop(); }
 
@@ -52,19 +48,14 @@ Status RestorePipeline::Init() {
   const EngineOptions& o = *context_.options;
   Device& dev = *context_.device;
   banks_.resize(o.read_banks);
-  std::vector<IoBuffer> io_buffers;
+  std::vector<BankMemory*> memory;
   for (Bank& b : banks_) {
-    RANGEKV_ASSIGN_OR_RETURN(b.device, dev.AllocateDevice(o.read_bank_bytes));
-    if (context_.staging) {
-      RANGEKV_ASSIGN_OR_RETURN(b.staging, dev.AllocatePinnedHost(o.read_bank_bytes));
-    }
     RANGEKV_ASSIGN_OR_RETURN(b.fence, dev.CreateEvent());
-    io_buffers.push_back({b.io_buffer(), o.read_bank_bytes});
+    memory.push_back(&b);
   }
-  Status reg = context_.read_io->RegisterBuffers(io_buffers);
-  if (!reg.ok()) Log(LogLevel::kInfo, "read banks not registered for I/O: " + reg.ToString());
+  RANGEKV_RETURN_IF_ERROR(
+      AllocateBankMemory(context_, o.read_bank_bytes, *context_.read_io, memory, "read"));
 
-  const uint64_t mapping_bytes = o.max_request_tokens * sizeof(int64_t);
   const uint64_t max_spans_per_layer =
       (o.max_request_tokens + context_.geometry.tokens_per_stripe - 1) /
           context_.geometry.tokens_per_stripe +
@@ -81,8 +72,7 @@ Status RestorePipeline::Init() {
         slot->layer_flags.push_back(std::move(flag));
       }
     }
-    RANGEKV_ASSIGN_OR_RETURN(slot->mapping, dev.AllocateDevice(mapping_bytes));
-    RANGEKV_ASSIGN_OR_RETURN(slot->mapping_staging, dev.AllocatePinnedHost(mapping_bytes));
+    RANGEKV_RETURN_IF_ERROR(slot->mapping.Allocate(dev, o.max_request_tokens));
     slot->plan.reserve(max_spans_per_layer * layers_);
     slot->views.resize(layers_);
     slots_.push_back(std::move(slot));
@@ -107,8 +97,7 @@ Status RestorePipeline::Init() {
   }
   {
     MutexLock l(mu_);
-    for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) free_slots_.push_back(it->get());
-    slot_owner_.assign(slots_.size(), nullptr);
+    jobs_.Init(slots_);
     fences_.resize(o.read_banks);
     if (verify_) verify_queue_.resize(o.read_banks);
     publish_scratch_.reserve(layers_);
@@ -132,15 +121,9 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
   uint64_t id = 0;
   {
     MutexLock l(mu_);
-    if (stopping_) return FailedPrecondition("engine is closing");
-    if (free_slots_.empty()) {
-      Count(nullptr, &Counters::rejected_requests);
-      return ResourceExhausted("all " + std::to_string(slots_.size()) +
-                               " restore job slots are in use (max_inflight_restores)");
-    }
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-    id = next_job_id_++;
+    RANGEKV_ASSIGN_OR_RETURN(const auto admitted, jobs_.Admit());
+    slot = admitted.slot;
+    id = admitted.job_id;
   }
   // The slot is ours alone until the job is published below.
   SpanPlanOptions plan_options;
@@ -164,32 +147,32 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
   }
   if (!planned.ok()) {
     MutexLock l(mu_);
-    free_slots_.push_back(slot);
+    jobs_.GiveBack(slot);
     return planned;
   }
-  auto job = std::make_shared<RestoreJob>(id, std::move(request_id), tokens);
-  job->slot = slot;
-  job->hold = std::move(hold);
-  job->claimed = claimed;
-  job->records = records.size();
-  job->progress.Reset(layers_, static_cast<uint32_t>(slot->plan.size() / layers_),
-                      context_.options->lookahead_layers, context_.options->ablations.delivery);
-  job->bank_of.assign(job->progress.stripes(), kNoBank);
-  job->layer_status.assign(layers_, OkStatus());
+  auto job = std::make_shared<RestoreJob>(&mu_, id, std::move(request_id), tokens, slot);
 
   MutexLock l(mu_);
+  RestoreJobState& st = job->state.Locked(mu_);
+  st.hold = std::move(hold);
+  st.claimed = claimed;
+  st.progress.Reset(layers_, static_cast<uint32_t>(slot->plan.size() / layers_),
+                    context_.options->lookahead_layers, context_.options->ablations.delivery);
+  st.bank_of.assign(st.progress.stripes(), kNoBank);
+  st.layer_status.assign(layers_, OkStatus());
   ++slot->flag_value;
-  slot_owner_[slot->index] = job.get();
-  active_.push_back(job);
+  jobs_.Activate(job);
   if (claimed) Count(job.get(), &Counters::restores_started);
+  FailUnservable();  // no bank left: the job settles failed at once
   work_cv_.NotifyAll();
   return job;
 }
 
 void RestorePipeline::Adopt(RestoreJob& job) {
   MutexLock l(mu_);
-  job.claimed = true;
-  if (job.hold) job.hold->MarkClaimed();
+  RestoreJobState& st = job.state.Locked(mu_);
+  st.claimed = true;
+  if (st.hold) st.hold->MarkClaimed();
   Count(&job, &Counters::restores_started);
 }
 
@@ -209,20 +192,18 @@ Status RestorePipeline::Bind(RestoreJob& job, const PagedKv& kv,
       ValidateMapping(views[0], slot_mapping, kernels::SlotUse::kScatterDestination));
 
   MutexLock l(mu_);
-  if (job.handle_done) return FailedPrecondition("restore already finished");
-  if (job.cancelled) return FailedPrecondition("restore was cancelled");
-  if (job.bound) return FailedPrecondition("restore slots are already bound");
+  RestoreJobState& st = job.state.Locked(mu_);
+  if (st.handle_done) return FailedPrecondition("restore already finished");
+  if (st.cancelled) return FailedPrecondition("restore was cancelled");
+  if (st.bound) return FailedPrecondition("restore slots are already bound");
   RestoreSlot& slot = *job.slot;
   std::copy(views.begin(), views.end(), slot.views.begin());
-  const uint64_t bytes = slot_mapping.size() * sizeof(int64_t);
-  std::memcpy(slot.mapping_staging.data(), slot_mapping.data(), bytes);
   // Scatters follow on the same stream, so they see the mapping without a host wait.
-  RANGEKV_RETURN_IF_ERROR(
-      slot.stream->CopyHostToDevice(slot.mapping.data(), slot.mapping_staging.data(), bytes));
-  job.bound = true;
+  RANGEKV_RETURN_IF_ERROR(slot.mapping.Upload(slot_mapping, *slot.stream));
+  st.bound = true;
   auto self = job.shared_from_this();
-  for (uint32_t s = 0; s < job.progress.stripes(); ++s) {
-    if (job.progress.state(s) == StripeState::kLanded) LaunchScatter(self, s, job.bank_of[s]);
+  for (uint32_t s = 0; s < st.progress.stripes(); ++s) {
+    if (st.progress.state(s) == StripeState::kLanded) LaunchScatter(self, s, st.bank_of[s]);
   }
   AfterProgress(job);
   return OkStatus();
@@ -233,16 +214,17 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer) {
   Event* event = nullptr;
   {
     MutexLock l(mu_);
-    if (job.handle_done) return FailedPrecondition("restore already finished");
+    const RestoreJobState& st = job.state.Locked(mu_);
+    if (st.handle_done) return FailedPrecondition("restore already finished");
     job_cv_.Wait(l,
-                 [&]() REQUIRES(mu_) { return job.progress.published(layer) || job.handle_done; });
-    if (job.handle_done) return FailedPrecondition("restore finished while waiting");
+                 [&]() REQUIRES(mu_) { return st.progress.published(layer) || st.handle_done; });
+    if (st.handle_done) return FailedPrecondition("restore finished while waiting");
     event = job.slot->layer_events[layer].get();
   }
   Status device = event->Synchronize();
   MutexLock l(mu_);
   if (!device.ok()) return device;
-  return job.layer_status[layer];
+  return job.state.Locked(mu_).layer_status[layer];
 }
 
 Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream& stream) {
@@ -252,7 +234,9 @@ Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream&
     uint32_t value = 0;
     {
       MutexLock l(mu_);
-      if (job.handle_done) return FailedPrecondition("restore already finished");
+      if (job.state.Locked(mu_).handle_done) {
+        return FailedPrecondition("restore already finished");
+      }
       flag = job.slot->layer_flags[layer].get();
       value = job.slot->flag_value;
     }
@@ -263,15 +247,16 @@ Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream&
   Event* event = nullptr;
   {
     MutexLock l(mu_);
-    if (job.handle_done) return FailedPrecondition("restore already finished");
+    const RestoreJobState& st = job.state.Locked(mu_);
+    if (st.handle_done) return FailedPrecondition("restore already finished");
     // An event can be waited on only once recorded: block until the layer's last scatter was
     // launched (not until it ran).
     job_cv_.Wait(l,
-                 [&]() REQUIRES(mu_) { return job.progress.published(layer) || job.handle_done; });
-    if (job.handle_done) return FailedPrecondition("restore finished while waiting");
+                 [&]() REQUIRES(mu_) { return st.progress.published(layer) || st.handle_done; });
+    if (st.handle_done) return FailedPrecondition("restore finished while waiting");
     event = job.slot->layer_events[layer].get();
     RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*event));
-    return job.layer_status[layer];
+    return st.layer_status[layer];
   }
 }
 
@@ -279,18 +264,19 @@ RestoreOutcome RestorePipeline::Finish(RestoreJob& job) {
   RestoreOutcome out;
   out.requested = job.tokens;
   MutexLock l(mu_);
-  if (job.handle_done) {
+  RestoreJobState& st = job.state.Locked(mu_);
+  if (st.handle_done) {
     out.status = FailedPrecondition("restore already finished, or the engine closed");
     out.failed.push_back(job.tokens);
     return out;
   }
-  if (!job.bound && !job.cancelled) CancelLocked(job);
-  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.drained; });
+  if (!st.bound && !st.cancelled) CancelLocked(job);
+  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return st.settled; });
 
   const RestoreSlot& slot = *job.slot;
-  for (uint32_t s = 0; s < job.progress.stripes(); ++s) {
-    const StripeState st = job.progress.state(s);
-    if (st == StripeState::kFailed || st == StripeState::kDropped) {
+  for (uint32_t s = 0; s < st.progress.stripes(); ++s) {
+    const StripeState stripe = st.progress.state(s);
+    if (stripe == StripeState::kFailed || stripe == StripeState::kDropped) {
       out.failed.push_back({slot.plan[s].path_token_begin, slot.plan[s].path_token_end});
     }
   }
@@ -305,99 +291,104 @@ RestoreOutcome RestorePipeline::Finish(RestoreJob& job) {
     }
   }
   out.failed.resize(merged);
-  if (job.readiness_failed) out.failed.assign(1, job.tokens);
+  if (st.readiness_failed) out.failed.assign(1, job.tokens);
   uint64_t failed_tokens = 0;
   for (const TokenInterval& t : out.failed) failed_tokens += t.size();
   out.delivered_tokens = job.tokens.size() - failed_tokens;
-  out.status = job.first_error;
+  out.status = st.first_error;
   out.work = job.counters.Snapshot();
-  job.handle_done = true;
-  MaybeReturnSlot(job);
+  st.handle_done = true;
+  jobs_.ReturnSlot(job, st);
   job_cv_.NotifyAll();
   return out;
 }
 
 void RestorePipeline::Cancel(RestoreJob& job) {
   MutexLock l(mu_);
-  if (job.handle_done || job.drained) return;
+  const RestoreJobState& st = job.state.Locked(mu_);
+  if (st.handle_done || st.settled) return;
   CancelLocked(job);
 }
 
 void RestorePipeline::Abandon(RestoreJob& job) {
   MutexLock l(mu_);
-  if (job.handle_done) return;
-  if (!job.drained) CancelLocked(job);
-  job.handle_done = true;
-  MaybeReturnSlot(job);
+  RestoreJobState& st = job.state.Locked(mu_);
+  if (st.handle_done) return;
+  if (!st.settled) CancelLocked(job);
+  st.handle_done = true;
+  jobs_.ReturnSlot(job, st);
   job_cv_.NotifyAll();
 }
 
 void RestorePipeline::CancelLocked(RestoreJob& job) {
-  if (job.cancelled) return;
-  job.cancelled = true;
+  RestoreJobState& st = job.state.Locked(mu_);
+  if (st.cancelled) return;
+  st.cancelled = true;
   Count(&job, &Counters::cancelled_restores);
-  if (job.first_error.ok()) job.first_error = Cancelled("restore cancelled");
-  job.progress.DropPending();
-  for (uint32_t s = 0; s < job.progress.stripes(); ++s) {
-    const StripeState st = job.progress.state(s);
-    if (st == StripeState::kLanded) {
+  if (st.first_error.ok()) st.first_error = Cancelled("restore cancelled");
+  st.progress.DropPending();
+  for (uint32_t s = 0; s < st.progress.stripes(); ++s) {
+    if (st.progress.state(s) == StripeState::kLanded) {
       // A landed stripe's read completed: its bank holds nothing in flight.
-      job.progress.Drop(s);
-      ReleaseBank(job.bank_of[s]);
-      job.bank_of[s] = kNoBank;
+      st.progress.Drop(s);
+      ReleaseBank(st.bank_of[s]);
+      st.bank_of[s] = kNoBank;
     }
-    if (job.progress.state(s) == StripeState::kDropped) {
-      Status& ls = job.layer_status[job.progress.LayerOf(s)];
+    if (st.progress.state(s) == StripeState::kDropped) {
+      Status& ls = st.layer_status[st.progress.LayerOf(s)];
       if (ls.ok()) ls = Cancelled("restore cancelled before this layer was delivered");
     }
   }
   AfterProgress(job);
 }
 
-void RestorePipeline::MaybeReturnSlot(RestoreJob& job) {
-  if (!job.drained || !job.handle_done || job.slot_returned) return;
-  job.slot_returned = true;
-  slot_owner_[job.slot->index] = nullptr;
-  free_slots_.push_back(job.slot);
-}
-
-void RestorePipeline::RemoveActive(const RestoreJob& job) {
-  auto it = std::find_if(active_.begin(), active_.end(),
-                         [&](const std::shared_ptr<RestoreJob>& j) { return j.get() == &job; });
-  if (it != active_.end()) active_.erase(it);
-}
-
 // ---- banks and progress ---------------------------------------------------------------------
 
 void RestorePipeline::ReleaseBank(uint32_t bank) {
-  pool_.Release(bank);
-  if (context_.hooks && context_.hooks->read_bank_observer) {
-    context_.hooks->read_bank_observer(BankEvent::kReleased, bank, pool_.use_number(bank));
-  }
+  jobs_.ReleaseBank(bank);
   work_cv_.NotifyAll();
 }
 
 void RestorePipeline::QuarantineBank(RestoreJob& job, uint32_t bank) {
-  pool_.Quarantine(bank);
-  Count(&job, &Counters::quarantines);
-  Log(LogLevel::kWarning, "read bank " + std::to_string(bank) +
-                              " quarantined: its last use could not be proven complete");
-  if (context_.hooks && context_.hooks->read_bank_observer) {
-    context_.hooks->read_bank_observer(BankEvent::kQuarantined, bank, pool_.use_number(bank));
+  jobs_.QuarantineBank(bank, &job.counters, "its last use could not be proven complete");
+  FailUnservable();
+}
+
+void RestorePipeline::FailUnservable() {
+  if (jobs_.usable_banks() != 0) return;
+  // No bank is owned either (an owned bank is usable), so no stripe is reading, landed or
+  // scattering: failing the pending ones settles every job. Backwards, because a job that
+  // settles leaves the active list.
+  const Status none = Unavailable("every read bank is quarantined (unproven device work)");
+  for (size_t k = jobs_.active_count(); k-- > 0;) {
+    const std::shared_ptr<RestoreJob> job = jobs_.ServiceOrder(k);
+    RestoreJobState& st = job->state.Locked(mu_);
+    for (uint32_t s = 0; s < st.progress.stripes(); ++s) {
+      if (st.progress.state(s) != StripeState::kPending) continue;
+      Status& ls = st.layer_status[st.progress.LayerOf(s)];
+      if (ls.ok()) ls = none;
+    }
+    const uint32_t failed = st.progress.FailPending();
+    if (failed == 0) continue;
+    Count(job.get(), &Counters::failed_spans, failed);
+    if (st.first_error.ok()) st.first_error = none;
+    AfterProgress(*job);
   }
 }
 
 void RestorePipeline::FailStripe(RestoreJob& job, uint32_t stripe, const Status& status) {
-  job.progress.Fail(stripe);
+  RestoreJobState& st = job.state.Locked(mu_);
+  st.progress.Fail(stripe);
   Count(&job, &Counters::failed_spans);
-  Status& ls = job.layer_status[job.progress.LayerOf(stripe)];
+  Status& ls = st.layer_status[st.progress.LayerOf(stripe)];
   if (ls.ok()) ls = status;
-  if (job.first_error.ok()) job.first_error = status;
+  if (st.first_error.ok()) st.first_error = status;
 }
 
 void RestorePipeline::AfterProgress(RestoreJob& job) {
+  RestoreJobState& st = job.state.Locked(mu_);
   publish_scratch_.clear();
-  job.progress.TakePublishable(&publish_scratch_);
+  st.progress.TakePublishable(&publish_scratch_);
   RestoreSlot& slot = *job.slot;
   for (uint32_t layer : publish_scratch_) {
     // Recorded on the job's stream after every scatter of the layer: waiting on it (or on the
@@ -409,21 +400,21 @@ void RestorePipeline::AfterProgress(RestoreJob& job) {
     if (!e.ok()) {
       // Without its event the layer cannot be waited on; its tokens cannot be vouched for.
       Log(LogLevel::kError, "recording layer readiness failed: " + e.ToString());
-      job.readiness_failed = true;
-      Status& ls = job.layer_status[layer];
+      st.readiness_failed = true;
+      Status& ls = st.layer_status[layer];
       if (ls.ok()) ls = e;
-      if (job.first_error.ok()) job.first_error = e;
+      if (st.first_error.ok()) st.first_error = e;
     }
     Count(&job, &Counters::ready_events);
   }
   if (!publish_scratch_.empty()) job_cv_.NotifyAll();
-  if (!job.drained && job.progress.finished()) {
-    job.drained = true;
+  if (!st.settled && st.progress.finished()) {
+    st.settled = true;
     // Every read and scatter of this job is proven (or failed): its leases may go.
-    job.hold.reset();
-    RemoveActive(job);
+    st.hold.reset();
+    jobs_.Deactivate(job);
     Count(&job, &Counters::restores_finished);
-    MaybeReturnSlot(job);
+    jobs_.ReturnSlot(job, st);
     job_cv_.NotifyAll();
   }
   work_cv_.NotifyAll();
@@ -432,25 +423,25 @@ void RestorePipeline::AfterProgress(RestoreJob& job) {
 // ---- read workers -------------------------------------------------------------------------
 
 bool RestorePipeline::PickRead(ReadPick* pick) {
-  for (const auto& job : active_) {
-    if (job->cancelled || job->drained) continue;
-    const auto stripe = job->progress.NextToRead();
+  for (size_t k = 0; k < jobs_.active_count(); ++k) {
+    const std::shared_ptr<RestoreJob>& job = jobs_.ServiceOrder(k);
+    RestoreJobState& st = job->state.Locked(mu_);
+    if (st.cancelled || st.settled) continue;
+    const auto stripe = st.progress.NextToRead();
     if (!stripe) continue;
-    const BankPurpose purpose = job->bound ? BankPurpose::kScheduled : BankPurpose::kPrefetch;
-    const auto bank = pool_.TryAcquire(purpose);
+    const BankPurpose purpose = st.bound ? BankPurpose::kScheduled : BankPurpose::kPrefetch;
+    const auto bank =
+        jobs_.AcquireBank(purpose, &job->counters, &Counters::read_bank_acquisitions);
     if (!bank) {
-      if (pool_.free_count() == 0) return false;
+      if (!jobs_.AnyBankFree()) return false;
       continue;  // prefetch budget spent; a bound job may still take a bank
     }
-    job->progress.Issue(*stripe);
-    Count(job.get(), &Counters::read_bank_acquisitions);
-    if (!job->bound) Count(job.get(), &Counters::prefetched_stripes);
-    if (context_.hooks && context_.hooks->read_bank_observer) {
-      context_.hooks->read_bank_observer(BankEvent::kAcquired, *bank, pool_.use_number(*bank));
-    }
+    st.progress.Issue(*stripe);
+    if (!st.bound) Count(job.get(), &Counters::prefetched_stripes);
     pick->job = job;
     pick->stripe = *stripe;
     pick->bank = *bank;
+    jobs_.Served(k);
     return true;
   }
   return false;
@@ -552,7 +543,7 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
     {
       MutexLock l(mu_);
       while (!PickRead(&pick)) {
-        if (stopping_) return;
+        if (jobs_.closing()) return;
         work_cv_.Wait(l);
       }
     }
@@ -590,7 +581,7 @@ void RestorePipeline::VerifyWorker(uint32_t verifier) {
     {
       MutexLock l(mu_);
       while (verify_count_ == 0) {
-        if (stopping_) return;
+        if (jobs_.closing()) return;
         verify_cv_.Wait(l);
       }
       entry = std::move(verify_queue_[verify_head_]);
@@ -616,6 +607,7 @@ void RestorePipeline::VerifyWorker(uint32_t verifier) {
 void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes,
                                    bool unproven) {
   RestoreJob& job = *pick.job;
+  RestoreJobState& st = job.state.Locked(mu_);
   Count(&job, &Counters::bytes_read, bytes);
   if (!status.ok()) {
     FailStripe(job, pick.stripe, status);
@@ -626,14 +618,14 @@ void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, u
       // The I/O engine returned the completion: nothing writes the bank any more.
       ReleaseBank(pick.bank);
     }
-  } else if (job.cancelled) {
-    job.progress.Drop(pick.stripe);
-    Status& ls = job.layer_status[job.progress.LayerOf(pick.stripe)];
+  } else if (st.cancelled) {
+    st.progress.Drop(pick.stripe);
+    Status& ls = st.layer_status[st.progress.LayerOf(pick.stripe)];
     if (ls.ok()) ls = Cancelled("restore cancelled before this layer was delivered");
     ReleaseBank(pick.bank);
-  } else if (!job.bound) {
-    job.progress.Land(pick.stripe);
-    job.bank_of[pick.stripe] = pick.bank;
+  } else if (!st.bound) {
+    st.progress.Land(pick.stripe);
+    st.bank_of[pick.stripe] = pick.bank;
   } else {
     LaunchScatter(pick.job, pick.stripe, pick.bank);
   }
@@ -643,12 +635,13 @@ void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, u
 void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, uint32_t stripe,
                                     uint32_t bank) {
   RestoreJob& job = *job_ptr;
+  RestoreJobState& st = job.state.Locked(mu_);
   RestoreSlot& slot = *job.slot;
   const Span& span = slot.plan[stripe];
-  const uint32_t layer = job.progress.LayerOf(stripe);
+  const uint32_t layer = st.progress.LayerOf(stripe);
   Bank& b = banks_[bank];
   Stream& stream = *slot.stream;
-  pool_.Promote(bank);
+  jobs_.PromoteBank(bank);
 
   Status e = OkStatus();
   if (!b.staging.empty() && !b.device_loaded) {
@@ -659,15 +652,15 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
     kernels::ScatterArgs args;
     args.dst = slot.views[layer];
     args.stripe = b.device.bytes() + span.payload_offset_bytes;
-    args.slots = static_cast<const int64_t*>(slot.mapping.data()) +
+    args.slots = slot.mapping.slots() +
                  (span.path_token_begin - job.tokens.begin);
     args.num_tokens = static_cast<uint32_t>(span.tokens());
     e = stream.Scatter(args);
     if (e.ok()) Count(&job, &Counters::scatter_launches);
   }
   if (e.ok()) e = stream.Record(*b.fence);
-  job.progress.LaunchScatter(stripe);
-  job.bank_of[stripe] = bank;
+  st.progress.LaunchScatter(stripe);
+  st.bank_of[stripe] = bank;
   if (!e.ok()) {
     // Part of the work may be enqueued with nothing to prove its end: keep the bank out.
     FailStripe(job, stripe, e);
@@ -687,13 +680,13 @@ void RestorePipeline::Reaper() {
     {
       MutexLock l(mu_);
       while (fence_count_ == 0) {
-        if (stopping_) return;
+        if (jobs_.closing()) return;
         reaper_cv_.Wait(l);
       }
       entry = std::move(fences_[fence_head_]);
       fence_head_ = (fence_head_ + 1) % fences_.size();
       --fence_count_;
-      layer = entry.job->progress.LayerOf(entry.stripe);
+      layer = entry.job->state.Locked(mu_).progress.LayerOf(entry.stripe);
     }
     // The bank's fence was recorded right after its scatter on the job's stream; it is not
     // re-recorded before this entry releases the bank.
@@ -703,14 +696,15 @@ void RestorePipeline::Reaper() {
     }
     MutexLock l(mu_);
     RestoreJob& job = *entry.job;
+    RestoreJobState& st = job.state.Locked(mu_);
     if (proven.ok()) {
-      job.progress.Prove(entry.stripe);
+      st.progress.Prove(entry.stripe);
       ReleaseBank(entry.bank);
     } else {
       FailStripe(job, entry.stripe, proven.WithContext("scatter completion unproven"));
       QuarantineBank(job, entry.bank);
     }
-    job.bank_of[entry.stripe] = kNoBank;
+    st.bank_of[entry.stripe] = kNoBank;
     AfterProgress(job);
   }
 }
@@ -719,17 +713,18 @@ void RestorePipeline::Reaper() {
 
 void RestorePipeline::DrainAll() {
   MutexLock l(mu_);
-  for (RestoreJob* owner : slot_owner_) {
+  for (RestoreJob* owner : jobs_.owners()) {
     if (owner == nullptr) continue;
-    if (!owner->drained) CancelLocked(*owner);
-    owner->handle_done = true;  // surviving handles become inert
+    RestoreJobState& st = owner->state.Locked(mu_);
+    if (!st.settled) CancelLocked(*owner);
+    st.handle_done = true;  // surviving handles become inert
   }
   job_cv_.NotifyAll();
   job_cv_.Wait(l, [&]() REQUIRES(mu_) {
-    return active_.empty() && fence_count_ == 0 && verify_count_ == 0;
+    return jobs_.active().empty() && fence_count_ == 0 && verify_count_ == 0;
   });
-  for (RestoreJob* owner : slot_owner_) {
-    if (owner != nullptr) MaybeReturnSlot(*owner);
+  for (RestoreJob* owner : jobs_.owners()) {
+    if (owner != nullptr) jobs_.ReturnSlot(*owner, owner->state.Locked(mu_));
   }
 }
 
@@ -741,7 +736,7 @@ void RestorePipeline::Stop() {
   DrainAll();
   {
     MutexLock l(mu_);
-    stopping_ = true;
+    jobs_.Close();
     stopped_ = true;
     work_cv_.NotifyAll();
     reaper_cv_.NotifyAll();
@@ -760,16 +755,9 @@ void RestorePipeline::Stop() {
   }
 }
 
-RestorePipeline::PoolState RestorePipeline::pool_state() const {
+PoolState RestorePipeline::pool_state() const {
   MutexLock l(mu_);
-  PoolState s;
-  s.free_banks = pool_.free_count();
-  s.owned_banks = pool_.owned_count();
-  s.quarantined_banks = pool_.quarantined_count();
-  s.prefetch_banks = pool_.prefetch_owned();
-  s.free_slots = static_cast<uint32_t>(free_slots_.size());
-  s.active_jobs = static_cast<uint32_t>(active_.size());
-  return s;
+  return jobs_.state();
 }
 
 }  // namespace rangekv::engine_internal

@@ -13,8 +13,9 @@
 //     buffers of one stripe's blocks; one fence reaper thread.
 //
 // Flow of one stripe (stripe = one read span = one layer of one pack run):
-//   read worker: picks the oldest job with a stripe inside its lookahead window and a bank it
-//     may take (unbound jobs only within the prefetch budget), marks it reading, submits the
+//   read worker: picks, round robin over the active jobs (JobSlots::ServiceOrder), the next job
+//     with a stripe inside its lookahead window and a bank it may take (unbound jobs only within
+//     the prefetch budget), marks it reading, submits the
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
 //   verify (checksum=always, before anything is scattered): the read worker hands the stripe
 //     (with its bank) to a verify worker through a queue and picks its next read at once; the
@@ -37,10 +38,11 @@
 // dropped (leases released by the last job sharing the ticket), and its slot is returned once
 // its handle finished or was abandoned.
 //
-// Thread-safety: all methods are thread-safe; one mutex (mu_) guards every job's state, the
-// bank pool and the slot pool. Lock order: mu_ -> Directory's mutex (ticket release). Device
-// enqueues (launches, records) happen under mu_, so a layer's readiness is always recorded
-// after its scatters on the job's stream; blocking waits (I/O, fences, events) never do.
+// Thread-safety: all methods are thread-safe; one mutex (mu_) guards every job's state (each
+// job's JobState names it as its capability), the bank pool and the slot pool (JobSlots).
+// Lock order: mu_ -> Directory's mutex (ticket release). Device enqueues (launches, records)
+// happen under mu_, so a layer's readiness is always recorded after its scatters on the job's
+// stream; blocking waits (I/O, fences, events) never do.
 #pragma once
 
 #include <atomic>
@@ -56,6 +58,7 @@
 #include "device/device.h"
 #include "engine/banks.h"
 #include "engine/engine_context.h"
+#include "engine/job_slots.h"
 #include "engine/restore_progress.h"
 #include "engine/stats.h"
 #include "io/io_engine.h"
@@ -99,8 +102,7 @@ struct RestoreSlot {
   std::vector<std::unique_ptr<Event>> layer_events;
   std::vector<std::unique_ptr<DeviceFlag>> layer_flags;  // empty without stream memory ops
   uint32_t flag_value = 0;           // bumped per job; layer l is ready once its flag reaches it
-  DeviceBuffer mapping;              // int64 slot per restored token
-  PinnedHostBuffer mapping_staging;  // upload staging for `mapping`
+  SlotMapping mapping;  // int64 slot per token
   std::vector<Span> plan;
   std::vector<kernels::PagedKvView> views;
   // Last, so it is destroyed first: destroying a stream waits for its work, which records the
@@ -108,32 +110,39 @@ struct RestoreSlot {
   std::unique_ptr<Stream> stream;
 };
 
-// One restore (or lookup-time prefetch). Fields below `slot` are guarded by the pipeline's
-// mutex; `id`, `request_id`, `tokens` and the slot's plan are immutable once the job runs.
-class RestoreJob : public std::enable_shared_from_this<RestoreJob> {
- public:
-  RestoreJob(uint64_t job_id, std::string request, TokenInterval interval)
-      : id(job_id), request_id(std::move(request)), tokens(interval) {}
-
-  const uint64_t id;
-  const std::string request_id;
-  const TokenInterval tokens;
-  RestoreSlot* slot = nullptr;
-
+// What of a restore changes while it runs; guarded by the pipeline's mutex (RestoreJob::state).
+// JobLifecycle::settled means drained: every stripe is delivered, failed or dropped.
+struct RestoreJobState : JobLifecycle {
   std::shared_ptr<TicketHold> hold;
   RestoreProgress progress;
   std::vector<uint32_t> bank_of;     // per stripe, while landed or scattering
   std::vector<Status> layer_status;  // per layer: first failure (OK while none)
   Status first_error;
-  uint64_t records = 0;
   bool claimed = false;
   bool bound = false;
   bool cancelled = false;
-  bool drained = false;
   bool readiness_failed = false;  // a layer event could not be recorded: nothing is vouched for
-  bool handle_done = false;       // Finish() returned, or the handle was abandoned
-  bool slot_returned = false;
+};
+
+// One restore (or lookup-time prefetch). The const fields and the slot's plan are fixed before
+// the job is published to workers; `counters` is thread-safe; everything else is in `state`,
+// under the pipeline's mutex.
+class RestoreJob : public std::enable_shared_from_this<RestoreJob> {
+ public:
+  RestoreJob(Mutex* pipeline_mu, uint64_t job_id, std::string request, TokenInterval interval,
+             RestoreSlot* job_slot)
+      : id(job_id),
+        request_id(std::move(request)),
+        tokens(interval),
+        slot(job_slot),
+        state(pipeline_mu) {}
+
+  const uint64_t id;
+  const std::string request_id;
+  const TokenInterval tokens;
+  RestoreSlot* const slot;
   Counters counters;
+  JobState<RestoreJobState> state;
 };
 
 class RestorePipeline {
@@ -170,22 +179,15 @@ class RestorePipeline {
   void Stop() EXCLUDES(mu_);
 
   // Introspection for tests.
-  struct PoolState {
-    uint32_t free_banks = 0, owned_banks = 0, quarantined_banks = 0, prefetch_banks = 0;
-    uint32_t free_slots = 0, active_jobs = 0;
-  };
   PoolState pool_state() const EXCLUDES(mu_);
 
  private:
-  struct Bank {
-    DeviceBuffer device;
-    PinnedHostBuffer staging;  // empty unless context.staging
+  struct Bank : BankMemory {
     std::unique_ptr<Event> fence;
     // The last read's bytes are in `device` already (verification copied them up), so the
     // scatter needs no H2D copy. Written by the read worker that owns the bank before
     // CompleteRead (under mu_), read by LaunchScatter under mu_.
     bool device_loaded = false;
-    uint8_t* io_buffer() const { return staging.empty() ? device.bytes() : staging.data(); }
   };
   // A read worker's digest resources (only when restores verify).
   struct Verifier {
@@ -232,12 +234,14 @@ class RestorePipeline {
       REQUIRES(mu_);
   void FailStripe(RestoreJob& job, uint32_t stripe, const Status& status) REQUIRES(mu_);
   void ReleaseBank(uint32_t bank) REQUIRES(mu_);
+  // Quarantines the bank; when it was the last usable one, FailUnservable().
   void QuarantineBank(RestoreJob& job, uint32_t bank) REQUIRES(mu_);
+  // When every read bank is quarantined, fails every pending stripe of every active job
+  // (kUnavailable): no bank will be free for them, and Finish / per-layer waits must return.
+  void FailUnservable() REQUIRES(mu_);
   // Publishes settled layers, detects the drain, wakes waiters and workers.
   void AfterProgress(RestoreJob& job) REQUIRES(mu_);
   void CancelLocked(RestoreJob& job) REQUIRES(mu_);
-  void MaybeReturnSlot(RestoreJob& job) REQUIRES(mu_);
-  void RemoveActive(const RestoreJob& job) REQUIRES(mu_);
   void Count(RestoreJob* job, Counters::Field field, uint64_t n = 1) {
     CountFor(*context_.counters, job == nullptr ? nullptr : &job->counters, field, n);
   }
@@ -257,9 +261,7 @@ class RestorePipeline {
   CondVar reaper_cv_;  // reaper: a fence was queued
   CondVar verify_cv_;  // verify workers: a read returned
   CondVar job_cv_;     // waiters: a layer was published or a job drained
-  BankPool pool_ GUARDED_BY(mu_);
-  std::vector<RestoreSlot*> free_slots_ GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<RestoreJob>> active_ GUARDED_BY(mu_);  // in start order
+  JobSlots<RestoreSlot, RestoreJob> jobs_ GUARDED_BY(mu_);
   // Fences awaiting the reaper, a ring with one entry per bank at most (no allocation).
   std::vector<FenceEntry> fences_ GUARDED_BY(mu_);
   size_t fence_head_ GUARDED_BY(mu_) = 0;
@@ -268,12 +270,7 @@ class RestorePipeline {
   std::vector<VerifyEntry> verify_queue_ GUARDED_BY(mu_);
   size_t verify_head_ GUARDED_BY(mu_) = 0;
   size_t verify_count_ GUARDED_BY(mu_) = 0;
-  // The job holding each slot (until the slot is returned), so Close can make every
-  // surviving handle inert.
-  std::vector<RestoreJob*> slot_owner_ GUARDED_BY(mu_);
   std::vector<uint32_t> publish_scratch_ GUARDED_BY(mu_);
-  uint64_t next_job_id_ GUARDED_BY(mu_) = 1;
-  bool stopping_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
 
   std::vector<std::thread> workers_;

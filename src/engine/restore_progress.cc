@@ -118,6 +118,20 @@ uint32_t RestoreProgress::DropPending() {
   return n;
 }
 
+uint32_t RestoreProgress::FailPending() {
+  uint32_t n = 0;
+  for (uint32_t s = next_pending_; s < stripes(); ++s) {
+    if (state_[s] != StripeState::kPending) continue;
+    Move(s, StripeState::kPending, StripeState::kFailed);
+    --unread_[LayerOf(s)];
+    Settle(s);
+    ++n;
+  }
+  AdvanceLow();
+  next_pending_ = stripes();
+  return n;
+}
+
 void RestoreProgress::TakePublishable(std::vector<uint32_t>* out) {
   if (delivery_ == Ablations::Delivery::kBarrier && settled_layers_ < layers_) return;
   for (uint32_t l = 0; l < layers_; ++l) {

@@ -7,6 +7,7 @@
 //   pending --issue--> reading --landed--> landed --launch--> scattering --proven--> delivered
 //      |                  |  \---------------launch---------------^     \--unproven--> failed
 //      |                  +--failed--> failed
+//      +--failed (FailPending: no usable bank left) --> failed
 //      +--drop (cancel)--> dropped   <--drop-- landed / reading (read completed after cancel)
 //
 // "landed" is a read that completed before the slots were bound (prefetch); it keeps its bank
@@ -69,6 +70,8 @@ class RestoreProgress {
   void Drop(uint32_t stripe);           // pending | reading | landed -> dropped
   // Drops every pending stripe (cancellation); returns how many.
   uint32_t DropPending();
+  // Fails every pending stripe (no read bank will ever be free for them); returns how many.
+  uint32_t FailPending();
 
   // Layers that became publishable since the last call, ascending, each once.
   void TakePublishable(std::vector<uint32_t>* out);

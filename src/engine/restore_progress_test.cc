@@ -92,6 +92,22 @@ TEST(RestoreProgressTest, CancelDropsPendingAndLandedButWaitsForReads) {
   EXPECT_EQ(Take(p).size(), 4u);
 }
 
+TEST(RestoreProgressTest, FailPendingSettlesEveryLayerItTouches) {
+  RestoreProgress p;
+  p.Reset(3, 2, 0, Delivery::kLayer);
+  p.Issue(0);
+  p.Issue(1);
+  EXPECT_EQ(p.FailPending(), 4u);  // stripes 2..5: layers 1 and 2, beyond the window too
+  EXPECT_EQ(p.NextToRead(), std::nullopt);
+  EXPECT_EQ(p.count(StripeState::kFailed), 4u);
+  EXPECT_EQ(Take(p), (std::vector<uint32_t>{1, 2}));  // layer 0 still reads
+  p.LaunchScatter(0);
+  p.Fail(1);
+  EXPECT_EQ(Take(p), (std::vector<uint32_t>{0}));
+  p.Prove(0);
+  EXPECT_TRUE(p.finished());
+}
+
 TEST(RestoreProgressDeathTest, IllegalTransitionAborts) {
   RestoreProgress p;
   p.Reset(1, 1, 0, Delivery::kLayer);

@@ -12,8 +12,6 @@
 namespace rangekv::engine_internal {
 
 namespace {
-constexpr uint32_t kNoBank = UINT32_MAX;
-
 uint64_t SteadyNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -22,7 +20,9 @@ uint64_t SteadyNs() {
 }  // namespace
 
 StorePipeline::StorePipeline(const EngineContext& context)
-    : context_(context), layers_(context.geometry.layers), pool_(context.options->store_banks, 0) {}
+    : context_(context),
+      layers_(context.geometry.layers),
+      jobs_(context_, context.options->store_banks, 0, "store", "max_inflight_stores", nullptr) {}
 
 StorePipeline::~StorePipeline() { Stop(); }
 
@@ -36,12 +36,9 @@ Status StorePipeline::Init() {
   const EngineOptions& o = *context_.options;
   Device& dev = *context_.device;
   banks_.resize(o.store_banks);
-  std::vector<IoBuffer> io_buffers;
+  std::vector<BankMemory*> memory;
   for (Bank& b : banks_) {
-    RANGEKV_ASSIGN_OR_RETURN(b.device, dev.AllocateDevice(o.store_bank_bytes));
-    if (context_.staging) {
-      RANGEKV_ASSIGN_OR_RETURN(b.staging, dev.AllocatePinnedHost(o.store_bank_bytes));
-    }
+    memory.push_back(&b);
     if (context_.integrity != nullptr) {
       // A batch's spans hold at most bank_bytes of tokens, and each span adds at most one
       // partial block.
@@ -58,12 +55,10 @@ Status StorePipeline::Init() {
     b.batch = std::make_unique<IoBatch>(o.layer_group * kMaxBatchRecords);
     const uint32_t index = static_cast<uint32_t>(&b - banks_.data());
     b.batch->SetCallback([this, index](IoBatch&) { OnWritesDone(index); });
-    io_buffers.push_back({b.io_buffer(), o.store_bank_bytes});
   }
-  Status reg = context_.write_io->RegisterBuffers(io_buffers);
-  if (!reg.ok()) Log(LogLevel::kInfo, "store banks not registered for I/O: " + reg.ToString());
+  RANGEKV_RETURN_IF_ERROR(
+      AllocateBankMemory(context_, o.store_bank_bytes, *context_.write_io, memory, "store"));
 
-  const uint64_t mapping_bytes = o.max_request_tokens * sizeof(int64_t);
   const uint64_t max_records = (o.max_request_tokens + context_.geometry.tokens_per_stripe - 1) /
                                context_.geometry.tokens_per_stripe;
   for (uint32_t i = 0; i < o.max_inflight_stores; ++i) {
@@ -74,8 +69,7 @@ Status StorePipeline::Init() {
       slot->produced.push_back(std::move(event));
     }
     RANGEKV_ASSIGN_OR_RETURN(slot->mapping_ready, dev.CreateEvent());
-    RANGEKV_ASSIGN_OR_RETURN(slot->mapping, dev.AllocateDevice(mapping_bytes));
-    RANGEKV_ASSIGN_OR_RETURN(slot->mapping_staging, dev.AllocatePinnedHost(mapping_bytes));
+    RANGEKV_RETURN_IF_ERROR(slot->mapping.Allocate(dev, o.max_request_tokens));
     slot->spans.reserve(max_records * layers_);
     slot->views.resize(layers_);
     slots_.push_back(std::move(slot));
@@ -88,8 +82,7 @@ Status StorePipeline::Init() {
   }
   {
     MutexLock l(mu_);
-    for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) free_slots_.push_back(it->get());
-    slot_owner_.assign(slots_.size(), nullptr);
+    jobs_.Init(slots_);
     bank_owner_.resize(banks_.size());
   }
   for (uint32_t i = 0; i < workers_.size(); ++i) {
@@ -167,11 +160,12 @@ Status StorePipeline::Configure(StoreJob& job, Reservation& reservation) {
   std::vector<uint32_t> group_of_batch;
   group_of_batch.reserve(job.batches.size());
   for (const StoreBatch& b : job.batches) group_of_batch.push_back(b.group);
-  job.progress.Reset(layers_, context_.options->layer_group, group_of_batch);
+  StoreJobState& st = job.state.Locked(mu_);
+  st.progress.Reset(layers_, context_.options->layer_group, group_of_batch);
   for (uint32_t l = 0; l < layers_; ++l) {
-    if (job.produced[l]) job.progress.Produce(l);
+    if (st.produced[l]) st.progress.Produce(l);
   }
-  job.bank_of_batch.assign(job.batches.size(), kNoBank);
+  st.bank_of_batch.assign(job.batches.size(), kNoBank);
   Count(&job, &Counters::stores_begun);
   return OkStatus();
 }
@@ -208,21 +202,15 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
   uint64_t id = 0;
   {
     MutexLock l(mu_);
-    if (stopping_) return FailedPrecondition("engine is closing");
-    if (free_slots_.empty()) {
-      Count(nullptr, &Counters::rejected_requests);
-      return ResourceExhausted("all " + std::to_string(slots_.size()) +
-                               " store job slots are in use (max_inflight_stores)");
-    }
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-    id = next_job_id_++;
+    RANGEKV_ASSIGN_OR_RETURN(const auto admitted, jobs_.Admit());
+    slot = admitted.slot;
+    id = admitted.job_id;
   }
   auto give_back = [&] {
     MutexLock l(mu_);
-    free_slots_.push_back(slot);
+    jobs_.GiveBack(slot);
   };
-  auto job = std::make_shared<StoreJob>(id);
+  auto job = std::make_shared<StoreJob>(&mu_, id);
   auto reservation = context_.store->directory().Reserve(context_.store->ns(), tokens);
   if (!reservation.ok()) {
     give_back();
@@ -235,22 +223,18 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     give_back();
     job->disposition = joined ? StoreDisposition::kJoined : StoreDisposition::kAlreadyCached;
     job->reservation_id = reservation->reservation_id;
-    job->done = true;
+    MutexLock l(mu_);
+    job->state.Locked(mu_).settled = true;
     Count(job.get(), joined ? &Counters::stores_joined : &Counters::stores_cached);
     return job;
   }
   job->disposition = StoreDisposition::kStoring;
   job->slot = slot;
   job->tokens.assign(tokens.begin(), tokens.end());
-  job->produced.assign(layers_, 0);
-  job->produced_event.assign(layers_, 0);
   std::copy(views.begin(), views.end(), slot->views.begin());
   // The whole mapping goes up (gathers index it by path position); gathers wait for
   // mapping_ready on their own streams.
-  const uint64_t bytes = tokens.size() * sizeof(int64_t);
-  std::memcpy(slot->mapping_staging.data(), slot_mapping.data(), bytes);
-  Status up =
-      upload_stream_->CopyHostToDevice(slot->mapping.data(), slot->mapping_staging.data(), bytes);
+  Status up = slot->mapping.Upload(slot_mapping, *upload_stream_);
   if (up.ok()) up = upload_stream_->Record(*slot->mapping_ready);
   if (!up.ok()) {
     // The copy may be enqueued: let the upload stream finish before the staging is reused.
@@ -263,49 +247,54 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     give_back();
     return up;
   }
+  MutexLock l(mu_);
+  StoreJobState& st = job->state.Locked(mu_);
+  st.produced.assign(layers_, 0);
+  st.produced_event.assign(layers_, 0);
   if (joined) {
     // Another store is writing the tokens before ours: wait (without blocking the caller) for it
     // to settle, then reserve the rest. Until then the job holds the source slots.
-    job->deferred = true;
-    job->joined_id = reservation->reservation_id;
-    job->progress.Reset(layers_, o.layer_group, {});
+    st.deferred = true;
+    st.joined_id = reservation->reservation_id;
+    st.progress.Reset(layers_, o.layer_group, {});
     Count(job.get(), &Counters::stores_joined);
   } else {
     Status configured = Configure(*job, *reservation);
     if (!configured.ok()) {
-      give_back();
+      jobs_.GiveBack(slot);
       return configured;
     }
   }
-  MutexLock l(mu_);
-  slot_owner_[slot->index] = job.get();
-  active_.push_back(job);
-  if (job->deferred) RetryDeferred();  // the joined store may have settled meanwhile
+  jobs_.Activate(job);
+  if (st.deferred) RetryDeferred();  // the joined store may have settled meanwhile
+  FailUnservable();                  // no bank left: the store fails (and settles) at once
   return job;
 }
 
 void StorePipeline::RetryDeferred() {
   Directory& directory = context_.store->directory();
-  for (size_t i = 0; i < active_.size(); ++i) {
-    StoreJob& job = *active_[i];
-    if (!job.deferred || !job.first_error.ok() || directory.IsInFlight(job.joined_id)) continue;
+  const auto& active = jobs_.active();
+  for (size_t i = 0; i < active.size(); ++i) {
+    StoreJob& job = *active[i];
+    StoreJobState& st = job.state.Locked(mu_);
+    if (!st.deferred || !st.first_error.ok() || directory.IsInFlight(st.joined_id)) continue;
     auto reservation = directory.Reserve(context_.store->ns(), job.tokens);
     if (!reservation.ok()) {
       Fail(job, reservation.status());
-      job.deferred = false;
+      st.deferred = false;
       FinishUnreserved(job);
-      --i;  // FinishUnreserved removed it from active_
+      --i;  // FinishUnreserved removed it from the active jobs
       continue;
     }
     if (reservation->outcome == ReserveOutcome::kJoined &&
         reservation->end_tokens < job.tokens.size()) {
-      job.joined_id = reservation->reservation_id;  // still behind another store
+      st.joined_id = reservation->reservation_id;  // still behind another store
       continue;
     }
-    job.deferred = false;
+    st.deferred = false;
     if (reservation->outcome != ReserveOutcome::kReserved) {
       // The joined stores wrote everything: visible without our I/O.
-      job.visible = reservation->outcome == ReserveOutcome::kAlreadyStored;
+      st.visible = reservation->outcome == ReserveOutcome::kAlreadyStored;
       FinishUnreserved(job);
       --i;
       continue;
@@ -322,15 +311,36 @@ void StorePipeline::RetryDeferred() {
   work_cv_.NotifyAll();
 }
 
+void StorePipeline::FailUnservable() {
+  if (jobs_.usable_banks() != 0) return;
+  const Status none = Unavailable("every store bank is quarantined (unproven device work)");
+  // AfterProgress may settle jobs (and, through RetryDeferred, others): start over after each.
+  for (bool again = true; again;) {
+    again = false;
+    for (const std::shared_ptr<StoreJob>& job : jobs_.active()) {
+      if (!job->state.Locked(mu_).first_error.ok()) continue;
+      const std::shared_ptr<StoreJob> keep = job;
+      Fail(*keep, none);
+      AfterProgress(*keep);
+      again = true;
+      break;
+    }
+  }
+}
+
 void StorePipeline::FinishUnreserved(StoreJob& job) {
   // Nothing was reserved for this job: nothing to publish or abort in the directory.
-  job.done = true;
-  if (!job.first_error.ok()) Count(&job, &Counters::stores_aborted);
-  job.extraction_signalled = true;
-  auto it = std::find_if(active_.begin(), active_.end(),
-                         [&](const std::shared_ptr<StoreJob>& j) { return j.get() == &job; });
-  if (it != active_.end()) active_.erase(it);
-  MaybeReturnSlot(job);
+  StoreJobState& st = job.state.Locked(mu_);
+  if (!st.first_error.ok()) Count(&job, &Counters::stores_aborted);
+  st.extraction_signalled = true;
+  Settle(job);
+}
+
+void StorePipeline::Settle(StoreJob& job) {
+  StoreJobState& st = job.state.Locked(mu_);
+  st.settled = true;
+  jobs_.Deactivate(job);
+  jobs_.ReturnSlot(job, st);
   job_cv_.NotifyAll();
 }
 
@@ -339,23 +349,25 @@ void StorePipeline::FinishUnreserved(StoreJob& job) {
 Status StorePipeline::LayerProduced(StoreJob& job, uint32_t layer, Stream* producer) {
   if (layer >= layers_) return InvalidArgument("layer " + std::to_string(layer) + " >= L");
   MutexLock l(mu_);
-  if (job.handle_done) return FailedPrecondition("store already finished");
-  if (job.slot == nullptr || job.done) return OkStatus();  // nothing of ours to gather
-  if (job.produced[layer]) return OkStatus();
+  StoreJobState& st = job.state.Locked(mu_);
+  if (st.handle_done) return FailedPrecondition("store already finished");
+  if (job.slot == nullptr || st.settled) return OkStatus();  // nothing of ours to gather
+  if (st.produced[layer]) return OkStatus();
   if (producer != nullptr) {
     // Captures the producer's work so far; the gather's stream waits on it, the host does not.
     RANGEKV_RETURN_IF_ERROR(producer->Record(*job.slot->produced[layer]));
-    job.produced_event[layer] = 1;
+    st.produced_event[layer] = 1;
   }
-  job.produced[layer] = 1;
-  job.progress.Produce(layer);
+  st.produced[layer] = 1;
+  st.progress.Produce(layer);
   work_cv_.NotifyAll();
   return OkStatus();
 }
 
 bool StorePipeline::Extracted(const StoreJob& job) const {
   MutexLock l(mu_);
-  return job.slot == nullptr || job.done || (!job.deferred && job.progress.extraction_done());
+  const StoreJobState& st = job.state.Locked(mu_);
+  return job.slot == nullptr || st.settled || (!st.deferred && st.progress.extraction_done());
 }
 
 TokenInterval StorePipeline::Stored(const StoreJob& job) const {
@@ -366,94 +378,92 @@ TokenInterval StorePipeline::Stored(const StoreJob& job) const {
 Status StorePipeline::WaitExtracted(StoreJob& job) {
   MutexLock l(mu_);
   if (job.slot == nullptr) return OkStatus();
+  const StoreJobState& st = job.state.Locked(mu_);
   job_cv_.Wait(l, [&]() REQUIRES(mu_) {
-    return job.done || (!job.deferred && job.progress.extraction_done());
+    return st.settled || (!st.deferred && st.progress.extraction_done());
   });
-  return job.first_error;
+  return st.first_error;
 }
 
 StoreOutcome StorePipeline::Finish(StoreJob& job, StoreWait wait) {
   StoreOutcome out;
   MutexLock l(mu_);
+  StoreJobState& st = job.state.Locked(mu_);
   out.disposition = job.disposition;
   out.stored = job.stored;
-  if (job.handle_done) {
+  if (st.handle_done) {
     out.status = FailedPrecondition("store already finished, or the engine closed");
     return out;
   }
   if (job.slot != nullptr) {
-    if (std::count(job.produced.begin(), job.produced.end(), 1) != layers_) {
+    if (std::count(st.produced.begin(), st.produced.end(), 1) != layers_) {
       Fail(job, FailedPrecondition("store finished before every layer was produced"));
     }
     AfterProgress(job);
     if (wait == StoreWait::kUntilVisible) {
-      job_cv_.Wait(l, [&]() REQUIRES(mu_) { return job.done; });
+      job_cv_.Wait(l, [&]() REQUIRES(mu_) { return st.settled; });
     } else {
       job_cv_.Wait(l, [&]() REQUIRES(mu_) {
-        return job.done || (!job.deferred && job.progress.extraction_done());
+        return st.settled || (!st.deferred && st.progress.extraction_done());
       });
     }
   }
-  out.status = job.first_error;
-  out.visible = job.visible;
+  out.status = st.first_error;
+  out.visible = st.visible;
   out.work = job.counters.Snapshot();
-  job.handle_done = true;
-  MaybeReturnSlot(job);
+  st.handle_done = true;
+  jobs_.ReturnSlot(job, st);
   return out;
 }
 
 void StorePipeline::Abandon(StoreJob& job) {
   MutexLock l(mu_);
-  if (job.handle_done) return;
-  if (job.slot != nullptr && !job.done) {
+  StoreJobState& st = job.state.Locked(mu_);
+  if (st.handle_done) return;
+  if (job.slot != nullptr && !st.settled) {
     Fail(job, Cancelled("store handle dropped before Finish"));
     AfterProgress(job);
   }
-  job.handle_done = true;
-  MaybeReturnSlot(job);
+  st.handle_done = true;
+  jobs_.ReturnSlot(job, st);
 }
 
 // ---- progress -----------------------------------------------------------------------------
 
 void StorePipeline::Fail(StoreJob& job, const Status& status) {
-  if (job.first_error.ok()) job.first_error = status;
-}
-
-void StorePipeline::MaybeReturnSlot(StoreJob& job) {
-  if (job.slot == nullptr || !job.done || !job.handle_done || job.slot_returned) return;
-  job.slot_returned = true;
-  slot_owner_[job.slot->index] = nullptr;
-  free_slots_.push_back(job.slot);
+  StoreJobState& st = job.state.Locked(mu_);
+  if (st.first_error.ok()) st.first_error = status;
 }
 
 void StorePipeline::AfterProgress(StoreJob& job) {
-  if (job.deferred) {
+  StoreJobState& st = job.state.Locked(mu_);
+  if (st.deferred) {
     // Nothing reserved yet: a failure (unproduced layers, an abandoned handle) just ends it.
-    if (!job.first_error.ok()) {
-      job.deferred = false;
+    if (!st.first_error.ok()) {
+      st.deferred = false;
       FinishUnreserved(job);
     }
     work_cv_.NotifyAll();
     return;
   }
   // A failed store starts no more gathers: nothing of it can become visible anyway.
-  if (!job.first_error.ok()) job.progress.SkipWaiting();
-  if (!job.extraction_signalled && job.progress.extraction_done()) {
-    job.extraction_signalled = true;
+  if (!st.first_error.ok()) st.progress.SkipWaiting();
+  if (!st.extraction_signalled && st.progress.extraction_done()) {
+    st.extraction_signalled = true;
     job_cv_.NotifyAll();
   }
-  if (!job.done && job.progress.settled()) {
+  if (!st.settled && st.progress.settled()) {
     Directory& directory = context_.store->directory();
-    if (job.progress.succeeded() && job.first_error.ok() && context_.integrity != nullptr) {
+    if (st.progress.succeeded() && st.first_error.ok() && context_.integrity != nullptr) {
       Fail(job, context_.integrity->BeforePublish(job.reservation_id, job.records));
     }
-    if (job.progress.succeeded() && job.first_error.ok()) {
+    if (st.progress.succeeded() && st.first_error.ok()) {
       if (context_.hooks && context_.hooks->store_point) {
         context_.hooks->store_point(StorePoint::kBeforePublish, job.reservation_id);
       }
       Status published = directory.Publish(job.reservation_id);
       if (published.ok()) {
-        job.visible = true;
+        st.visible = true;
         Count(&job, &Counters::stores_published);
         if (context_.hooks && context_.hooks->store_point) {
           context_.hooks->store_point(StorePoint::kPublished, job.reservation_id);
@@ -469,15 +479,10 @@ void StorePipeline::AfterProgress(StoreJob& job) {
       }
       Status aborted = directory.Abort(job.reservation_id);
       if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
-      if (job.first_error.ok()) job.first_error = Internal("store failed without a status");
+      if (st.first_error.ok()) st.first_error = Internal("store failed without a status");
       Count(&job, &Counters::stores_aborted);
     }
-    job.done = true;
-    auto it = std::find_if(active_.begin(), active_.end(),
-                           [&](const std::shared_ptr<StoreJob>& j) { return j.get() == &job; });
-    if (it != active_.end()) active_.erase(it);
-    MaybeReturnSlot(job);
-    job_cv_.NotifyAll();
+    Settle(job);
     // A reservation settled: stores that joined it may reserve the rest now.
     RetryDeferred();
   }
@@ -486,18 +491,21 @@ void StorePipeline::AfterProgress(StoreJob& job) {
 
 // ---- group workers and writes ---------------------------------------------------------------
 
-Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, Bank& bank, Worker& worker) {
+Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, uint32_t produced_events,
+                             Bank& bank, Worker& worker) {
   StoreSlot& slot = *job.slot;
   Stream& stream = *worker.stream;
   for (uint32_t l = batch.layer_begin; l < batch.layer_end; ++l) {
-    // produced_event[l] was set before the batch became eligible (under the mutex that the
-    // pick took), and is never cleared while the job lives.
-    if (job.produced_event[l]) RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.produced[l]));
+    // The production event of layer l was recorded before the batch became eligible; it is
+    // not recorded again while the job lives.
+    if (produced_events & (1u << (l - batch.layer_begin))) {
+      RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.produced[l]));
+    }
   }
   RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.mapping_ready));
 
   const uint64_t s = context_.geometry.token_bytes;
-  const int64_t* mapping = static_cast<const int64_t*>(slot.mapping.data());
+  const int64_t* mapping = slot.mapping.slots();
   kernels::GatherArgs args;
   args.num_layers = batch.layer_end - batch.layer_begin;
   for (uint32_t g = 0; g < args.num_layers; ++g) args.src[g] = slot.views[batch.layer_begin + g];
@@ -585,26 +593,33 @@ void StorePipeline::GroupWorker(uint32_t index) {
     std::shared_ptr<StoreJob> job;
     uint32_t b = 0;
     uint32_t bank = 0;
+    uint32_t produced_events = 0;
     {
       MutexLock l(mu_);
       while (true) {
-        if (stopping_) return;
+        if (jobs_.closing()) return;
         bool found = false;
-        if (pool_.CanAcquire(BankPurpose::kScheduled)) {
-          for (const auto& j : active_) {
-            if (!j->first_error.ok()) continue;
-            const auto eligible = j->progress.NextEligible();
-            if (!eligible) continue;
-            job = j;
-            b = *eligible;
-            bank = *pool_.TryAcquire(BankPurpose::kScheduled);
-            job->progress.StartGather(b);
-            job->bank_of_batch[b] = bank;
-            bank_owner_[bank] = {job, b};
-            Count(job.get(), &Counters::store_bank_acquisitions);
-            found = true;
-            break;
+        for (size_t k = 0; k < jobs_.active_count() && !found; ++k) {
+          const std::shared_ptr<StoreJob>& j = jobs_.ServiceOrder(k);
+          StoreJobState& st = j->state.Locked(mu_);
+          if (st.deferred || !st.first_error.ok()) continue;
+          const auto eligible = st.progress.NextEligible();
+          if (!eligible) continue;
+          const auto got = jobs_.AcquireBank(BankPurpose::kScheduled, &j->counters,
+                                             &Counters::store_bank_acquisitions);
+          if (!got) break;
+          job = j;
+          b = *eligible;
+          bank = *got;
+          st.progress.StartGather(b);
+          st.bank_of_batch[b] = bank;
+          bank_owner_[bank] = {job, b};
+          const StoreBatch& batch = job->batches[b];
+          for (uint32_t layer = batch.layer_begin; layer < batch.layer_end; ++layer) {
+            if (st.produced_event[layer]) produced_events |= 1u << (layer - batch.layer_begin);
           }
+          jobs_.Served(k);
+          found = true;
         }
         if (found) break;
         work_cv_.Wait(l);
@@ -615,7 +630,10 @@ void StorePipeline::GroupWorker(uint32_t index) {
     if (bk.submitted) bk.batch->Wait();
     const StoreBatch& batch = job->batches[b];
     const uint64_t gather_start_ns = SteadyNs();
-    Status status = Gather(*job, batch, bk, worker);
+    Status status = Gather(*job, batch, produced_events, bk, worker);
+    if (status.ok() && context_.hooks && context_.hooks->gather_fault) {
+      status = context_.hooks->gather_fault(bank);
+    }
     const bool gather_proven = status.ok();
     const uint64_t gathered_ns = SteadyNs();
     Count(job.get(), &Counters::store_gather_ns, gathered_ns - gather_start_ns);
@@ -642,24 +660,23 @@ void StorePipeline::GroupWorker(uint32_t index) {
     }
     {
       MutexLock l(mu_);
+      StoreJobState& st = job->state.Locked(mu_);
       if (!status.ok()) {
-        job->progress.GatherFailed(b);
+        st.progress.GatherFailed(b);
         Fail(*job, status);
         bank_owner_[bank] = {};
         if (gather_proven) {
-          pool_.Release(bank);
+          jobs_.ReleaseBank(bank);
         } else {
           // The gather (or its copy) may still run into the bank: never reuse it.
-          pool_.Quarantine(bank);
-          Count(job.get(), &Counters::quarantines);
-          Log(LogLevel::kWarning,
-              "store bank " + std::to_string(bank) +
-                  " quarantined: gather completion unproven: " + status.ToString());
+          jobs_.QuarantineBank(bank, &job->counters,
+                               "gather completion unproven: " + status.ToString());
         }
         AfterProgress(*job);
+        FailUnservable();
         continue;
       }
-      job->progress.Extracted(b, static_cast<uint32_t>(spans.size()));
+      st.progress.Extracted(b, static_cast<uint32_t>(spans.size()));
       AfterProgress(*job);
     }
     Count(job.get(), &Counters::native_writes, spans.size());
@@ -670,10 +687,11 @@ void StorePipeline::GroupWorker(uint32_t index) {
       // Nothing was accepted: every span of the batch failed, and the bank is free.
       MutexLock l(mu_);
       Fail(*job, submitted);
-      for (size_t i = 0; i < spans.size(); ++i) job->progress.WriteReturned(b, false);
+      StoreJobState& st = job->state.Locked(mu_);
+      for (size_t i = 0; i < spans.size(); ++i) st.progress.WriteReturned(b, false);
       bk.submitted = false;
       bank_owner_[bank] = {};
-      pool_.Release(bank);
+      jobs_.ReleaseBank(bank);
       AfterProgress(*job);
     }
   }
@@ -693,11 +711,11 @@ void StorePipeline::OnWritesDone(uint32_t bank) {
       Count(&job, &Counters::failed_spans);
       Fail(job, c.status);
     }
-    job.progress.WriteReturned(owner.batch, c.status.ok());
+    job.state.Locked(mu_).progress.WriteReturned(owner.batch, c.status.ok());
   }
   // Every accepted write of the batch returned: the bank may be gathered into again. (Its
   // IoBatch turns done() right after this callback; the next user Wait()s for that.)
-  pool_.Release(bank);
+  jobs_.ReleaseBank(bank);
   AfterProgress(job);
 }
 
@@ -705,18 +723,19 @@ void StorePipeline::OnWritesDone(uint32_t bank) {
 
 void StorePipeline::DrainAll() {
   MutexLock l(mu_);
-  for (StoreJob* owner : slot_owner_) {
+  for (StoreJob* owner : jobs_.owners()) {
     if (owner == nullptr) continue;
-    if (!owner->done && std::count(owner->produced.begin(), owner->produced.end(), 1) != layers_) {
+    StoreJobState& st = owner->state.Locked(mu_);
+    if (!st.settled && std::count(st.produced.begin(), st.produced.end(), 1) != layers_) {
       Fail(*owner, Cancelled("engine closed before every layer was produced"));
       AfterProgress(*owner);
     }
-    owner->handle_done = true;
+    st.handle_done = true;
   }
   job_cv_.NotifyAll();
-  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return active_.empty(); });
-  for (StoreJob* owner : slot_owner_) {
-    if (owner != nullptr) MaybeReturnSlot(*owner);
+  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return jobs_.active().empty(); });
+  for (StoreJob* owner : jobs_.owners()) {
+    if (owner != nullptr) jobs_.ReturnSlot(*owner, owner->state.Locked(mu_));
   }
 }
 
@@ -728,7 +747,7 @@ void StorePipeline::Stop() {
   DrainAll();
   {
     MutexLock l(mu_);
-    stopping_ = true;
+    jobs_.Close();
     stopped_ = true;
     work_cv_.NotifyAll();
   }
@@ -742,15 +761,9 @@ void StorePipeline::Stop() {
   }
 }
 
-StorePipeline::PoolState StorePipeline::pool_state() const {
+PoolState StorePipeline::pool_state() const {
   MutexLock l(mu_);
-  PoolState s;
-  s.free_banks = pool_.free_count();
-  s.owned_banks = pool_.owned_count();
-  s.quarantined_banks = pool_.quarantined_count();
-  s.free_slots = static_cast<uint32_t>(free_slots_.size());
-  s.active_jobs = static_cast<uint32_t>(active_.size());
-  return s;
+  return jobs_.state();
 }
 
 }  // namespace rangekv::engine_internal

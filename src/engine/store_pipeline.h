@@ -27,9 +27,10 @@
 // BeforePublish (digests complete) -> Publish (visible); any failed or never produced -> Abort
 // (the reservation is reclaimed only now, after every accepted write drained).
 //
-// Thread-safety: all methods are thread-safe; one mutex (mu_) guards jobs, the bank pool and
-// the slot pool. Lock order: mu_ -> Directory's mutex. The write callback takes mu_ on an I/O
-// engine thread (short; it never submits I/O).
+// Thread-safety: all methods are thread-safe; one mutex (mu_) guards every job's state (each
+// job's JobState names it as its capability), the bank pool and the slot pool (JobSlots).
+// Lock order: mu_ -> Directory's mutex. The write callback takes mu_ on an I/O engine thread
+// (short; it never submits I/O).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,7 @@
 #include "device/device.h"
 #include "engine/banks.h"
 #include "engine/engine_context.h"
+#include "engine/job_slots.h"
 #include "engine/stats.h"
 #include "engine/store_progress.h"
 #include "io/io_engine.h"
@@ -59,8 +61,7 @@ struct StoreSlot {
   uint32_t index = 0;
   std::vector<std::unique_ptr<Event>> produced;  // per layer
   std::unique_ptr<Event> mapping_ready;
-  DeviceBuffer mapping;              // int64 slot per stored token
-  PinnedHostBuffer mapping_staging;  // upload staging for `mapping`
+  SlotMapping mapping;  // int64 slot per token
   std::vector<Span> spans;           // every batch's write spans, batch after batch
   std::vector<kernels::PagedKvView> views;
 };
@@ -75,39 +76,43 @@ struct StoreBatch {
   uint64_t bank_bytes = 0;                    // bank bytes used
 };
 
-// Fields below `slot` are guarded by the pipeline's mutex; the ones above are immutable once
-// the job is visible to workers.
-class StoreJob {
- public:
-  explicit StoreJob(uint64_t job_id) : id(job_id) {}
-
-  const uint64_t id;
-  StoreDisposition disposition = StoreDisposition::kAlreadyCached;  // fixed by Begin
-  StoreSlot* slot = nullptr;    // null for joined / already-cached stores
-  std::vector<int32_t> tokens;  // a copy, to reserve again after a joined store settles
-
-  // Set when the reservation is made (in Begin, or later for a deferred store).
-  TokenInterval stored;
-  uint64_t reservation_id = 0;
-  std::vector<PackRecord> records;
-  std::vector<StoreBatch> batches;
-
+// What of a store changes while it runs; guarded by the pipeline's mutex (StoreJob::state).
+// JobLifecycle::settled means done: published or aborted (or ended without a reservation).
+struct StoreJobState : JobLifecycle {
   // Deferred: Reserve answered kJoined for a store that covers only part of the remaining
   // tokens; this job reserves the rest once that store (joined_id) settled.
   bool deferred = false;
   uint64_t joined_id = 0;
   std::vector<uint8_t> produced;  // per layer, as the caller reported it
-
   StoreProgress progress;
   std::vector<uint32_t> bank_of_batch;
   std::vector<uint8_t> produced_event;  // per layer: an event was recorded on a producer
   Status first_error;
   bool extraction_signalled = false;
-  bool done = false;  // published or aborted
   bool visible = false;
-  bool handle_done = false;
-  bool slot_returned = false;
+};
+
+// One store. `disposition`, `slot` and `tokens` are fixed by Begin before the job is handed
+// out; the reservation fields are written once by Configure (under the pipeline's mutex) before
+// any batch is eligible and only read afterwards, so a group worker that picked a batch reads
+// them without the lock; `counters` is thread-safe; the rest is in `state`.
+class StoreJob {
+ public:
+  StoreJob(Mutex* pipeline_mu, uint64_t job_id) : id(job_id), state(pipeline_mu) {}
+
+  const uint64_t id;
+  StoreDisposition disposition = StoreDisposition::kAlreadyCached;
+  StoreSlot* slot = nullptr;    // null for joined / already-cached stores
+  std::vector<int32_t> tokens;  // a copy, to reserve again after a joined store settles
+
+  // The reservation (in Begin, or later for a deferred store).
+  TokenInterval stored;
+  uint64_t reservation_id = 0;
+  std::vector<PackRecord> records;
+  std::vector<StoreBatch> batches;
+
   Counters counters;
+  JobState<StoreJobState> state;
 };
 
 class StorePipeline {
@@ -133,23 +138,16 @@ class StorePipeline {
   void DrainAll() EXCLUDES(mu_);
   void Stop() EXCLUDES(mu_);
 
-  struct PoolState {
-    uint32_t free_banks = 0, owned_banks = 0, quarantined_banks = 0;
-    uint32_t free_slots = 0, active_jobs = 0;
-  };
   PoolState pool_state() const EXCLUDES(mu_);
 
  private:
-  struct Bank {
-    DeviceBuffer device;
-    PinnedHostBuffer staging;  // empty unless context.staging
+  struct Bank : BankMemory {
     DeviceBuffer digests;      // one u64 per digest block of the batch (with an integrity hook)
     PinnedHostBuffer digests_host;
     uint64_t digest_capacity = 0;
     std::unique_ptr<IoBatch> batch;
     bool submitted = false;  // batch was submitted at least once (Wait() is then legal)
     uint64_t submit_ns = 0;  // steady clock at the last Submit (phase timing)
-    uint8_t* io_buffer() const { return staging.empty() ? device.bytes() : staging.data(); }
   };
   struct BankOwner {
     std::shared_ptr<StoreJob> job;
@@ -166,14 +164,20 @@ class StorePipeline {
   Status PlanBatches(StoreJob& job, StoreSlot& slot);
   // Takes the reservation's records and plans the job's batches (aborting the reservation on
   // failure); replays the layers already produced.
-  Status Configure(StoreJob& job, Reservation& reservation);
+  Status Configure(StoreJob& job, Reservation& reservation) REQUIRES(mu_);
   // Deferred jobs whose joined store settled reserve again (and start, or finish).
   void RetryDeferred() REQUIRES(mu_);
+  // When every store bank is quarantined, fails every active store (kUnavailable): no batch can
+  // be gathered any more, so each settles (aborted) instead of waiting for a bank forever.
+  void FailUnservable() REQUIRES(mu_);
   // Ends a job that holds no reservation.
   void FinishUnreserved(StoreJob& job) REQUIRES(mu_);
   void GroupWorker(uint32_t worker);
-  // Enqueues the batch's gathers and digests on `stream` and proves them. Returns the status.
-  Status Gather(StoreJob& job, const StoreBatch& batch, Bank& bank, Worker& worker);
+  // Enqueues the batch's gathers and digests on `stream` and proves them. Bit g of
+  // `produced_events` is set when layer batch.layer_begin + g has a production event to wait
+  // for. Returns the status.
+  Status Gather(StoreJob& job, const StoreBatch& batch, uint32_t produced_events, Bank& bank,
+                Worker& worker);
   // Enqueues the digests of every span of the batch (gathered into `bank`) and their copy to
   // bank.digests_host, in span order, ceil(tokens / D) per span.
   Status EnqueueDigests(StoreJob& job, const StoreBatch& batch, Bank& bank, Stream& stream);
@@ -182,7 +186,8 @@ class StorePipeline {
   void OnWritesDone(uint32_t bank);
   void AfterProgress(StoreJob& job) REQUIRES(mu_);
   void Fail(StoreJob& job, const Status& status) REQUIRES(mu_);
-  void MaybeReturnSlot(StoreJob& job) REQUIRES(mu_);
+  // Ends the job (settled): it leaves the service order, its slot may return, waiters wake.
+  void Settle(StoreJob& job) REQUIRES(mu_);
   void Count(StoreJob* job, Counters::Field field, uint64_t n = 1) {
     CountFor(*context_.counters, job == nullptr ? nullptr : &job->counters, field, n);
   }
@@ -197,13 +202,8 @@ class StorePipeline {
   mutable Mutex mu_;
   CondVar work_cv_;  // group workers: a batch became eligible or a bank free
   CondVar job_cv_;   // waiters: extraction finished or a store settled
-  BankPool pool_ GUARDED_BY(mu_);
+  JobSlots<StoreSlot, StoreJob> jobs_ GUARDED_BY(mu_);
   std::vector<BankOwner> bank_owner_ GUARDED_BY(mu_);
-  std::vector<StoreSlot*> free_slots_ GUARDED_BY(mu_);
-  std::vector<StoreJob*> slot_owner_ GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<StoreJob>> active_ GUARDED_BY(mu_);
-  uint64_t next_job_id_ GUARDED_BY(mu_) = 1;
-  bool stopping_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
 };
 

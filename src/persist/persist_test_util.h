@@ -25,9 +25,9 @@
 
 namespace rangekv::persist::testing {
 
-class DirJournalEnv final : public Env {
+class DirJournalEnv final : public EnvWrapper {
  public:
-  explicit DirJournalEnv(Env* base) : base_(base) {}
+  explicit DirJournalEnv(Env* base) : EnvWrapper(base) {}
 
   // Unsynced directory-entry operations, oldest first ("create x", "rename a -> b", ...).
   std::vector<std::string> Pending() const;
@@ -35,16 +35,11 @@ class DirJournalEnv final : public Env {
   // Undoes pending op i when bit i of keep_mask is 0; then forgets all pending ops.
   Status Crash(uint64_t keep_mask);
 
-  Result<std::unique_ptr<File>> OpenFile(const std::string& path,
-                                         const FileOptions& options) override {
-    return base_->OpenFile(path, options);
-  }
+  // Journalled; every other Env method forwards to the wrapped Env.
   Result<std::unique_ptr<File>> CreateFile(const std::string& path,
                                            const FileOptions& options) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status DeleteFile(const std::string& path) override;
-  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
-  Status CreateDir(const std::string& path) override { return base_->CreateDir(path); }
   Status SyncDir(const std::string& dir) override;
 
  private:
@@ -53,7 +48,6 @@ class DirJournalEnv final : public Env {
     std::string a, b;                  // create/delete: a; rename: a -> b
     std::optional<std::string> saved;  // rename: b's old contents; delete: a's contents
   };
-  Env* const base_;
   std::vector<Op> ops_;
 };
 

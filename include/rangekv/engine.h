@@ -96,14 +96,14 @@ class RestoreHandle {
   // kInvalidArgument for a layer >= L.
   Status WaitLayer(uint32_t layer);
 
-  // Makes `model_stream` wait for layer `layer` without the host waiting for the data. Where
-  // the device has stream memory operations (CUDA cuStreamWaitValue32, HostDevice) it enqueues
-  // a wait on the layer's readiness flag and returns at once with OK, even before the layer's
-  // reads were issued; the flag is written after the layer's last scatter (also for failed or
-  // cancelled layers, so the stream never hangs), and failures surface in Finish()'s outcome.
-  // Otherwise it blocks only until the layer's readiness event was recorded (its last scatter
+  // Makes `model_stream` wait for layer `layer` without the host waiting for the data. On
+  // CUDA it blocks only until the layer's readiness event was recorded (its last scatter
   // launched, not completed), enqueues a wait on it and returns the layer's status as
-  // WaitLayer does.
+  // WaitLayer does. (A wait on a device flag queued before those launches could deadlock:
+  // streams beyond CUDA_DEVICE_MAX_CONNECTIONS share hardware queues.) On the host device it
+  // enqueues a wait on the layer's readiness flag and returns at once with OK, even before the
+  // layer's reads were issued; the flag is written after the layer's last scatter (also for
+  // failed or cancelled layers, so the stream never hangs), and failures surface in Finish().
   Status StreamWaitLayer(uint32_t layer, DeviceStreamRef model_stream);
 
   // Waits until every read and scatter of this restore drained, releases the ticket's leases and

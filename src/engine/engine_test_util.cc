@@ -298,7 +298,12 @@ Result<RestoreResult> RestoreAndVerify(Engine& engine, KvFixture& fixture,
   } else if (wait == WaitMode::kStreamEveryLayer) {
     RANGEKV_ASSIGN_OR_RETURN(DeviceStreamRef stream, engine.CreateStream());
     for (uint32_t l = 0; l < layers; ++l) {
-      RANGEKV_RETURN_IF_ERROR(handle.StreamWaitLayer(l, stream));
+      // The event path (CUDA) returns the layer's error as WaitLayer does; the flag path (host)
+      // returns OK. Either way the failed tokens are in the outcome, checked below.
+      Status s = handle.StreamWaitLayer(l, stream);
+      if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition) {
+        return s;
+      }
     }
     RANGEKV_RETURN_IF_ERROR(engine.SynchronizeStream(stream));
   }

@@ -182,7 +182,7 @@ struct SweepOptions {
   CeilingGrid ceiling_grid = CeilingGrid::kFull;
   uint64_t grid_cell_bytes = 256ull << 20;
   // Engine byte split (EngineOptions::io_split_bytes): kIoSplitAuto probes per engine.
-  uint64_t io_split_bytes = kIoSplitAuto;
+  uint64_t io_split_bytes = kIoSplitOff;
   uint64_t seed = 20261130;
   bool progress = true;
   // Engine tuning (0: the engine's default), for finding where time goes.

@@ -56,7 +56,7 @@ struct TransferFlags {
   std::string durability;
   std::string ceiling_grid = "full";
   std::string grid_cell = "256MiB";
-  std::string io_split = "auto";
+  std::string io_split = "off";
   bool check = false;
   std::string plot_path;
 };

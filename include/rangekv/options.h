@@ -147,7 +147,10 @@ struct EngineOptions {
   // caller-supplied `env` (not DefaultEnv()) there is no real medium to probe and spans stay
   // whole. kIoSplitOff: never split. Otherwise [512, 1 GiB]. options() reports the split in
   // effect (kIoSplitOff when none) and DescribeBackends() how it was chosen.
-  uint64_t io_split_bytes = kIoSplitAuto;
+  // Default off: on the H200's tmpfs the probe chose 256 KiB and the 6 GiB restore then took
+  // 0.56-0.59 s against 0.44-0.47 s with whole spans (docs/benchmarks.md, 2026-12-02); the
+  // probe's 4 x 4 MiB spans do not predict the restore's concurrency.
+  uint64_t io_split_bytes = kIoSplitOff;
   // kCuFile: the library to dlopen ("" = libcufile.so.0 through the dynamic loader).
   std::string cufile_library;
 

@@ -66,6 +66,9 @@ KEYS: dict[str, _Key] = {
     "layerwise": _Key(False, "bool", "deliver layer by layer (True) or the whole prefix before the "
                       "first layer (False)"),
     "checksum": _Key("always", "choice", "verify payload digests on restore", ("always", "off")),
+    "durability": _Key("periodic:200", "durability", "what a crash may lose (docs/fault-model.md): "
+                       "'every_publish' (nothing published), 'periodic:<ms>' (at most that "
+                       "window of publications), 'none' (the whole index)"),
     "lookup_timeout_ms": _Key(2000, "int", "bound on the scheduler's wait for a rank's lookup "
                               "answer (ms); no answer = no hit", minimum=1),
     "min_hit_tokens": _Key(0, "int_or_auto", "break-even gate: restores shorter than this many "
@@ -116,6 +119,7 @@ class ConnectorConfig:
     device: str
     layerwise: bool
     checksum: str
+    durability: str
     lookup_timeout_ms: int
     min_hit_tokens: int | str      # tokens, or "auto" (gate.py derives it at start-up)
     gate_prefill_tokens_per_s: int
@@ -144,7 +148,7 @@ class ConnectorConfig:
         return dict(
             stripe_bytes=self.stripe_bytes, capacity_bytes=self.capacity,
             io_engine=self.io_engine, direct_io=self.direct_io, checksum=self.checksum,
-            ablations=self.ablations, read_banks=self.read_banks,
+            durability=self.durability, ablations=self.ablations, read_banks=self.read_banks,
             read_bank_bytes=self.read_bank_bytes, read_workers=self.read_workers,
             prefetch_banks=self.prefetch_banks, lookahead_layers=self.lookahead_layers,
             max_inflight_restores=self.max_inflight_restores, store_banks=self.store_banks,
@@ -190,6 +194,14 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
                 raise ConfigError(f"{name}: expected an integer, got {value!r}")
             if value < key.minimum:
                 raise ConfigError(f"{name}: must be >= {key.minimum}, got {value!r}")
+        elif key.kind == "durability":
+            ok = isinstance(value, str) and (
+                value in ("every_publish", "none", "periodic") or
+                (value.startswith("periodic:") and value[9:].isdigit()
+                 and 1 <= int(value[9:]) <= 60000))
+            if not ok:
+                raise ConfigError(f"{name}: expected every_publish, periodic:<ms> (1-60000) or "
+                                  f"none, got {value!r}")
         elif key.kind == "choice":
             if value not in key.choices:
                 raise ConfigError(f"{name}: expected one of {', '.join(key.choices)}, got {value!r}")

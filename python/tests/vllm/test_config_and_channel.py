@@ -29,6 +29,8 @@ def test_defaults_and_sizes():
     ({"store_dir": "/x", "layerwise": "yes"}, "layerwise: expected true or false"),
     ({"store_dir": "/x", "checksum": "sometimes"}, "checksum: expected one of always, off"),
     ({"store_dir": "/x", "lookup_timeout_ms": 0}, "lookup_timeout_ms: must be >= 1"),
+    ({"store_dir": "/x", "durability": "periodic:0"}, "durability: expected every_publish"),
+    ({"store_dir": "/x", "durability": "always"}, "durability: expected every_publish"),
     ({"store_dir": "/x", "read_banks": 4, "prefetch_banks": 4}, "prefetch_banks: must be <"),
     ({"store_dir": "/x", "store": "unix:///run/rangekv.sock"}, "store service is not available"),
 ])

@@ -1,5 +1,5 @@
 // cuFile (GPUDirect Storage) without cufile.h: the handful of types and entry points the cufile
-// engine calls, declared here ABI-exact for x86-64 (shared/reference/io-layer.md 1.11), and a
+// engine calls, declared here ABI-exact for x86-64, and a
 // loader that fills a table of function pointers from libcufile.so.0 with dlopen/dlsym.
 //
 // Nothing here links libcufile: a machine without it builds and runs, and the engine that wants

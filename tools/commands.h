@@ -13,5 +13,6 @@ void AddBenchLookupCommand(CLI::App& bench);   // bench_lookup.cc
 void AddBenchTransferCommands(CLI::App& bench);  // bench_transfer.cc: restore, store
 void AddBenchConcurrentCommand(CLI::App& bench);  // bench_concurrent.cc
 void AddInspectCommands(CLI::App& app);        // inspect.cc: inspect, fsck
+void AddServeCommand(CLI::App& app);           // serve.cc: the node's store service
 
 }  // namespace rangekv::tools

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   rangekv::tools::AddBenchTransferCommands(*bench);
   rangekv::tools::AddBenchConcurrentCommand(*bench);
   rangekv::tools::AddInspectCommands(app);
+  rangekv::tools::AddServeCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

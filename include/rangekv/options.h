@@ -126,8 +126,17 @@ struct EngineOptions {
   // metadata snapshot, dirty marker and epoch file (docs/pack-format.md). An existing pack file
   // is opened and validated against `model` (geometry and namespace); its index is loaded from
   // the last clean shutdown's snapshot when that is intact and bound to it (see recovery()).
-  // One engine per store directory at a time.
+  // One engine per store directory at a time. Ignored (may be empty) with store_service.
   std::string store_dir;
+  // The node's store service (`rangekv serve`; docs/store-service.md): "" keeps the store
+  // embedded in this process (store_dir); "unix:///run/rangekv.sock" (or a socket path) makes
+  // the service own the index, its journal and snapshot while this engine reads and writes the
+  // shared pack file itself. The service's durability applies then, not `durability`; the
+  // index ablation must be tree. capacity_bytes is what a new namespace store asks for (the
+  // service caps it by the tenant's quota).
+  std::string store_service;
+  // Quota account at the store service (1-64 of [A-Za-z0-9._-]).
+  std::string tenant = "default";
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
   // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when

@@ -97,6 +97,7 @@
 #include "base/pack_record.h"
 #include "base/thread_annotations.h"
 #include "directory/radix_tree.h"
+#include "directory/range_index.h"
 #include "directory/scalar_index.h"
 #include "directory/slot_table.h"
 #include "directory/ticket.h"
@@ -246,11 +247,11 @@ class DirectoryObserver {
   virtual void OnRemoved(uint32_t slot, uint64_t generation) = 0;
 };
 
-class Directory {
+class Directory final : public RangeIndex {
  public:
   // kInvalidArgument for bad options.
   static Result<std::unique_ptr<Directory>> Create(const DirectoryOptions& options);
-  ~Directory();
+  ~Directory() override;
   Directory(const Directory&) = delete;
   Directory& operator=(const Directory&) = delete;
 
@@ -262,13 +263,13 @@ class Directory {
   // (empty or too long), kResourceExhausted (no slot obtainable even by eviction; node, record,
   // arena, namespace or reservation bound). A failure changes nothing except evictions already
   // made for slots.
-  Result<Reservation> Reserve(const NamespaceId& ns, std::span<const int32_t> tokens);
+  Result<Reservation> Reserve(const NamespaceId& ns, std::span<const int32_t> tokens) override;
   // Makes the reservation's packs visible (touching them in path order). kNotFound for an
   // unknown id; kAborted when it was doomed (its slots are freed; nothing becomes visible).
-  Status Publish(uint64_t reservation_id);
+  Status Publish(uint64_t reservation_id) override;
   // Frees the reservation's slots and removes its packs from the tree. kNotFound if unknown.
-  Status Abort(uint64_t reservation_id);
-  bool IsInFlight(uint64_t reservation_id) const;
+  Status Abort(uint64_t reservation_id) override;
+  bool IsInFlight(uint64_t reservation_id) const override;
   // Blocks until the reservation is published, aborted or unknown.
   void WaitForReservation(uint64_t reservation_id);
 
@@ -278,19 +279,19 @@ class Directory {
   // kResourceExhausted (ticket table full). A miss returns an empty ticket (ticket_id 0)
   // that holds nothing and needs no cancel.
   Result<Ticket> Lookup(const NamespaceId& ns, std::span<const int32_t> tokens,
-                        const Envelope& envelope, uint64_t granularity_tokens);
+                        const Envelope& envelope, uint64_t granularity_tokens) override;
   // Verifies and claims (see the order of checks above). `tokens` must hold at least the
   // ticket's hit. On success returns the records clipped at endpoint_tokens.
   Result<ClaimedRange> Claim(const NamespaceId& ns, const Ticket& ticket, const Envelope& envelope,
                              std::span<const int32_t> tokens, uint64_t endpoint_tokens);
   Result<ClaimedRange> ClaimBytes(const NamespaceId& ns, std::span<const uint8_t> ticket_bytes,
                                   const Envelope& envelope, std::span<const int32_t> tokens,
-                                  uint64_t endpoint_tokens);
+                                  uint64_t endpoint_tokens) override;
   // Drops a claimed ticket's leases: call only when every read and scatter of its delivery has
   // drained. kNotFound for an unknown id, kFailedPrecondition for an unclaimed ticket (Cancel).
-  Status Release(uint64_t ticket_id);
+  Status Release(uint64_t ticket_id) override;
   // Drops the request's unclaimed ticket; a claimed one is kept for Release().
-  CancelOutcome Cancel(std::string_view request_id);
+  CancelOutcome Cancel(std::string_view request_id) override;
 
   // ---- invalidation and eviction -----------------------------------------------------------
   // kInvalidArgument for empty or too long `tokens`. A prefix not in the tree changes nothing.
@@ -319,7 +320,7 @@ class Directory {
                        uint64_t generation, uint64_t stored_tokens) EXCLUDES(mu_);
 
   // ---- introspection -----------------------------------------------------------------------
-  DirectoryStats Stats() const;
+  DirectoryStats Stats() const override;
   SlotInfo Slot(uint32_t slot) const;  // REQUIRES slot < pack_slots
   std::vector<SlotInfo> Slots() const;
   std::vector<NamespaceId> Namespaces() const;

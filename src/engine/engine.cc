@@ -2,6 +2,7 @@
 #include "rangekv/engine.h"
 
 #include "engine/engine_core.h"
+#include "engine/service_store.h"
 
 namespace rangekv {
 
@@ -166,8 +167,11 @@ StoreOutcome StoreHandle::Finish(StoreWait wait) {
     return out;
   }
   StoreOutcome out = core_->stores().Finish(*job_, wait);
-  if (wait == StoreWait::kUntilVisible && out.visible &&
-      core_->options().durability.mode == Durability::Mode::kEveryPublish) {
+  const engine_internal::ServiceStore* service = core_->store().service();
+  const bool every_publish = service != nullptr
+                                 ? service->hello().every_publish
+                                 : core_->options().durability.mode == Durability::Mode::kEveryPublish;
+  if (wait == StoreWait::kUntilVisible && out.visible && every_publish) {
     // The directory has published; the acknowledgement is the journal's commit of it.
     const Status durable = core_->store().AwaitDurable(job_->reservation_id);
     out.durable = durable.ok();

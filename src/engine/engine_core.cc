@@ -1,5 +1,7 @@
 #include "engine/engine_core.h"
 
+#include "engine/service_store.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -105,7 +107,7 @@ std::string EngineCore::ResolveIoSplit() {
   po.spans = std::clamp<uint32_t>(options_.read_workers, 1, 16);
   IoEngineOptions eo;
   eo.workers = std::min<uint32_t>(options_.read_workers, 256);
-  const std::string path = options_.store_dir + "/io-probe.tmp";
+  const std::string path = store_->dir() + "/io-probe.tmp";
   const DirectIo direct = store_->file()->direct() ? DirectIo::kPreferred : DirectIo::kOff;
   IoEngineKind kind =
       options_.io_engine == IoEngineSelection::kPosix ? IoEngineKind::kPosix : IoEngineKind::kUring;
@@ -181,6 +183,8 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       break;
   }
   so.journal.period_ms = options_.durability.period_ms;
+  so.service = options_.store_service;
+  so.tenant = options_.tenant;
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();
@@ -196,6 +200,10 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     recovery_.journal_records = r.journal.records;
     recovery_.journal_publications_kept = r.journal.publishes_kept;
     recovery_.journal_publications_dropped = r.journal.dropped();
+    if (const ServiceStore* service = store_->service(); service != nullptr) {
+      recovery_.reason = recovery_.loaded ? "" : service->hello().recovery_reason;
+      recovery_.detail = "index held by the store service " + options_.store_service;
+    }
   }
 
   const std::string split_desc = ResolveIoSplit();
@@ -254,7 +262,7 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
     MutexLock l(mu_);
     if (closed_) return FailedPrecondition("engine closed");
   }
-  Directory& directory = store_->directory();
+  RangeIndex& directory = store_->index();
   RANGEKV_ASSIGN_OR_RETURN(
       Ticket ticket,
       directory.Lookup(ns(), tokens, ToDirectoryEnvelope(envelope), reuse_granularity_tokens));
@@ -299,7 +307,7 @@ void EngineCore::ReleaseRequest(const RequestEnvelope& envelope) {
     restore_->Abandon(*job);
     return;
   }
-  store_->directory().Cancel(envelope.request_id);
+  store_->index().Cancel(envelope.request_id);
 }
 
 // ---- worker side ------------------------------------------------------------------------------
@@ -329,7 +337,7 @@ Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
     MutexLock l(mu_);
     if (closed_) return FailedPrecondition("engine closed");
   }
-  Directory& directory = store_->directory();
+  RangeIndex& directory = store_->index();
   const auto* bytes = reinterpret_cast<const uint8_t*>(r.ticket.data());
   RANGEKV_ASSIGN_OR_RETURN(
       ClaimedRange claim,
@@ -438,7 +446,7 @@ EngineStats EngineCore::GetStats() const {
   EngineStats s = counters_.Snapshot();
   if (store_ != nullptr) {
     // Index work happens in the directory; its own counters are the source.
-    const DirectoryStats d = store_->directory().Stats();
+    const DirectoryStats d = store_->index().Stats();
     s.lookups = d.lookups;
     s.records_selected = d.records_selected;
     s.leases_taken = d.leases_taken;

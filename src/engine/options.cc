@@ -165,7 +165,12 @@ Result<uint64_t> PackCountForCapacity(uint64_t capacity_bytes, const Geometry& g
 Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g) {
   EngineOptions o = in;
   const uint64_t w = g.stripe_bytes;
-  if (o.store_dir.empty()) return Bad("store_dir", "must name a directory");
+  if (o.store_dir.empty() && o.store_service.empty()) {
+    return Bad("store_dir", "must name a directory (or set store_service)");
+  }
+  if (!o.store_service.empty() && o.ablations.index != Ablations::Index::kTree) {
+    return Bad("store_service", "the index ablation (index=scalar) needs an embedded store");
+  }
   if (o.read_bank_bytes == 0) o.read_bank_bytes = w;
   if (o.store_bank_bytes == 0) {
     const auto b = CheckedMul(2ull * o.layer_group, w);

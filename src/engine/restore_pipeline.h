@@ -73,7 +73,7 @@ namespace rangekv::engine_internal {
 // its packs drained.
 class TicketHold {
  public:
-  TicketHold(Directory* directory, uint64_t ticket_id, std::string request_id, bool claimed)
+  TicketHold(RangeIndex* directory, uint64_t ticket_id, std::string request_id, bool claimed)
       : directory_(directory),
         ticket_id_(ticket_id),
         request_id_(std::move(request_id)),
@@ -89,7 +89,7 @@ class TicketHold {
   void Disarm() { armed_.store(false, std::memory_order_release); }
 
  private:
-  Directory* directory_;
+  RangeIndex* directory_;
   uint64_t ticket_id_;
   std::string request_id_;
   std::atomic<bool> claimed_;

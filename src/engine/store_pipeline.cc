@@ -153,7 +153,7 @@ Status StorePipeline::Configure(StoreJob& job, Reservation& reservation) {
   }
   Status planned = PlanBatches(job, *job.slot);
   if (!planned.ok()) {
-    Status aborted = context_.store->directory().Abort(job.reservation_id);
+    Status aborted = context_.store->index().Abort(job.reservation_id);
     if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
     return planned;
   }
@@ -211,7 +211,7 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     jobs_.GiveBack(slot);
   };
   auto job = std::make_shared<StoreJob>(&mu_, id);
-  auto reservation = context_.store->directory().Reserve(context_.store->ns(), tokens);
+  auto reservation = context_.store->index().Reserve(context_.store->ns(), tokens);
   if (!reservation.ok()) {
     give_back();
     return reservation.status();
@@ -241,7 +241,7 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     Status synced = upload_stream_->Synchronize();
     synced.IgnoreError();
     if (!joined) {
-      Status aborted = context_.store->directory().Abort(reservation->reservation_id);
+      Status aborted = context_.store->index().Abort(reservation->reservation_id);
       if (!aborted.ok()) Log(LogLevel::kWarning, "aborting reservation: " + aborted.ToString());
     }
     give_back();
@@ -272,7 +272,7 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
 }
 
 void StorePipeline::RetryDeferred() {
-  Directory& directory = context_.store->directory();
+  RangeIndex& directory = context_.store->index();
   const auto& active = jobs_.active();
   for (size_t i = 0; i < active.size(); ++i) {
     StoreJob& job = *active[i];
@@ -453,7 +453,7 @@ void StorePipeline::AfterProgress(StoreJob& job) {
     job_cv_.NotifyAll();
   }
   if (!st.settled && st.progress.settled()) {
-    Directory& directory = context_.store->directory();
+    RangeIndex& directory = context_.store->index();
     if (st.progress.succeeded() && st.first_error.ok() && context_.integrity != nullptr) {
       Fail(job, context_.integrity->BeforePublish(job.reservation_id, job.records));
     }

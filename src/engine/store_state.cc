@@ -1,6 +1,7 @@
 #include "engine/store_state.h"
 
 #include "base/log.h"
+#include "engine/service_store.h"
 #include "engine/store_integrity.h"
 #include "persist/store_layout.h"
 
@@ -18,19 +19,53 @@ StoreState::StoreState(Env* env, std::string dir, PackFile pack, persist::Opened
                        bool created)
     : env_(env),
       dir_(std::move(dir)),
-      pack_(std::move(pack)),
+      own_pack_(std::move(pack)),
+      pack_(&*own_pack_),
       directory_(std::move(index.directory)),
       digests_(std::move(index.digests)),
       persistence_(std::move(index.persistence)),
       recovery_(std::move(index.report)),
       created_(created),
       integrity_(
-          std::make_unique<StoreIntegrity>(directory_.get(), digests_.get(), persistence_.get())) {}
+          std::make_unique<StoreIntegrity>(directory_.get(), digests_.get(), persistence_.get())) {
+  index_ = directory_.get();
+  integrity_ptr_ = integrity_.get();
+  generation_view_ = &generations_;
+}
+
+StoreState::StoreState(Env* env, std::unique_ptr<ServiceStore> service)
+    : env_(env),
+      dir_(service->hello().store_dir),
+      pack_(&service->pack_file()),
+      service_(std::move(service)),
+      created_(false) {
+  index_ = service_.get();
+  integrity_ptr_ = service_.get();
+  generation_view_ = service_.get();
+  recovery_.outcome = service_->hello().loaded ? persist::RecoveryOutcome::kLoaded
+                                               : persist::RecoveryOutcome::kStartedEmpty;
+  recovery_.packs_loaded = service_->hello().packs_loaded;
+  recovery_.store_epoch = service_->hello().owner_epoch;
+}
 
 StoreState::~StoreState() = default;
 
+Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOptions& o) {
+  ServiceStoreOptions so;
+  so.address = o.service;
+  so.tenant = o.tenant;
+  so.geometry = o.geometry;
+  so.ns = o.ns;
+  so.capacity_bytes = o.capacity_bytes;
+  so.direct = o.direct == DirectIo::kPreferred;
+  so.digest_block_tokens = o.digest_block_tokens;
+  RANGEKV_ASSIGN_OR_RETURN(auto service, ServiceStore::Connect(so));
+  return std::unique_ptr<StoreState>(new StoreState(o.env, std::move(service)));
+}
+
 Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o) {
   if (o.env == nullptr) return InvalidArgument("StoreState: null env");
+  if (!o.service.empty()) return OpenService(o);
   const persist::StorePaths paths(o.dir);
   // Creates the directory owner-only (or group-readable) and refuses a store another user owns
   // or could have written (kUnsafePermissions).
@@ -98,11 +133,12 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   if (!index.ok()) return index.status().WithContext("store " + o.dir);
   std::unique_ptr<StoreState> state(
       new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created));
-  state->persistence_->EnableCheckpoints(state->pack_, *state->directory_, *state->digests_);
+  state->persistence_->EnableCheckpoints(*state->pack_, *state->directory_, *state->digests_);
   return state;
 }
 
 Status StoreState::AwaitDurable(uint64_t reservation_id) const {
+  if (service_ != nullptr) return service_->AwaitDurable(reservation_id);
   persist::JournalWriter* j = persistence_->journal();
   return j == nullptr ? OkStatus() : j->AwaitPublished(reservation_id);
 }
@@ -114,7 +150,12 @@ Status StoreState::Close() {
     close_status_ = OkStatus();
     return close_status_;
   }
-  close_status_ = persistence_->SaveClean(pack_, *directory_, *digests_);
+  if (service_ != nullptr) {
+    service_->Close();  // Goodbye: the engine drained every owner
+    close_status_ = OkStatus();
+    return close_status_;
+  }
+  close_status_ = persistence_->SaveClean(*pack_, *directory_, *digests_);
   if (!close_status_.ok()) {
     Log(LogLevel::kWarning, "store " + dir_ +
                                 ": clean shutdown failed (the next open discards "

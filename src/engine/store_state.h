@@ -18,6 +18,11 @@
 // under a temporary name, rename it into place, fsync the directory, remove the dirty marker,
 // fsync the directory. On any failure the marker stays and the next open discards the index.
 //
+// Service mode (options.service set): Open connects to the node's store service instead
+// (service_store.h). The index, digests, journal and snapshot are the service's: index() and
+// integrity() are the ServiceStore, directory() / digests() / persistence() must not be called
+// (service() is non-null), and Close() says Goodbye.
+//
 // Thread-safety: after Open, the accessors are thread-safe (PackFile is immutable; Directory,
 // DigestTable and Persistence lock). Close() REQUIRES that every owner drained.
 #pragma once
@@ -25,9 +30,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "directory/directory.h"
+#include "directory/range_index.h"
 #include "engine/integrity.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
@@ -39,6 +46,8 @@
 #include "rangekv/status.h"
 
 namespace rangekv::engine_internal {
+
+class ServiceStore;
 
 struct StoreStateOptions {
   Env* env = nullptr;
@@ -57,6 +66,11 @@ struct StoreStateOptions {
   persist::JournalOptions journal{.mode = persist::DurabilityMode::kNone};
   // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
+  // Service mode (EngineOptions::store_service): the index lives in the node's store service
+  // at this address; `dir`, `pack_count`, `directory`, `permissions` and `journal` are the
+  // service's business then. `tenant` names the quota account.
+  std::string service;
+  std::string tenant = "default";
 };
 
 class StoreState {
@@ -70,24 +84,30 @@ class StoreState {
 
   Env* env() const { return env_; }
   const std::string& dir() const { return dir_; }
-  const PackFile& pack_file() const { return pack_; }
-  File* file() const { return pack_.file(); }
-  const PackLayout& layout() const { return pack_.layout(); }
-  const Geometry& geometry() const { return pack_.geometry(); }
-  const NamespaceId& ns() const { return pack_.namespace_id(); }
+  const PackFile& pack_file() const { return *pack_; }
+  File* file() const { return pack_->file(); }
+  const PackLayout& layout() const { return pack_->layout(); }
+  const Geometry& geometry() const { return pack_->geometry(); }
+  const NamespaceId& ns() const { return pack_->namespace_id(); }
+  // What the engine's pipelines use: the embedded directory, or the store service.
+  RangeIndex& index() const { return *index_; }
+  // Embedded mode only (REQUIRES service() == nullptr).
   Directory& directory() const { return *directory_; }
+  ServiceStore* service() const { return service_.get(); }
   persist::DigestTable& digests() const { return *digests_; }
   persist::Persistence& persistence() const { return *persistence_; }
   // What OpenIndex decided (loaded, or started empty and why).
   const persist::RecoveryReport& recovery() const { return recovery_; }
   // Current slot generations as the directory knows them, for the span planner.
-  const GenerationView& generations() const { return generations_; }
+  const GenerationView& generations() const { return *generation_view_; }
   bool created() const { return created_; }
   // The persistence layer's hooks into the pipelines (digests, dirty marker).
-  PayloadIntegrity* integrity() const { return integrity_.get(); }
+  PayloadIntegrity* integrity() const { return integrity_ptr_; }
 
   // The session's journal writer (null under durability=none).
-  persist::JournalWriter* journal() const { return persistence_->journal(); }
+  persist::JournalWriter* journal() const {
+    return persistence_ != nullptr ? persistence_->journal() : nullptr;
+  }
   // durability=every_publish: blocks until the publication of `reservation_id` is durable; OK
   // at once without a journal. The journal's error when it failed.
   Status AwaitDurable(uint64_t reservation_id) const;
@@ -111,10 +131,17 @@ class StoreState {
   };
 
   StoreState(Env* env, std::string dir, PackFile pack, persist::OpenedIndex index, bool created);
+  StoreState(Env* env, std::unique_ptr<ServiceStore> service);
+  static Result<std::unique_ptr<StoreState>> OpenService(const StoreStateOptions& options);
 
   Env* env_;
   std::string dir_;
-  PackFile pack_;
+  std::optional<PackFile> own_pack_;
+  const PackFile* pack_ = nullptr;
+  std::unique_ptr<ServiceStore> service_;
+  RangeIndex* index_ = nullptr;
+  PayloadIntegrity* integrity_ptr_ = nullptr;
+  const GenerationView* generation_view_ = nullptr;
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<persist::DigestTable> digests_;
   std::unique_ptr<persist::Persistence> persistence_;

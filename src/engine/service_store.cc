@@ -1,0 +1,498 @@
+#include "engine/service_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "env/posix_env.h"
+#include "service/unix_socket.h"
+
+namespace rangekv::engine_internal {
+
+namespace {
+
+using service::MessageType;
+
+// An Env whose OpenFile hands out the descriptor the service passed, once, for the pack path
+// (so PackFile::Open validates the header exactly as for a file it opened itself).
+class PassedFileEnv final : public EnvWrapper {
+ public:
+  PassedFileEnv(std::string path, std::unique_ptr<File> file)
+      : EnvWrapper(DefaultEnv()), path_(std::move(path)), file_(std::move(file)) {}
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path,
+                                         const FileOptions& options) override {
+    if (path == path_ && file_ != nullptr) return std::move(file_);
+    return EnvWrapper::OpenFile(path, options);
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<File> file_;
+};
+
+Status FileIdentity(int fd, uint64_t* dev, uint64_t* ino) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status(StatusCode::kIoError, "fstat of the pack file");
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  return OkStatus();
+}
+
+}  // namespace
+
+ServiceStore::ServiceStore(const ServiceStoreOptions& options) : options_(options) {}
+
+ServiceStore::~ServiceStore() { Close(); }
+
+Result<std::unique_ptr<ServiceStore>> ServiceStore::Connect(const ServiceStoreOptions& o) {
+  std::unique_ptr<ServiceStore> s(new ServiceStore(o));
+  RANGEKV_ASSIGN_OR_RETURN(s->socket_path_, service::SocketPathFromAddress(o.address));
+  int fd = -1;
+  {
+    MutexLock l(s->call_mu_);
+    RANGEKV_ASSIGN_OR_RETURN(fd, s->Handshake(&s->hello_));
+  }
+  const std::string name = "service:" + s->hello_.store_dir + "/packs.rkv";
+  Status id = FileIdentity(fd, &s->pack_dev_, &s->pack_ino_);
+  if (!id.ok()) {
+    ::close(fd);
+    return id;
+  }
+  PassedFileEnv env(name, AdoptFileDescriptor(fd, name));
+  PackExpectation expect;
+  expect.geometry = o.geometry;
+  expect.namespace_id = o.ns;
+  PackOpenOptions open;
+  open.direct = s->hello_.direct ? DirectIo::kPreferred : DirectIo::kOff;
+  auto pack = PackFile::Open(&env, name, expect, open);
+  if (!pack.ok()) return pack.status().WithContext("pack file passed by the store service");
+  s->pack_ = std::make_unique<PackFile>(std::move(pack).value());
+  RANGEKV_ASSIGN_OR_RETURN(const persist::DigestGeometry dg,
+                           persist::DigestGeometry::ForGeometry(o.geometry,
+                                                                s->hello_.digest_block_tokens));
+  const uint64_t slots = s->pack_->pack_count();
+  RANGEKV_ASSIGN_OR_RETURN(s->digests_,
+                           persist::DigestTable::Create(dg, static_cast<uint32_t>(slots)));
+  s->generations_ = std::vector<std::atomic<uint64_t>>(slots);
+  s->corrupt_generation_ = std::vector<std::atomic<uint64_t>>(slots);
+  for (auto& g : s->generations_) g.store(GenerationView::kNoGeneration);
+  Log(LogLevel::kInfo, "store service " + s->socket_path_ + ": session " +
+                           std::to_string(s->hello_.session_id) + ", store " +
+                           s->hello_.store_dir + " (" + std::to_string(slots) + " packs, " +
+                           std::to_string(s->hello_.packs_loaded) + " loaded)");
+  return s;
+}
+
+Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
+  RANGEKV_ASSIGN_OR_RETURN(const int fd, service::ConnectUnix(socket_path_));
+  service::HelloRequest h;
+  h.geometry = options_.geometry;
+  h.ns = options_.ns;
+  h.tenant = options_.tenant;
+  h.capacity_bytes = options_.capacity_bytes;
+  h.direct = options_.direct;
+  h.digest_block_tokens = options_.digest_block_tokens;
+  h.pid = static_cast<uint32_t>(::getpid());
+  std::vector<uint8_t> body;
+  service::Encode(h, &body);
+  auto fail = [&](Status s) {
+    ::close(fd);
+    return s;
+  };
+  Status sent = service::SendFrame(fd, static_cast<uint16_t>(MessageType::kHello), body);
+  if (!sent.ok()) return fail(sent.WithContext("store service hello"));
+  auto frame = service::ReceiveFrame(fd);
+  if (!frame.ok()) return fail(frame.status().WithContext("store service hello"));
+  Status remote;
+  std::span<const uint8_t> rest;
+  Status decoded = service::DecodeStatus(frame->body, &remote, &rest);
+  if (decoded.ok() && remote.ok()) decoded = service::Decode(rest, reply);
+  if (!decoded.ok() || !remote.ok() || frame->passed_fd < 0) {
+    if (frame->passed_fd >= 0) ::close(frame->passed_fd);
+    if (!remote.ok()) return fail(remote.WithContext("store service"));
+    if (!decoded.ok()) return fail(decoded);
+    return fail(Status(StatusCode::kCorruption, "store service hello: no pack file descriptor"));
+  }
+  fd_ = fd;
+  MutexLock l(mu_);
+  connected_ = true;
+  session_ = reply->session_id;
+  return frame->passed_fd;
+}
+
+bool ServiceStore::connected() const {
+  MutexLock l(mu_);
+  return connected_;
+}
+
+void ServiceStore::LoseConnection(const Status& why) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  next_attempt_ = std::chrono::steady_clock::now() + options_.reconnect_interval;
+  MutexLock l(mu_);
+  if (!connected_) return;
+  connected_ = false;
+  orphans_.insert(reservations_.begin(), reservations_.end());
+  reservations_.clear();
+  claimed_.clear();
+  pending_.clear();
+  Log(LogLevel::kWarning, "store service " + socket_path_ + ": connection lost (" +
+                              why.ToString() + "); requests fail until it is back");
+}
+
+Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
+                                std::vector<uint8_t>* payload) {
+  if (closed_) return FailedPrecondition("store service connection closed");
+  if (fd_ < 0) {
+    {
+      MutexLock l(mu_);
+      if (!orphans_.empty()) {
+        return Unavailable("store service lost; " + std::to_string(orphans_.size()) +
+                           " stores of the lost session still settling");
+      }
+    }
+    if (std::chrono::steady_clock::now() < next_attempt_) {
+      return Unavailable("store service " + socket_path_ + " unreachable");
+    }
+    service::HelloReply reply;
+    auto fd = Handshake(&reply);
+    if (!fd.ok()) {
+      next_attempt_ = std::chrono::steady_clock::now() + options_.reconnect_interval;
+      return Unavailable("store service " + socket_path_ + ": " + fd.status().ToString());
+    }
+    uint64_t dev = 0, ino = 0;
+    Status id = FileIdentity(*fd, &dev, &ino);
+    ::close(*fd);  // the engine keeps the descriptor of its first session
+    if (!id.ok() || dev != pack_dev_ || ino != pack_ino_ ||
+        reply.pack_count != hello_.pack_count) {
+      LoseConnection(Status(StatusCode::kWrongStore, "pack file replaced"));
+      closed_ = true;
+      return Status(StatusCode::kWrongStore,
+                    "store service " + socket_path_ +
+                        ": the store's pack file was replaced; reopen the engine");
+    }
+    Log(LogLevel::kInfo, "store service " + socket_path_ + ": reconnected, session " +
+                             std::to_string(reply.session_id));
+  }
+  Status sent = service::SendFrame(fd_, static_cast<uint16_t>(type), body);
+  if (!sent.ok()) {
+    LoseConnection(sent);
+    return Unavailable("store service: " + sent.ToString());
+  }
+  auto frame = service::ReceiveFrame(fd_);
+  if (!frame.ok()) {
+    LoseConnection(frame.status());
+    return Unavailable("store service: " + frame.status().ToString());
+  }
+  if (frame->passed_fd >= 0) ::close(frame->passed_fd);
+  if (frame->header.type != (static_cast<uint16_t>(type) | service::kReplyBit)) {
+    const Status bad(StatusCode::kCorruption, "store service replied to another request");
+    LoseConnection(bad);
+    return bad;
+  }
+  Status remote;
+  std::span<const uint8_t> rest;
+  Status decoded = service::DecodeStatus(frame->body, &remote, &rest);
+  if (!decoded.ok()) {
+    LoseConnection(decoded);
+    return decoded;
+  }
+  if (!remote.ok()) return remote;
+  payload->assign(rest.begin(), rest.end());
+  return OkStatus();
+}
+
+Status ServiceStore::Call(MessageType type, std::span<const uint8_t> body,
+                          std::vector<uint8_t>* payload) {
+  MutexLock l(call_mu_);
+  return CallLocked(type, body, payload);
+}
+
+void ServiceStore::Close() {
+  MutexLock c(call_mu_);
+  if (closed_) return;
+  if (fd_ >= 0) {
+    std::vector<uint8_t> none;
+    Status s = CallLocked(MessageType::kGoodbye, {}, &none);
+    s.IgnoreError();
+  }
+  closed_ = true;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  MutexLock l(mu_);
+  connected_ = false;
+}
+
+void ServiceStore::Learn(std::span<const PackRecord> records) {
+  for (const PackRecord& r : records) {
+    if (r.pack_slot < generations_.size()) {
+      generations_[r.pack_slot].store(r.generation, std::memory_order_release);
+    }
+  }
+}
+
+uint64_t ServiceStore::CurrentGeneration(uint32_t slot) const {
+  if (slot >= generations_.size()) return kNoGeneration;
+  return generations_[slot].load(std::memory_order_acquire);
+}
+
+// ---- store side ---------------------------------------------------------------------------------
+
+Result<Reservation> ServiceStore::Reserve(const NamespaceId& ns, std::span<const int32_t> tokens) {
+  if (!(ns == options_.ns)) return Status(StatusCode::kNamespaceMismatch, "reserve: namespace");
+  service::ReserveRequest m;
+  m.tokens.assign(tokens.begin(), tokens.end());
+  std::vector<uint8_t> body, out;
+  service::Encode(m, &body);
+  MutexLock c(call_mu_);
+  RANGEKV_RETURN_IF_ERROR(CallLocked(MessageType::kReserve, body, &out));
+  service::ReserveReply r;
+  RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
+  Learn(r.reservation.records);
+  MutexLock l(mu_);
+  ++counters_.reservations;
+  if (r.reservation.outcome == ReserveOutcome::kReserved) {
+    reservations_.insert(r.reservation.reservation_id);
+  }
+  return std::move(r.reservation);
+}
+
+Status ServiceStore::Publish(uint64_t reservation_id) {
+  service::PublishRequest m;
+  m.reservation_id = reservation_id;
+  MutexLock c(call_mu_);
+  {
+    MutexLock l(mu_);
+    if (orphans_.erase(reservation_id) != 0) {
+      pending_.erase(reservation_id);
+      return Unavailable("store service lost before the publication");
+    }
+    if (reservations_.count(reservation_id) == 0) {
+      return NotFound("reservation " + std::to_string(reservation_id));
+    }
+    auto it = pending_.find(reservation_id);
+    if (it != pending_.end()) {
+      m.layers = std::move(it->second);
+      pending_.erase(it);
+    }
+  }
+  std::vector<uint8_t> body, out;
+  service::Encode(m, &body);
+  Status s = CallLocked(MessageType::kPublish, body, &out);
+  MutexLock l(mu_);
+  reservations_.erase(reservation_id);
+  orphans_.erase(reservation_id);  // lost during this very call
+  if (s.ok()) ++counters_.publications;
+  return s;
+}
+
+Status ServiceStore::Abort(uint64_t reservation_id) {
+  MutexLock c(call_mu_);
+  {
+    MutexLock l(mu_);
+    pending_.erase(reservation_id);
+    if (orphans_.erase(reservation_id) != 0) return OkStatus();  // the service reclaims it
+    if (reservations_.count(reservation_id) == 0) {
+      return NotFound("reservation " + std::to_string(reservation_id));
+    }
+  }
+  std::vector<uint8_t> body, out;
+  service::Encode(service::IdMessage{reservation_id}, &body);
+  Status s = CallLocked(MessageType::kAbort, body, &out);
+  MutexLock l(mu_);
+  reservations_.erase(reservation_id);
+  orphans_.erase(reservation_id);
+  ++counters_.aborts;
+  return s.code() == StatusCode::kUnavailable ? OkStatus() : s;
+}
+
+bool ServiceStore::IsInFlight(uint64_t reservation_id) const {
+  std::vector<uint8_t> body, out;
+  service::Encode(service::IdMessage{reservation_id}, &body);
+  auto* self = const_cast<ServiceStore*>(this);
+  if (!self->Call(MessageType::kInFlight, body, &out).ok()) return false;
+  service::InFlightReply r;
+  return service::Decode(out, &r).ok() && r.in_flight;
+}
+
+Status ServiceStore::AwaitDurable(uint64_t reservation_id) {
+  std::vector<uint8_t> body, out;
+  service::Encode(service::IdMessage{reservation_id}, &body);
+  return Call(MessageType::kAwaitDurable, body, &out);
+}
+
+// ---- read side ----------------------------------------------------------------------------------
+
+Result<Ticket> ServiceStore::Lookup(const NamespaceId& ns, std::span<const int32_t> tokens,
+                                    const Envelope& envelope, uint64_t granularity_tokens) {
+  if (!(ns == options_.ns)) return Status(StatusCode::kNamespaceMismatch, "lookup: namespace");
+  service::LookupRequest m;
+  m.envelope = envelope;
+  m.granularity_tokens = granularity_tokens;
+  m.tokens.assign(tokens.begin(), tokens.end());
+  std::vector<uint8_t> body, out;
+  service::Encode(m, &body);
+  RANGEKV_RETURN_IF_ERROR(Call(MessageType::kLookup, body, &out));
+  service::LookupReply r;
+  RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
+  Ticket ticket;
+  if (!r.ticket.empty()) {
+    RANGEKV_ASSIGN_OR_RETURN(ticket, DecodeTicket(r.ticket));
+    Learn(ticket.records);
+  }
+  MutexLock l(mu_);
+  ++counters_.lookups;
+  if (!ticket.empty()) {
+    ++counters_.lookup_hits;
+    ++counters_.tickets_issued;
+    counters_.records_selected += ticket.records.size();
+    counters_.leases_taken += ticket.records.size();
+  }
+  return ticket;
+}
+
+Result<ClaimedRange> ServiceStore::ClaimBytes(const NamespaceId& ns,
+                                              std::span<const uint8_t> ticket_bytes,
+                                              const Envelope& envelope,
+                                              std::span<const int32_t> tokens,
+                                              uint64_t endpoint_tokens) {
+  if (!(ns == options_.ns)) {
+    return Status(StatusCode::kNamespaceMismatch, "claim: namespace of another store");
+  }
+  service::ClaimRequest m;
+  m.ticket.assign(ticket_bytes.begin(), ticket_bytes.end());
+  m.envelope = envelope;
+  m.endpoint_tokens = endpoint_tokens;
+  m.tokens.assign(tokens.begin(), tokens.end());
+  std::vector<uint8_t> body, out;
+  service::Encode(m, &body);
+  Status s = Call(MessageType::kClaim, body, &out);
+  MutexLock l(mu_);
+  ++counters_.claims;
+  if (!s.ok()) {
+    ++counters_.claim_failures;
+    return s;
+  }
+  service::ClaimReply r;
+  RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
+  claimed_.insert(r.claim.ticket_id);
+  for (const PackRecord& rec : r.claim.records) {
+    if (rec.pack_slot < generations_.size()) {
+      generations_[rec.pack_slot].store(rec.generation, std::memory_order_release);
+    }
+  }
+  return std::move(r.claim);
+}
+
+Status ServiceStore::Release(uint64_t ticket_id) {
+  {
+    MutexLock l(mu_);
+    // A ticket of a lost session: the service reclaims its leases.
+    if (claimed_.erase(ticket_id) == 0) return OkStatus();
+    ++counters_.releases;
+  }
+  std::vector<uint8_t> body, out;
+  service::Encode(service::IdMessage{ticket_id}, &body);
+  Status s = Call(MessageType::kRelease, body, &out);
+  return s.code() == StatusCode::kUnavailable ? OkStatus() : s;
+}
+
+CancelOutcome ServiceStore::Cancel(std::string_view request_id) {
+  service::CancelRequest m;
+  m.request_id = std::string(request_id);
+  std::vector<uint8_t> body, out;
+  service::Encode(m, &body);
+  if (!Call(MessageType::kCancel, body, &out).ok()) return CancelOutcome::kNoTicket;
+  service::CancelReply r;
+  if (!service::Decode(out, &r).ok()) return CancelOutcome::kNoTicket;
+  MutexLock l(mu_);
+  if (r.outcome == CancelOutcome::kCancelled) ++counters_.cancels;
+  return r.outcome;
+}
+
+DirectoryStats ServiceStore::Stats() const {
+  MutexLock l(mu_);
+  return counters_;
+}
+
+// ---- integrity ----------------------------------------------------------------------------------
+
+Status ServiceStore::BeforeFirstWrite(uint64_t) { return OkStatus(); }  // the service did, at Reserve
+
+Status ServiceStore::RecordSpan(uint64_t reservation_id, const Span& span,
+                                std::span<const uint64_t> block_digests) {
+  if (span.pack_token_begin != 0) {
+    return Internal("digests: write span of pack slot " + std::to_string(span.pack_slot) +
+                    " starts at pack token " + std::to_string(span.pack_token_begin) + ", not 0");
+  }
+  service::LayerDigests d;
+  d.slot = span.pack_slot;
+  d.generation = span.generation;
+  d.stored_tokens = span.tokens();
+  d.layer = span.layer;
+  d.digests.assign(block_digests.begin(), block_digests.end());
+  MutexLock l(mu_);
+  pending_[reservation_id].push_back(std::move(d));
+  return OkStatus();
+}
+
+Status ServiceStore::BeforePublish(uint64_t, std::span<const PackRecord>) {
+  return OkStatus();  // the service checks completeness before it publishes
+}
+
+void ServiceStore::OnStoreAborted(uint64_t reservation_id, std::span<const PackRecord>) {
+  MutexLock l(mu_);
+  pending_.erase(reservation_id);
+}
+
+Result<DigestBlocks> ServiceStore::PlanVerify(const Span& span) {
+  if (span.pack_slot < corrupt_generation_.size() &&
+      corrupt_generation_[span.pack_slot].load(std::memory_order_acquire) == span.generation) {
+    return Corruption("pack slot " + std::to_string(span.pack_slot) + " generation " +
+                      std::to_string(span.generation) +
+                      " failed payload verification in another layer and was dropped");
+  }
+  const uint64_t begin = span.pack_token_begin, end = span.pack_token_begin + span.tokens();
+  auto plan = digests_->PlanVerify(span.pack_slot, span.generation, begin, end);
+  if (!plan.ok() && (plan.status().code() == StatusCode::kNotFound ||
+                     plan.status().code() == StatusCode::kStaleGeneration)) {
+    // First restore of this pack generation here: one request for all its digests.
+    std::vector<uint8_t> body, out;
+    service::Encode(service::PackRef{span.pack_slot, span.generation}, &body);
+    RANGEKV_RETURN_IF_ERROR(Call(MessageType::kGetDigests, body, &out));
+    service::DigestsReply r;
+    RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
+    persist::PackDigests p;
+    p.slot = span.pack_slot;
+    p.generation = span.generation;
+    p.stored_tokens = r.stored_tokens;
+    p.layers = r.layers;
+    p.blocks_per_layer = static_cast<uint32_t>(r.blocks_per_layer);
+    p.digests = std::move(r.digests);
+    RANGEKV_RETURN_IF_ERROR(digests_->Import(p));
+    plan = digests_->PlanVerify(span.pack_slot, span.generation, begin, end);
+  }
+  if (!plan.ok()) return plan.status();
+  return DigestBlocks{plan->first_block, plan->block_count, plan->stored_tokens};
+}
+
+Status ServiceStore::Verify(const Span& span, uint64_t first_block,
+                            std::span<const uint64_t> computed) {
+  return digests_->Compare(span.pack_slot, span.generation, span.layer, first_block, computed);
+}
+
+void ServiceStore::OnCorruption(const Span& span) {
+  if (span.pack_slot < corrupt_generation_.size()) {
+    corrupt_generation_[span.pack_slot].store(span.generation, std::memory_order_release);
+  }
+  digests_->Drop(span.pack_slot, span.generation);
+  std::vector<uint8_t> body, out;
+  service::Encode(service::PackRef{span.pack_slot, span.generation}, &body);
+  Status s = Call(MessageType::kCorrupt, body, &out);
+  if (!s.ok()) Log(LogLevel::kWarning, "reporting a corrupt pack to the store service: " + s.ToString());
+  Log(LogLevel::kWarning, "pack slot " + std::to_string(span.pack_slot) + " generation " +
+                              std::to_string(span.generation) +
+                              " failed payload verification and was dropped from the index");
+}
+
+}  // namespace rangekv::engine_internal

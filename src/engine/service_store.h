@@ -1,0 +1,143 @@
+// ServiceStore: the engine's side of a node's store service (EngineOptions::store_service;
+// the service is src/service/store_service.h, `rangekv serve`). It is the engine's RangeIndex
+// (every directory operation becomes one request over the Unix domain socket, batched as the
+// directory's calls already are: one per lookup, claim, reservation, publication), its
+// PayloadIntegrity (digests computed by the engine are sent with the publication; digests for
+// verification are fetched once per pack generation and kept in a local DigestTable) and its
+// GenerationView (the generation of every record it was handed, which its lease or reservation
+// keeps current). Payload I/O does not go through here: the engine reads and writes the pack
+// file through the descriptor passed at Hello (pack_file()).
+//
+// Losing the service. A failed request marks the connection lost: the call and every later one
+// fail with kUnavailable (lookups miss, restores and stores fail, vLLM recomputes), reservations
+// of the lost session are forgotten as their stores settle (their Publish fails, their Abort is
+// local), and tickets of the lost session need no release (the service reclaims them). The next
+// call reconnects (at most every reconnect_interval) only once no store of the lost session
+// can still be writing: every reservation it obtained was published or aborted by the engine,
+// which happens only after its accepted writes returned. A reconnect must find the same pack
+// file (device and inode); a replaced store fails with kWrongStore until the engine reopens.
+//
+// Counters. Stats() reports this engine's own work (lookups, records selected, leases), as the
+// embedded directory would for it; the service's global counters are its own (`rangekv serve`
+// logs them).
+//
+// Thread-safety: all methods are thread-safe. One request is on the wire at a time (call_mu_);
+// local state has its own mutex (mu_). Lock order: call_mu_ -> mu_.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "directory/directory.h"
+#include "directory/range_index.h"
+#include "engine/integrity.h"
+#include "pack/pack_file.h"
+#include "pack/span_plan.h"
+#include "persist/payload_digests.h"
+#include "service/protocol.h"
+
+namespace rangekv::engine_internal {
+
+struct ServiceStoreOptions {
+  std::string address;  // "unix:///run/rangekv.sock" or a socket path
+  std::string tenant = "default";
+  Geometry geometry;
+  NamespaceId ns;
+  uint64_t capacity_bytes = 0;  // wanted for a new namespace store
+  bool direct = true;
+  uint64_t digest_block_tokens = 0;
+  std::chrono::milliseconds reconnect_interval{200};
+};
+
+class ServiceStore final : public RangeIndex, public PayloadIntegrity, public GenerationView {
+ public:
+  // Connects, says Hello and opens the passed pack file descriptor (validated against the
+  // geometry and namespace like any pack file). kUnavailable when no service listens; the
+  // service's error otherwise (kUnsafePermissions for refused credentials, kGeometryMismatch,
+  // kResourceExhausted for an exhausted quota).
+  static Result<std::unique_ptr<ServiceStore>> Connect(const ServiceStoreOptions& options);
+  ~ServiceStore() override;
+
+  const PackFile& pack_file() const { return *pack_; }
+  const service::HelloReply& hello() const { return hello_; }
+  bool connected() const EXCLUDES(mu_);
+  // Says Goodbye (the engine drained everything) and closes the connection. Idempotent.
+  void Close() EXCLUDES(call_mu_, mu_);
+  // durability=every_publish on the service: blocks until the publication is durable there.
+  Status AwaitDurable(uint64_t reservation_id) EXCLUDES(call_mu_, mu_);
+
+  // ---- RangeIndex --------------------------------------------------------------------------
+  Result<Reservation> Reserve(const NamespaceId& ns, std::span<const int32_t> tokens) override;
+  Status Publish(uint64_t reservation_id) override;
+  Status Abort(uint64_t reservation_id) override;
+  bool IsInFlight(uint64_t reservation_id) const override;
+  Result<Ticket> Lookup(const NamespaceId& ns, std::span<const int32_t> tokens,
+                        const Envelope& envelope, uint64_t granularity_tokens) override;
+  Result<ClaimedRange> ClaimBytes(const NamespaceId& ns, std::span<const uint8_t> ticket_bytes,
+                                  const Envelope& envelope, std::span<const int32_t> tokens,
+                                  uint64_t endpoint_tokens) override;
+  Status Release(uint64_t ticket_id) override;
+  CancelOutcome Cancel(std::string_view request_id) override;
+  DirectoryStats Stats() const override;
+
+  // ---- PayloadIntegrity --------------------------------------------------------------------
+  uint64_t block_tokens() const override { return digests_->geometry().block_tokens(); }
+  uint64_t digest_seed() const override { return hello_.digest_seed; }
+  Status BeforeFirstWrite(uint64_t reservation_id) override;
+  Status RecordSpan(uint64_t reservation_id, const Span& span,
+                    std::span<const uint64_t> block_digests) override;
+  Status BeforePublish(uint64_t reservation_id, std::span<const PackRecord> records) override;
+  void OnStoreAborted(uint64_t reservation_id, std::span<const PackRecord> records) override;
+  Result<DigestBlocks> PlanVerify(const Span& span) override;
+  Status Verify(const Span& span, uint64_t first_block,
+                std::span<const uint64_t> computed) override;
+  void OnCorruption(const Span& span) override;
+
+  // ---- GenerationView ----------------------------------------------------------------------
+  uint64_t CurrentGeneration(uint32_t slot) const override;
+
+ private:
+  explicit ServiceStore(const ServiceStoreOptions& options);
+  // Connects and says Hello; fills hello_ and returns the passed descriptor.
+  Result<int> Handshake(service::HelloReply* reply) REQUIRES(call_mu_);
+  // One request and its reply's payload. Reconnects first when the connection was lost and
+  // the lost session's stores settled. kUnavailable when the service is unreachable.
+  Status Call(service::MessageType type, std::span<const uint8_t> body,
+              std::vector<uint8_t>* payload) EXCLUDES(call_mu_, mu_);
+  Status CallLocked(service::MessageType type, std::span<const uint8_t> body,
+                    std::vector<uint8_t>* payload) REQUIRES(call_mu_) EXCLUDES(mu_);
+  void LoseConnection(const Status& why) REQUIRES(call_mu_) EXCLUDES(mu_);
+  void Learn(std::span<const PackRecord> records) EXCLUDES(mu_);
+
+  const ServiceStoreOptions options_;
+  std::string socket_path_;
+  service::HelloReply hello_;
+  std::unique_ptr<PackFile> pack_;
+  uint64_t pack_dev_ = 0, pack_ino_ = 0;
+  std::unique_ptr<persist::DigestTable> digests_;  // verification cache
+  std::vector<std::atomic<uint64_t>> generations_;
+  std::vector<std::atomic<uint64_t>> corrupt_generation_;
+
+  mutable Mutex call_mu_;
+  int fd_ GUARDED_BY(call_mu_) = -1;
+  std::chrono::steady_clock::time_point next_attempt_ GUARDED_BY(call_mu_);
+  bool closed_ GUARDED_BY(call_mu_) = false;
+
+  mutable Mutex mu_;
+  bool connected_ GUARDED_BY(mu_) = false;
+  uint64_t session_ GUARDED_BY(mu_) = 0;  // hello's session id; bumps on reconnect
+  std::set<uint64_t> reservations_ GUARDED_BY(mu_);  // of the current session
+  std::set<uint64_t> orphans_ GUARDED_BY(mu_);       // of a lost session, not yet settled
+  std::set<uint64_t> claimed_ GUARDED_BY(mu_);       // ticket ids of the current session
+  std::map<uint64_t, std::vector<service::LayerDigests>> pending_ GUARDED_BY(mu_);
+  DirectoryStats counters_ GUARDED_BY(mu_);
+};
+
+}  // namespace rangekv::engine_internal

@@ -1,0 +1,151 @@
+// service_client_driver: one process of service_test's multi-process cases. Modes:
+//   serve ROOT SOCKET DURABILITY       a StoreService until SIGTERM (then a clean Stop)
+//   store SOCKET CLIENT                stores client CLIENT's prefix (shared head + own tail)
+//   restore SOCKET CLIENTS             restores every client's prefix, bit for bit
+//   hold SOCKET                        starts a store (one layer produced) and a restore
+//                                      (claimed, unfinished), prints HOLDING, sleeps forever
+// Exit 0 on success; otherwise prints why. Prefix data: canonical rows of seed 11, so any
+// process can verify what any other stored.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "service/store_service.h"
+#include "service/service_test_shapes.h"
+
+using namespace rangekv;
+using namespace rangekv::engine_testing;
+
+namespace {
+
+int Fail(const std::string& why) {
+  std::fprintf(stderr, "driver: %s\n", why.c_str());
+  return 1;
+}
+
+std::unique_ptr<Engine> OpenClient(const std::string& socket) {
+  EngineOptions o = service_test::ClientOptions(socket);
+  auto e = Engine::Open(o);
+  if (!e.ok()) {
+    std::fprintf(stderr, "driver: open: %s\n", e.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(e).value();
+}
+
+int Serve(const std::string& root, const std::string& socket, const std::string& durability) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  service::ServiceOptions o;
+  o.root = root;
+  o.socket_path = socket;
+  o.restart_fence_ms = 0;
+  o.journal.mode = durability == "every_publish" ? persist::DurabilityMode::kEveryPublish
+                                                 : persist::DurabilityMode::kPeriodic;
+  auto s = service::StoreService::Start(o);
+  if (!s.ok()) return Fail("serve: " + s.status().ToString());
+  std::printf("LISTENING\n");
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&set, &sig);
+  Status stopped = (*s)->Stop();
+  return stopped.ok() ? 0 : Fail("stop: " + stopped.ToString());
+}
+
+int Store(const std::string& socket, int client) {
+  auto engine = OpenClient(socket);
+  if (engine == nullptr) return 1;
+  auto fixture = KvFixture::Make(*engine, KvCacheLayout::kFlashAttnNhd, 64);
+  if (!fixture.ok()) return Fail(fixture.status().ToString());
+  const auto tokens = service_test::ClientTokens(client);
+  auto stored = StoreAll(*engine, **fixture, tokens, service_test::kSeed, 100 + client);
+  if (!stored.ok()) return Fail(stored.status().ToString());
+  if (!stored->outcome.status.ok()) return Fail(stored->outcome.status.ToString());
+  std::printf("stored client=%d disposition=%d writes=%llu\n", client,
+              static_cast<int>(stored->outcome.disposition),
+              static_cast<unsigned long long>(stored->work.native_writes));
+  Status closed = engine->Close();
+  return closed.ok() ? 0 : Fail(closed.ToString());
+}
+
+int Restore(const std::string& socket, int clients) {
+  auto engine = OpenClient(socket);
+  if (engine == nullptr) return 1;
+  auto fixture = KvFixture::Make(*engine, KvCacheLayout::kFlashAttnNhd, 64);
+  if (!fixture.ok()) return Fail(fixture.status().ToString());
+  for (int c = 0; c < clients; ++c) {
+    const auto tokens = service_test::ClientTokens(c);
+    auto r = RestoreAndVerify(*engine, **fixture, engine_testing::Envelope("restore-" + std::to_string(c)),
+                              tokens, service_test::kGranularity, service_test::kSeed, 7 + c);
+    if (!r.ok()) return Fail(r.status().ToString());
+    const uint64_t want = (tokens.size() - 1) / service_test::kGranularity *
+                          service_test::kGranularity;
+    if (r->lookup.hit_tokens != want) {
+      return Fail("client " + std::to_string(c) + ": hit " +
+                  std::to_string(r->lookup.hit_tokens) + ", want " + std::to_string(want));
+    }
+    if (!r->outcome.status.ok()) return Fail(r->outcome.status.ToString());
+    if (r->mismatches != 0) return Fail("mismatching rows: " + std::to_string(r->mismatches));
+    std::printf("restored client=%d tokens=%llu reads=%llu\n", c,
+                static_cast<unsigned long long>(r->outcome.delivered_tokens),
+                static_cast<unsigned long long>(r->outcome.work.native_reads));
+  }
+  Status closed = engine->Close();
+  return closed.ok() ? 0 : Fail(closed.ToString());
+}
+
+int Hold(const std::string& socket) {
+  auto engine = OpenClient(socket);
+  if (engine == nullptr) return 1;
+  auto fixture = KvFixture::Make(*engine, KvCacheLayout::kFlashAttnNhd, 64);
+  if (!fixture.ok()) return Fail(fixture.status().ToString());
+  // A restore of client 0's prefix, claimed and bound, never finished.
+  const auto tokens = service_test::ClientTokens(0);
+  auto lookup = engine->Lookup(engine_testing::Envelope("held-restore"), tokens, service_test::kGranularity);
+  if (!lookup.ok() || lookup->hit_tokens == 0) return Fail("hold: no hit");
+  RestoreRequest rr;
+  rr.ticket = lookup->ticket;
+  rr.envelope = engine_testing::Envelope("held-restore");
+  rr.tokens = tokens;
+  rr.endpoint_tokens = lookup->hit_tokens;
+  auto restore = engine->StartRestore(rr);
+  if (!restore.ok()) return Fail("hold: " + restore.status().ToString());
+  // A store of a new prefix with only layer 0 produced: reserved, never published.
+  const auto held = service_test::HeldTokens();
+  const auto slots = (*fixture)->Slots(held.size(), 3);
+  Status filled = (*fixture)->Fill(held, 0, slots, service_test::kSeed);
+  if (!filled.ok()) return Fail(filled.ToString());
+  StoreRequest sr;
+  sr.envelope = engine_testing::Envelope("held-store");
+  sr.tokens = held;
+  sr.kv = &(*fixture)->kv();
+  sr.slot_mapping = slots;
+  auto store = engine->BeginStore(sr);
+  if (!store.ok()) return Fail("hold: " + store.status().ToString());
+  Status produced = store->LayerProduced(0);
+  if (!produced.ok()) return Fail(produced.ToString());
+  std::printf("HOLDING\n");
+  std::fflush(stdout);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return Fail("usage: see the file comment");
+  const std::string mode = argv[1];
+  if (mode == "serve" && argc == 5) return Serve(argv[2], argv[3], argv[4]);
+  if (mode == "store" && argc == 4) return Store(argv[2], std::atoi(argv[3]));
+  if (mode == "restore" && argc == 4) return Restore(argv[2], std::atoi(argv[3]));
+  if (mode == "hold" && argc == 3) return Hold(argv[2]);
+  return Fail("bad arguments for mode " + mode);
+}

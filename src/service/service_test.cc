@@ -1,0 +1,462 @@
+// Engines sharing one store service: in-process sessions, forked client processes (one of them
+// SIGKILLed with a store and a restore in flight), a SIGKILLed and restarted service, and
+// hostile clients on raw sockets.
+#include "service/store_service.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "service/service_test_shapes.h"
+#include "service/unix_socket.h"
+#include "testing/temp_dir.h"
+
+namespace rangekv::service {
+namespace {
+
+using engine_testing::Envelope;
+using engine_testing::KvFixture;
+using engine_testing::RestoreAndVerify;
+using engine_testing::StoreAll;
+using service_test::ClientOptions;
+using service_test::ClientTokens;
+using service_test::kGranularity;
+using service_test::kSeed;
+
+template <typename Pred>
+bool Eventually(Pred pred, int seconds = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A child running service_client_driver; stdout is readable through out_fd.
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+
+Child Spawn(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {RANGEKV_SERVICE_DRIVER};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int p[2];
+  EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(p[1], 1);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(p[1]);
+  return {pid, p[0]};
+}
+
+// Reads the child's stdout until `line` appears (or it closes / times out).
+bool WaitForLine(const Child& c, const std::string& line, int seconds = 60) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{c.out_fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[256];
+    const ssize_t n = ::read(c.out_fd, buf, sizeof(buf));
+    if (n <= 0) return false;
+    got.append(buf, static_cast<size_t>(n));
+    if (got.find(line) != std::string::npos) return true;
+  }
+  return false;
+}
+
+int WaitExit(Child& c) {
+  int status = 0;
+  ::waitpid(c.pid, &status, 0);
+  if (c.out_fd >= 0) ::close(c.out_fd);
+  c.out_fd = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartService(); }
+  void TearDown() override {
+    engines_.clear();
+    if (service_ != nullptr) EXPECT_TRUE(service_->Stop().ok());
+  }
+  void StartService(ServiceOptions o = {}) {
+    o.root = dir_.Join("svc");
+    o.socket_path = socket_;
+    o.restart_fence_ms = 0;
+    o.orphan_grace_ms = 200;
+    auto s = StoreService::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    service_ = std::move(s).value();
+  }
+  Engine& Client(const std::string& tenant = "default") {
+    auto e = Engine::Open(ClientOptions(socket_, tenant));
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    engines_.push_back(std::move(e).value());
+    return *engines_.back();
+  }
+  std::unique_ptr<KvFixture> Fixture(Engine& engine) {
+    auto f = KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    return std::move(f).value();
+  }
+
+  testing::TempDir dir_;
+  std::string socket_ = dir_.Join("s.sock");
+  std::unique_ptr<StoreService> service_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+TEST_F(ServiceTest, PrefixStoredByOneEngineIsRestoredByAnotherWithEmbeddedWork) {
+  Engine& a = Client();
+  Engine& b = Client();
+  EXPECT_NE(a.DescribeBackends().find("io="), std::string::npos);
+  auto src = Fixture(a);
+  auto dst = Fixture(b);
+  const auto tokens = ClientTokens(0);
+  auto stored = StoreAll(a, *src, tokens, kSeed, 1);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  ASSERT_TRUE(stored->outcome.status.ok()) << stored->outcome.status.ToString();
+  EXPECT_TRUE(stored->outcome.visible);
+  auto r = RestoreAndVerify(b, *dst, Envelope("r"), tokens, kGranularity, kSeed, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_EQ(r->lookup.hit_tokens, (tokens.size() - 1) / kGranularity * kGranularity);
+  EXPECT_EQ(r->mismatches, 0u);
+
+  // The same two requests against an embedded store do exactly the same work.
+  EngineOptions eo = ClientOptions(socket_);
+  eo.store_service.clear();
+  eo.store_dir = dir_.Join("embedded");
+  auto emb = Engine::Open(eo);
+  ASSERT_TRUE(emb.ok()) << emb.status().ToString();
+  auto esrc = Fixture(**emb);
+  auto est = StoreAll(**emb, *esrc, tokens, kSeed, 1);
+  ASSERT_TRUE(est.ok());
+  auto er = RestoreAndVerify(**emb, *esrc, Envelope("r"), tokens, kGranularity, kSeed, 2);
+  ASSERT_TRUE(er.ok());
+  EXPECT_EQ(stored->work.native_writes, est->work.native_writes);
+  EXPECT_EQ(stored->work.gather_launches, est->work.gather_launches);
+  EXPECT_EQ(r->outcome.work.native_reads, er->outcome.work.native_reads);
+  EXPECT_EQ(r->outcome.work.scatter_launches, er->outcome.work.scatter_launches);
+  EXPECT_EQ(r->outcome.work.ready_events, er->outcome.work.ready_events);
+  EXPECT_EQ(r->lookup.records_selected, er->lookup.records_selected);
+  EXPECT_EQ(b.GetStats().lookups, 1u);
+  EXPECT_EQ(b.GetStats().leases_taken, r->lookup.records_selected);
+  EXPECT_EQ((*emb)->GetStats().records_selected, b.GetStats().records_selected);
+  EXPECT_TRUE((*emb)->Close().ok());
+}
+
+class ServiceProcessesTest : public ServiceTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(ServiceProcessesTest, ClientProcessesStoreAndRestoreOverlappingPrefixes) {
+  const int n = GetParam();
+  std::vector<Child> stores;
+  for (int c = 0; c < n; ++c) stores.push_back(Spawn({"store", socket_, std::to_string(c)}));
+  for (auto& c : stores) EXPECT_EQ(WaitExit(c), 0);
+  std::vector<Child> restores;
+  for (int c = 0; c < n; ++c) restores.push_back(Spawn({"restore", socket_, std::to_string(n)}));
+  for (auto& c : restores) EXPECT_EQ(WaitExit(c), 0);
+  const ServiceStats s = service_->stats();
+  EXPECT_EQ(s.bad_frames, 0u);
+  EXPECT_EQ(s.sessions_accepted, static_cast<uint64_t>(2 * n));
+  EXPECT_EQ(s.sessions_reclaimed, 0u);  // every client said goodbye
+}
+
+INSTANTIATE_TEST_SUITE_P(Clients, ServiceProcessesTest, ::testing::Values(2, 4));
+
+TEST_F(ServiceTest, SigkilledClientIsReclaimedAndOthersAreUnaffected) {
+  Engine& a = Client();
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  auto stored = StoreAll(a, *src, tokens, kSeed, 1);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+
+  Child holder = Spawn({"hold", socket_});
+  ASSERT_TRUE(WaitForLine(holder, "HOLDING"));
+  // The holder's lease pins client 0's packs and its reservation pins two slots meanwhile; the
+  // other client works on.
+  auto dst = Fixture(a);
+  auto r = RestoreAndVerify(a, *dst, Envelope("during"), tokens, kGranularity, kSeed, 4);
+  ASSERT_TRUE(r.ok() && r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+
+  ::kill(holder.pid, SIGKILL);
+  EXPECT_EQ(WaitExit(holder), 128 + SIGKILL);
+  ASSERT_TRUE(Eventually([&] {
+    const ServiceStats s = service_->stats();
+    return s.reservations_reclaimed >= 1 && s.tickets_reclaimed >= 1;
+  }));
+  EXPECT_EQ(service_->stats().sessions_reclaimed, 1u);
+  // Nothing the holder was writing became visible; its prefix stores and restores cleanly now.
+  const auto held = service_test::HeldTokens();
+  auto miss = a.Lookup(Envelope("after"), held, kGranularity);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_EQ(miss->hit_tokens, 0u);
+  auto again = StoreAll(a, *src, held, kSeed, 9);
+  ASSERT_TRUE(again.ok() && again->outcome.status.ok());
+  EXPECT_EQ(again->outcome.stored, (TokenInterval{0, held.size()}));
+  auto r2 = RestoreAndVerify(a, *dst, Envelope("held"), held, kGranularity, kSeed, 5);
+  ASSERT_TRUE(r2.ok() && r2->outcome.status.ok());
+  EXPECT_EQ(r2->mismatches, 0u);
+}
+
+TEST(ServiceRestartTest, SigkilledServiceFailsRequestsCleanlyAndRestartsFromItsJournal) {
+  testing::TempDir dir;
+  const std::string socket = dir.Join("s.sock");
+  Child service = Spawn({"serve", dir.Join("svc"), socket, "every_publish"});
+  ASSERT_TRUE(WaitForLine(service, "LISTENING"));
+  auto e = Engine::Open(ClientOptions(socket));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  Engine& engine = **e;
+  auto f = KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
+  ASSERT_TRUE(f.ok());
+  const auto tokens = ClientTokens(0);
+  auto stored = StoreAll(engine, **f, tokens, kSeed, 1);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok() && stored->outcome.visible);
+
+  ::kill(service.pid, SIGKILL);
+  EXPECT_EQ(WaitExit(service), 128 + SIGKILL);
+  // Requests fail cleanly (the serving engine recomputes): lookups and stores error out.
+  auto lost = engine.Lookup(Envelope("lost"), tokens, kGranularity);
+  EXPECT_FALSE(lost.ok());
+  if (!lost.ok()) EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
+  auto other = ClientTokens(1);
+  auto failed_store = StoreAll(engine, **f, other, kSeed, 3);
+  EXPECT_TRUE(!failed_store.ok() || !failed_store->outcome.status.ok());
+
+  Child restarted = Spawn({"serve", dir.Join("svc"), socket, "every_publish"});
+  ASSERT_TRUE(WaitForLine(restarted, "LISTENING"));
+  // The engine reconnects by itself; the publication survived in the journal.
+  uint64_t hit = 0;
+  ASSERT_TRUE(Eventually([&] {
+    auto l = engine.Lookup(Envelope("probe"), tokens, kGranularity);
+    if (!l.ok()) return false;
+    hit = l->hit_tokens;
+    engine.ReleaseRequest(Envelope("probe"));
+    return true;
+  }));
+  EXPECT_EQ(hit, (tokens.size() - 1) / kGranularity * kGranularity);
+  auto r = RestoreAndVerify(engine, **f, Envelope("back"), tokens, kGranularity, kSeed, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_TRUE(engine.Close().ok());
+  ::kill(restarted.pid, SIGTERM);
+  EXPECT_EQ(WaitExit(restarted), 0);
+}
+
+// ---- hostile clients ----------------------------------------------------------------------------
+
+Result<int> RawHello(const std::string& socket) {
+  RANGEKV_ASSIGN_OR_RETURN(int fd, ConnectUnix(socket));
+  HelloRequest h;
+  RANGEKV_ASSIGN_OR_RETURN(h.geometry, DeriveGeometry(service_test::Model(), service_test::kW));
+  h.ns = DeriveNamespace(service_test::Model(), h.geometry);
+  h.capacity_bytes = service_test::kPacks * h.geometry.pack_bytes;
+  std::vector<uint8_t> body;
+  Encode(h, &body);
+  RANGEKV_RETURN_IF_ERROR(SendFrame(fd, static_cast<uint16_t>(MessageType::kHello), body));
+  RANGEKV_ASSIGN_OR_RETURN(ReceivedFrame f, ReceiveFrame(fd));
+  if (f.passed_fd >= 0) ::close(f.passed_fd);
+  Status remote;
+  std::span<const uint8_t> rest;
+  RANGEKV_RETURN_IF_ERROR(DecodeStatus(f.body, &remote, &rest));
+  RANGEKV_RETURN_IF_ERROR(remote);
+  return fd;
+}
+
+// Sends raw bytes; returns the status of the reply, or kUnavailable when none came.
+Status SendRaw(int fd, std::span<const uint8_t> bytes) {
+  if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    return Unavailable("send");
+  }
+  auto f = ReceiveFrame(fd);
+  if (!f.ok()) return Unavailable("no reply");
+  Status remote;
+  std::span<const uint8_t> rest;
+  RANGEKV_RETURN_IF_ERROR(DecodeStatus(f->body, &remote, &rest));
+  return remote;
+}
+
+// The service hung up: end of file, or a reset when it closed with our bytes unread.
+bool Closed(int fd) {
+  char c;
+  return ::recv(fd, &c, 1, 0) <= 0;
+}
+
+TEST_F(ServiceTest, MalformedFramesGetAnErrorAndAClosedConnection) {
+  {  // garbage
+    auto fd = ConnectUnix(socket_);
+    ASSERT_TRUE(fd.ok());
+    const uint8_t junk[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    EXPECT_EQ(SendRaw(*fd, junk).code(), StatusCode::kCorruption);
+    EXPECT_TRUE(Closed(*fd));
+    ::close(*fd);
+  }
+  {  // oversized body announced
+    auto fd = ConnectUnix(socket_);
+    ASSERT_TRUE(fd.ok());
+    uint8_t h[kHeaderBytes];
+    EncodeHeader({kProtocolVersion, static_cast<uint16_t>(MessageType::kHello), kMaxBodyBytes + 1},
+                 h);
+    EXPECT_EQ(SendRaw(*fd, h).code(), StatusCode::kResourceExhausted);
+    EXPECT_TRUE(Closed(*fd));
+    ::close(*fd);
+  }
+  {  // wrong version
+    auto fd = ConnectUnix(socket_);
+    ASSERT_TRUE(fd.ok());
+    uint8_t h[kHeaderBytes];
+    EncodeHeader({kProtocolVersion + 1, static_cast<uint16_t>(MessageType::kHello), 0}, h);
+    EXPECT_EQ(SendRaw(*fd, h).code(), StatusCode::kWrongVersion);
+    ::close(*fd);
+  }
+  {  // a request before hello
+    auto fd = ConnectUnix(socket_);
+    ASSERT_TRUE(fd.ok());
+    const auto frame = Frame(static_cast<uint16_t>(MessageType::kStats), {});
+    EXPECT_EQ(SendRaw(*fd, frame).code(), StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Closed(*fd));
+    ::close(*fd);
+  }
+  {  // truncated body, then the peer hangs up
+    auto fd = ConnectUnix(socket_);
+    ASSERT_TRUE(fd.ok());
+    uint8_t h[kHeaderBytes + 4];
+    EncodeHeader({kProtocolVersion, static_cast<uint16_t>(MessageType::kHello), 100}, h);
+    ASSERT_EQ(::send(*fd, h, sizeof(h), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(h)));
+    ::close(*fd);
+  }
+  {  // a well-framed lookup whose body does not decode, after a valid hello
+    auto fd = RawHello(socket_);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    std::vector<uint8_t> bad = {0xff, 0xff, 0xff, 0xff};
+    EXPECT_EQ(SendRaw(*fd, Frame(static_cast<uint16_t>(MessageType::kLookup), bad)).code(),
+              StatusCode::kResourceExhausted);
+    EXPECT_TRUE(Closed(*fd));
+    ::close(*fd);
+  }
+  EXPECT_TRUE(Eventually([&] { return service_->stats().bad_frames >= 5; }));
+  // The service still serves well-behaved clients.
+  Engine& a = Client();
+  auto src = Fixture(a);
+  auto stored = StoreAll(a, *src, ClientTokens(0), kSeed, 1);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+}
+
+TEST_F(ServiceTest, IdsOfOtherSessionsAreRefusedAndTheConnectionStays) {
+  auto fd = RawHello(socket_);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  std::vector<uint8_t> body;
+  Encode(IdMessage{12345}, &body);
+  EXPECT_EQ(SendRaw(*fd, Frame(static_cast<uint16_t>(MessageType::kRelease), body)).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(SendRaw(*fd, Frame(static_cast<uint16_t>(MessageType::kAbort), body)).code(),
+            StatusCode::kNotFound);
+  PublishRequest p;
+  p.reservation_id = 1;
+  body.clear();
+  Encode(p, &body);
+  EXPECT_EQ(SendRaw(*fd, Frame(static_cast<uint16_t>(MessageType::kPublish), body)).code(),
+            StatusCode::kNotFound);
+  EXPECT_TRUE(SendRaw(*fd, Frame(static_cast<uint16_t>(MessageType::kStats), {})).ok());
+  ::close(*fd);
+}
+
+TEST_F(ServiceTest, TicketsOfAnotherClientCannotBeClaimed) {
+  Engine& a = Client();
+  Engine& b = Client();
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
+  auto lookup = a.Lookup(Envelope("victim"), tokens, kGranularity);
+  ASSERT_TRUE(lookup.ok());
+  ASSERT_GT(lookup->hit_tokens, 0u);
+  RestoreRequest rr;
+  rr.ticket = lookup->ticket;
+  rr.envelope = Envelope("victim");  // even the same request id: another session's ticket
+  rr.tokens = tokens;
+  rr.endpoint_tokens = lookup->hit_tokens;
+  auto stolen = b.StartRestore(rr);
+  ASSERT_FALSE(stolen.ok());
+  EXPECT_EQ(stolen.status().code(), StatusCode::kForeignOwner) << stolen.status().ToString();
+  std::string forged = lookup->ticket;
+  forged[forged.size() / 2] ^= 0x40;
+  rr.ticket = forged;
+  auto tampered = a.StartRestore(rr);
+  ASSERT_FALSE(tampered.ok());
+  EXPECT_EQ(tampered.status().code(), StatusCode::kCorruptTicket) << tampered.status().ToString();
+  // The owner's claim still works.
+  rr.ticket = lookup->ticket;
+  auto mine = a.StartRestore(rr);
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  mine->Cancel();
+  (void)mine->Finish();
+}
+
+TEST_F(ServiceTest, TenantsAreKeptApartAndQuotasBound) {
+  Engine& a = Client("team-a");
+  Engine& b = Client("team-b");
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
+  auto other = b.Lookup(Envelope("x"), tokens, kGranularity);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->hit_tokens, 0u);
+  auto bad = Engine::Open(ClientOptions(socket_, "../escape"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+
+  engines_.clear();
+  ASSERT_TRUE(service_->Stop().ok());
+  ServiceOptions o;
+  o.quotas["tiny"] = 1;
+  StartService(o);
+  auto tiny = Engine::Open(ClientOptions(socket_, "tiny"));
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_EQ(tiny.status().code(), StatusCode::kResourceExhausted) << tiny.status().ToString();
+}
+
+TEST_F(ServiceTest, PeersWithAnotherUidAreRefused) {
+  ASSERT_TRUE(service_->Stop().ok());
+  ServiceOptions o;
+  o.peer_uid = ::geteuid() + 1;
+  StartService(o);
+  auto e = Engine::Open(ClientOptions(socket_));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kUnsafePermissions) << e.status().ToString();
+  EXPECT_EQ(service_->stats().sessions_refused, 1u);
+}
+
+TEST_F(ServiceTest, SocketIsOwnerOnlyAndASecondServiceIsRefused) {
+  struct stat st {};
+  ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ServiceOptions o;
+  o.root = dir_.Join("svc2");
+  o.socket_path = socket_;
+  auto second = StoreService::Start(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
+}
+
+}  // namespace
+}  // namespace rangekv::service

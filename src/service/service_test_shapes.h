@@ -1,0 +1,39 @@
+// Shapes shared by service_test and service_client_driver: the model, the client options and
+// each client's prefix (a head all clients share plus a tail of their own).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine_test_util.h"
+
+namespace rangekv::service_test {
+
+// 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per stripe.
+inline constexpr uint64_t kW = 8192;
+inline constexpr uint64_t kT = 64;
+inline constexpr uint64_t kSeed = 11;
+inline constexpr uint64_t kGranularity = 16;
+inline constexpr uint64_t kPacks = 32;
+
+inline ModelSpec Model() { return engine_testing::SmallModel(4, 2, 16); }
+
+inline EngineOptions ClientOptions(const std::string& socket, const std::string& tenant = "default") {
+  EngineOptions o = engine_testing::SmallOptions("", Model(), kW, kPacks);
+  o.store_service = "unix://" + socket;
+  o.tenant = tenant;
+  return o;
+}
+
+// Client c's prefix: 3 packs + 10 tokens shared by every client, then 2 packs + 5 of its own.
+inline std::vector<int32_t> ClientTokens(int client) {
+  std::vector<int32_t> t = engine_testing::RandomTokens(3 * kT + 10, 1000);
+  const auto tail = engine_testing::RandomTokens(2 * kT + 5, 2000 + client);
+  t.insert(t.end(), tail.begin(), tail.end());
+  return t;
+}
+
+inline std::vector<int32_t> HeldTokens() { return engine_testing::RandomTokens(2 * kT, 9999); }
+
+}  // namespace rangekv::service_test

@@ -1,0 +1,668 @@
+#include "service/store_service.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "base/log.h"
+#include "directory/ticket.h"
+#include "engine/store_state.h"
+#include "pack/pack_layout.h"
+#include "persist/payload_digests.h"
+#include "service/unix_socket.h"
+
+namespace rangekv::service {
+
+using engine_internal::StoreState;
+using engine_internal::StoreStateOptions;
+using Clock = std::chrono::steady_clock;
+
+struct StoreService::Store {
+  std::string key;  // <tenant>/<namespace hex>
+  std::string tenant;
+  std::string dir;
+  std::unique_ptr<StoreState> state;
+  uint64_t capacity_bytes = 0;
+  Clock::time_point fence_until;
+};
+
+struct StoreService::Session {
+  uint64_t id = 0;
+  int fd = -1;
+  PeerCredentials peer;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  Store* store = nullptr;  // set by Hello
+  std::string prefix;      // "s<id>/": prepended to every request id of this session
+  // What the session holds in its store, for the reclaim.
+  std::set<std::string> requests;  // prefixed request ids with an outstanding ticket
+  std::set<uint64_t> claimed;      // claimed ticket ids not yet released
+  std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
+  bool goodbye = false;
+
+  bool HasLeftovers() const {
+    return !requests.empty() || !claimed.empty() || !reservations.empty();
+  }
+};
+
+namespace {
+
+bool ValidTenant(std::string_view t) {
+  if (t.empty() || t.size() > 64 || t == "." || t == "..") return false;
+  for (char c : t) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) == 0) return OkStatus();
+  if (errno != EEXIST) {
+    return Status(StatusCode::kIoError, "mkdir " + path + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status(StatusCode::kAlreadyExists, path + " exists and is not a directory");
+  }
+  if (st.st_uid != ::geteuid() || (st.st_mode & 0022) != 0) {
+    return Status(StatusCode::kUnsafePermissions,
+                  path + " is owned by another user or writable by group or others");
+  }
+  return OkStatus();
+}
+
+Status WithPrefix(const std::string& prefix, Envelope* e) {
+  RANGEKV_RETURN_IF_ERROR(ValidateEnvelope(*e));
+  if (e->request_id.size() + prefix.size() > kMaxRequestIdBytes) {
+    return InvalidArgument("request id longer than " +
+                           std::to_string(kMaxRequestIdBytes - prefix.size()) +
+                           " bytes (the store service prefixes it with its session)");
+  }
+  e->request_id = prefix + e->request_id;
+  return OkStatus();
+}
+
+}  // namespace
+
+StoreService::StoreService(const ServiceOptions& options)
+    : options_(options), env_(options.env != nullptr ? options.env : DefaultEnv()) {}
+
+Result<std::unique_ptr<StoreService>> StoreService::Start(const ServiceOptions& options) {
+  if (options.root.empty()) return InvalidArgument("store service: empty root directory");
+  if (options.max_sessions == 0) return InvalidArgument("store service: max_sessions is 0");
+  std::unique_ptr<StoreService> s(new StoreService(options));
+  RANGEKV_RETURN_IF_ERROR(MakeDir(options.root, options.group_access ? 0750 : 0700));
+  s->socket_path_ =
+      options.socket_path.empty() ? options.root + "/rangekv.sock" : options.socket_path;
+  RANGEKV_ASSIGN_OR_RETURN(s->listen_fd_,
+                           ListenUnix(s->socket_path_, options.group_access ? 0660 : 0600));
+  s->stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (s->stop_fd_ < 0) {
+    ::close(s->listen_fd_);
+    return Status(StatusCode::kIoError, std::string("eventfd: ") + std::strerror(errno));
+  }
+  s->accept_thread_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  Log(LogLevel::kInfo, "store service: listening on " + s->socket_path_ + ", stores under " +
+                           options.root);
+  return s;
+}
+
+StoreService::~StoreService() {
+  Status s = Stop();
+  s.IgnoreError();
+}
+
+void StoreService::AcceptLoop() {
+  for (;;) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[1].revents != 0) return;
+    if ((p[0].revents & POLLIN) == 0) continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    auto peer = PeerOf(fd);
+    const uid_t want_uid = options_.peer_uid.value_or(::geteuid());
+    const bool allowed = peer.ok() && (peer->uid == want_uid ||
+                                       (options_.group_access && peer->gid == ::getegid()));
+    std::vector<std::unique_ptr<Session>> finished;
+    MutexLock l(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second->done.load()) {
+        finished.push_back(std::move(it->second));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& f : finished) f->thread.join();
+    if (stopping_ || !allowed || sessions_.size() >= options_.max_sessions) {
+      ++stats_.sessions_refused;
+      const std::string why = !allowed ? "peer credentials refused (uid " +
+                                             std::to_string(peer.ok() ? peer->uid : 0) + ")"
+                                       : "too many sessions";
+      Log(LogLevel::kWarning, "store service: connection refused: " + why);
+      std::vector<uint8_t> body;
+      EncodeStatus(Status(StatusCode::kUnsafePermissions, "store service: " + why), &body);
+      Status sent = SendFrame(fd, static_cast<uint16_t>(MessageType::kHello) | kReplyBit, body);
+      sent.IgnoreError();
+      ::close(fd);
+      continue;
+    }
+    auto session = std::make_unique<Session>();
+    session->id = next_session_++;
+    session->fd = fd;
+    session->peer = *peer;
+    session->prefix = "s" + std::to_string(session->id) + "/";
+    Session* raw = session.get();
+    ++stats_.sessions_accepted;
+    sessions_[raw->id] = std::move(session);
+    raw->thread = std::thread([this, raw] { RunSession(raw); });
+  }
+}
+
+bool StoreService::Reply(Session& s, uint16_t type, const Status& status,
+                         std::span<const uint8_t> payload, int pass_fd) {
+  std::vector<uint8_t> body;
+  body.reserve(payload.size() + 16 + status.message().size());
+  EncodeStatus(status, &body);
+  body.insert(body.end(), payload.begin(), payload.end());
+  return SendFrame(s.fd, type | kReplyBit, body, pass_fd).ok();
+}
+
+void StoreService::RunSession(Session* session) {
+  Session& s = *session;
+  for (;;) {
+    auto frame = ReceiveFrame(s.fd);
+    if (!frame.ok()) {
+      const StatusCode c = frame.status().code();
+      if (c != StatusCode::kUnavailable) {
+        {
+          MutexLock l(mu_);
+          ++stats_.bad_frames;
+        }
+        Log(LogLevel::kWarning, "store service: session " + std::to_string(s.id) +
+                                    " closed: " + frame.status().ToString());
+        Reply(s, static_cast<uint16_t>(MessageType::kHello), frame.status(), {});
+      }
+      break;
+    }
+    if (frame->passed_fd >= 0) ::close(frame->passed_fd);  // clients pass none
+    if ((frame->header.type & kReplyBit) != 0) {
+      MutexLock l(mu_);
+      ++stats_.bad_frames;
+      break;
+    }
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    if (!Handle(s, frame->header.type, frame->body)) break;
+  }
+  ::shutdown(s.fd, SHUT_RDWR);
+  if (!s.goodbye && s.HasLeftovers()) ReclaimAfterExit(s);
+  Reclaim(s);  // a Goodbye session should hold nothing; whatever it left goes now
+  ::close(s.fd);
+  s.done.store(true);
+}
+
+void StoreService::ReclaimAfterExit(Session& s) {
+  {
+    MutexLock l(mu_);
+    ++stats_.sessions_reclaimed;
+  }
+  Log(LogLevel::kInfo, "store service: session " + std::to_string(s.id) + " (pid " +
+                           std::to_string(s.peer.pid) +
+                           ") ended without goodbye; its leases and reservations are reclaimed "
+                           "once its process exited");
+  int pidfd = -1;
+  if (s.peer.pid > 0) pidfd = static_cast<int>(::syscall(SYS_pidfd_open, s.peer.pid, 0));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.orphan_grace_ms);
+  for (;;) {
+    pollfd p[2] = {{stop_fd_, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    int timeout_ms = 100;
+    if (pidfd < 0) {
+      if (s.peer.pid > 0 && ::kill(s.peer.pid, 0) != 0 && errno == ESRCH) break;
+      if (s.peer.pid <= 0 && Clock::now() >= deadline) break;
+    }
+    const int n = ::poll(p, pidfd >= 0 ? 2 : 1, timeout_ms);
+    if (n > 0 && p[0].revents != 0) break;                     // stopping: reclaim now
+    if (n > 0 && pidfd >= 0 && p[1].revents != 0) break;       // the process exited
+  }
+  if (pidfd >= 0) ::close(pidfd);
+}
+
+void StoreService::Reclaim(Session& s) {
+  if (s.store == nullptr || !s.HasLeftovers()) return;
+  StoreState& st = *s.store->state;
+  Directory& d = st.directory();
+  uint64_t tickets = 0, reservations = 0;
+  for (const std::string& r : s.requests) {
+    if (d.Cancel(r) == CancelOutcome::kCancelled) ++tickets;
+  }
+  for (uint64_t id : s.claimed) {
+    if (d.Release(id).ok()) ++tickets;
+  }
+  for (auto& [id, records] : s.reservations) {
+    if (st.integrity() != nullptr) st.integrity()->OnStoreAborted(id, records);
+    if (d.Abort(id).ok()) ++reservations;
+  }
+  s.requests.clear();
+  s.claimed.clear();
+  s.reservations.clear();
+  MutexLock l(mu_);
+  stats_.tickets_reclaimed += tickets;
+  stats_.reservations_reclaimed += reservations;
+}
+
+Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int* pass_fd,
+                                 std::vector<uint8_t>* reply) {
+  HelloRequest h;
+  RANGEKV_RETURN_IF_ERROR(Decode(body, &h));
+  if (h.protocol != kProtocolVersion) {
+    return Status(StatusCode::kWrongVersion, "client speaks protocol " + std::to_string(h.protocol));
+  }
+  if (!ValidTenant(h.tenant)) {
+    return InvalidArgument("tenant '" + h.tenant + "': 1-64 characters of [A-Za-z0-9._-]");
+  }
+  RANGEKV_RETURN_IF_ERROR(ValidatePackGeometry(h.geometry));
+  const std::string key = h.tenant + "/" + h.ns.ToHex();
+  Store* store = nullptr;
+  {
+    MutexLock l(mu_);
+    if (stopping_) return Unavailable("store service stopping");
+    auto it = stores_.find(key);
+    if (it != stores_.end()) {
+      store = it->second.get();
+      if (!(store->state->geometry() == h.geometry)) {
+        return Status(StatusCode::kGeometryMismatch,
+                      "namespace " + key + " is stored with another geometry");
+      }
+    } else {
+      uint64_t used = 0;
+      for (const auto& [k, st] : stores_) {
+        if (st->tenant == h.tenant) used += st->capacity_bytes;
+      }
+      auto q = options_.quotas.find(h.tenant);
+      const uint64_t quota = q != options_.quotas.end() ? q->second : options_.default_quota_bytes;
+      const uint64_t left = quota > used ? quota - used : 0;
+      const uint64_t want = h.capacity_bytes == 0 ? left : std::min(h.capacity_bytes, left);
+      if (want < h.geometry.pack_bytes) {
+        return ResourceExhausted("tenant " + h.tenant + ": quota of " + std::to_string(quota) +
+                                 " bytes leaves no room for a pack of " +
+                                 std::to_string(h.geometry.pack_bytes) + " bytes");
+      }
+      auto made = std::make_unique<Store>();
+      made->key = key;
+      made->tenant = h.tenant;
+      const std::string tenant_dir = options_.root + "/" + h.tenant;
+      RANGEKV_RETURN_IF_ERROR(MakeDir(tenant_dir, options_.group_access ? 0750 : 0700));
+      made->dir = tenant_dir + "/" + h.ns.ToHex();
+      StoreStateOptions so;
+      so.env = env_;
+      so.dir = made->dir;
+      so.geometry = h.geometry;
+      so.ns = h.ns;
+      so.pack_count = want / h.geometry.pack_bytes;
+      so.capacity_bytes = so.pack_count * h.geometry.pack_bytes;
+      so.direct = DirectIo::kPreferred;
+      so.directory = DirectoryOptions::ForGeometry(h.geometry, static_cast<uint32_t>(so.pack_count));
+      so.directory.max_query_tokens = kMaxTokensPerMessage;
+      so.directory.max_tickets = 1u << 16;
+      so.digest_block_tokens = h.digest_block_tokens;
+      so.permissions = options_.group_access ? persist::StorePermissions::Group()
+                                             : persist::StorePermissions::Owner();
+      so.journal = options_.journal;
+      auto opened = StoreState::Open(so);
+      if (!opened.ok()) return opened.status().WithContext("store service: store " + key);
+      made->state = std::move(opened).value();
+      made->capacity_bytes = made->state->pack_file().capacity_bytes();
+      made->fence_until =
+          made->state->created()
+              ? Clock::now()
+              : Clock::now() + std::chrono::milliseconds(options_.restart_fence_ms);
+      const auto& rec = made->state->recovery();
+      Log(LogLevel::kInfo, "store service: opened store " + key + " (" +
+                               std::to_string(made->state->pack_file().pack_count()) +
+                               " packs, " + std::to_string(rec.packs_loaded) + " loaded)");
+      store = made.get();
+      stores_[key] = std::move(made);
+      stats_.stores_open = stores_.size();
+    }
+  }
+  // The client's own descriptor for the pack file, opened here so the file's bits stay 0600.
+  const std::string path = store->state->pack_file().path();
+  bool direct = false;
+  int fd = -1;
+  if (h.direct) {
+    fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+    direct = fd >= 0;
+  }
+  if (fd < 0) fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    return Status(StatusCode::kIoError, "opening " + path + ": " + std::strerror(errno));
+  }
+  s.store = store;
+  const auto& rec = store->state->recovery();
+  HelloReply r;
+  r.session_id = s.id;
+  r.owner_epoch = store->state->directory().owner_epoch();
+  r.pack_count = store->state->pack_file().pack_count();
+  r.capacity_bytes = store->capacity_bytes;
+  r.digest_block_tokens = store->state->integrity()->block_tokens();
+  r.digest_seed = store->state->integrity()->digest_seed();
+  r.direct = direct;
+  r.loaded = rec.outcome == persist::RecoveryOutcome::kLoaded;
+  r.recovery_reason = r.loaded ? "" : std::string(persist::DiscardReasonName(rec.reason));
+  r.packs_loaded = rec.packs_loaded;
+  r.store_dir = store->dir;
+  r.every_publish = options_.journal.mode == persist::DurabilityMode::kEveryPublish;
+  Encode(r, reply);
+  *pass_fd = fd;
+  return OkStatus();
+}
+
+bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> body) {
+  std::vector<uint8_t> out;
+  const auto t = static_cast<MessageType>(type);
+  if (t == MessageType::kHello) {
+    if (s.store != nullptr) {
+      Reply(s, type, FailedPrecondition("hello twice in one session"), {});
+      return false;
+    }
+    int fd = -1;
+    Status st = HandleHello(s, body, &fd, &out);
+    const bool sent = Reply(s, type, st, st.ok() ? std::span<const uint8_t>(out) :
+                                                   std::span<const uint8_t>(), fd);
+    if (fd >= 0) ::close(fd);
+    return sent && st.ok();
+  }
+  if (s.store == nullptr) {
+    Reply(s, type, FailedPrecondition("the first message of a session must be hello"), {});
+    return false;
+  }
+  // Validate the whole body before anything is applied.
+  if (Status v = DecodeRequestBody(type, body); !v.ok()) {
+    {
+      MutexLock l(mu_);
+      ++stats_.bad_frames;
+    }
+    Reply(s, type, v, {});
+    return false;
+  }
+  StoreState& st = *s.store->state;
+  Directory& d = st.directory();
+  Status status;
+  switch (t) {
+    case MessageType::kLookup: {
+      LookupRequest m;
+      status = Decode(body, &m);
+      if (status.ok()) status = WithPrefix(s.prefix, &m.envelope);
+      if (!status.ok()) break;
+      auto ticket = d.Lookup(st.ns(), m.tokens, m.envelope, m.granularity_tokens);
+      if (!ticket.ok()) {
+        status = ticket.status();
+        break;
+      }
+      LookupReply r;
+      if (!ticket->empty()) {
+        r.ticket = EncodeTicket(*ticket);
+        s.requests.insert(m.envelope.request_id);
+      }
+      Encode(r, &out);
+      break;
+    }
+    case MessageType::kClaim: {
+      ClaimRequest m;
+      status = Decode(body, &m);
+      if (status.ok()) status = WithPrefix(s.prefix, &m.envelope);
+      if (!status.ok()) break;
+      auto claim = d.ClaimBytes(st.ns(), m.ticket, m.envelope, m.tokens, m.endpoint_tokens);
+      if (!claim.ok()) {
+        status = claim.status();
+        break;
+      }
+      s.claimed.insert(claim->ticket_id);
+      s.requests.erase(m.envelope.request_id);
+      Encode(ClaimReply{*claim}, &out);
+      break;
+    }
+    case MessageType::kRelease: {
+      IdMessage m;
+      status = Decode(body, &m);
+      if (!status.ok()) break;
+      if (s.claimed.count(m.id) == 0) {
+        status = NotFound("ticket " + std::to_string(m.id) + " is not claimed by this session");
+        break;
+      }
+      status = d.Release(m.id);
+      s.claimed.erase(m.id);
+      break;
+    }
+    case MessageType::kCancel: {
+      CancelRequest m;
+      status = Decode(body, &m);
+      if (!status.ok()) break;
+      Envelope e;
+      e.request_id = m.request_id;
+      status = WithPrefix(s.prefix, &e);
+      if (!status.ok()) break;
+      CancelReply r{d.Cancel(e.request_id)};
+      s.requests.erase(e.request_id);
+      Encode(r, &out);
+      break;
+    }
+    case MessageType::kReserve: {
+      ReserveRequest m;
+      status = Decode(body, &m);
+      if (!status.ok()) break;
+      if (Clock::now() < s.store->fence_until) {
+        status = Unavailable("store service: restart fence (stores resume shortly)");
+        break;
+      }
+      auto r = d.Reserve(st.ns(), m.tokens);
+      if (!r.ok()) {
+        status = r.status();
+        break;
+      }
+      if (r->outcome == ReserveOutcome::kReserved) {
+        // Before the client writes a byte: the dirty marker, and the durable removal of every
+        // slot's previous pack (what StoreIntegrity does per span in embedded mode).
+        status = st.integrity()->BeforeFirstWrite(r->reservation_id);
+        for (const PackRecord& rec : r->records) {
+          if (!status.ok()) break;
+          if (persist::JournalWriter* j = st.journal(); j != nullptr) {
+            status = j->BeforeOverwrite(rec.pack_slot);
+          }
+        }
+        if (!status.ok()) {
+          Status aborted = d.Abort(r->reservation_id);
+          aborted.IgnoreError();
+          break;
+        }
+        s.reservations[r->reservation_id] = r->records;
+      }
+      Encode(ReserveReply{*r}, &out);
+      break;
+    }
+    case MessageType::kPublish: {
+      PublishRequest m;
+      status = Decode(body, &m);
+      if (!status.ok()) break;
+      auto it = s.reservations.find(m.reservation_id);
+      if (it == s.reservations.end()) {
+        status = NotFound("reservation " + std::to_string(m.reservation_id) +
+                          " is not this session's");
+        break;
+      }
+      const std::vector<PackRecord> records = it->second;
+      persist::DigestTable& digests = st.digests();
+      for (const LayerDigests& l : m.layers) {
+        bool named = false;
+        for (const PackRecord& r : records) {
+          named = named || (r.pack_slot == l.slot && r.generation == l.generation &&
+                            r.tokens == l.stored_tokens);
+        }
+        if (!named) {
+          status = InvalidArgument("publish: digests of slot " + std::to_string(l.slot) +
+                                   " generation " + std::to_string(l.generation) +
+                                   " that the reservation does not hold");
+          break;
+        }
+        status = digests.Begin(l.slot, l.generation, l.stored_tokens);
+        if (status.ok()) status = digests.RecordLayer(l.slot, l.generation, l.layer, l.digests);
+        if (!status.ok()) break;
+      }
+      if (status.ok()) status = st.integrity()->BeforePublish(m.reservation_id, records);
+      if (status.ok()) {
+        status = d.Publish(m.reservation_id);
+        if (!status.ok()) st.integrity()->OnStoreAborted(m.reservation_id, records);
+      } else {
+        st.integrity()->OnStoreAborted(m.reservation_id, records);
+        Status aborted = d.Abort(m.reservation_id);
+        aborted.IgnoreError();
+      }
+      s.reservations.erase(m.reservation_id);
+      break;
+    }
+    case MessageType::kAbort: {
+      IdMessage m;
+      status = Decode(body, &m);
+      if (!status.ok()) break;
+      auto it = s.reservations.find(m.id);
+      if (it == s.reservations.end()) {
+        status = NotFound("reservation " + std::to_string(m.id) + " is not this session's");
+        break;
+      }
+      st.integrity()->OnStoreAborted(m.id, it->second);
+      status = d.Abort(m.id);
+      s.reservations.erase(it);
+      break;
+    }
+    case MessageType::kInFlight: {
+      IdMessage m;
+      status = Decode(body, &m);
+      if (status.ok()) Encode(InFlightReply{d.IsInFlight(m.id)}, &out);
+      break;
+    }
+    case MessageType::kAwaitDurable: {
+      IdMessage m;
+      status = Decode(body, &m);
+      if (status.ok()) status = st.AwaitDurable(m.id);
+      break;
+    }
+    case MessageType::kGetDigests: {
+      PackRef m;
+      status = Decode(body, &m);
+      if (!status.ok()) break;
+      auto p = st.digests().Get(m.slot, m.generation);
+      if (!p.ok()) {
+        status = p.status();
+        break;
+      }
+      DigestsReply r;
+      r.stored_tokens = p->stored_tokens;
+      r.layers = p->layers;
+      r.blocks_per_layer = p->blocks_per_layer;
+      r.digests = std::move(p->digests);
+      Encode(r, &out);
+      break;
+    }
+    case MessageType::kCorrupt: {
+      PackRef m;
+      status = Decode(body, &m);
+      if (!status.ok()) break;
+      if (m.slot >= st.pack_file().pack_count()) {
+        status = InvalidArgument("slot " + std::to_string(m.slot) + " out of range");
+        break;
+      }
+      Span span;
+      span.pack_slot = m.slot;
+      span.generation = m.generation;
+      st.integrity()->OnCorruption(span);
+      break;
+    }
+    case MessageType::kStats:
+      Encode(StatsReply{d.Stats()}, &out);
+      break;
+    case MessageType::kGoodbye:
+      s.goodbye = true;
+      Reply(s, type, OkStatus(), {});
+      return false;
+    case MessageType::kHello:
+      break;  // handled above
+  }
+  return Reply(s, type, status, out);
+}
+
+Status StoreService::Stop() {
+  {
+    MutexLock l(mu_);
+    if (stopping_) {
+      stopped_cv_.Wait(l, [&]() REQUIRES(mu_) { return stopped_; });
+      return stop_status_;
+    }
+    stopping_ = true;
+  }
+  const uint64_t one = 1;
+  if (stop_fd_ >= 0) {
+    const ssize_t w = ::write(stop_fd_, &one, sizeof(one));
+    (void)w;
+  }
+  if (accept_thread_.joinable()) accept_thread_.join();
+  std::map<uint64_t, std::unique_ptr<Session>> sessions;
+  {
+    MutexLock l(mu_);
+    sessions.swap(sessions_);
+  }
+  for (auto& [id, s] : sessions) ::shutdown(s->fd, SHUT_RDWR);
+  for (auto& [id, s] : sessions) s->thread.join();
+  Status first;
+  std::map<std::string, std::unique_ptr<Store>> stores;
+  {
+    MutexLock l(mu_);
+    stores.swap(stores_);
+  }
+  for (auto& [key, store] : stores) {
+    Status c = store->state->Close();
+    if (!c.ok() && first.ok()) first = c.WithContext("closing store " + key);
+  }
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    ::unlink(socket_path_.c_str());
+  }
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+  listen_fd_ = stop_fd_ = -1;
+  Log(LogLevel::kInfo, "store service: stopped");
+  MutexLock l(mu_);
+  stop_status_ = first;
+  stopped_ = true;
+  stats_.stores_open = 0;
+  stopped_cv_.NotifyAll();
+  return first;
+}
+
+void StoreService::Wait() {
+  MutexLock l(mu_);
+  stopped_cv_.Wait(l, [&]() REQUIRES(mu_) { return stopped_; });
+}
+
+ServiceStats StoreService::stats() const {
+  MutexLock l(mu_);
+  ServiceStats s = stats_;
+  s.sessions_active = sessions_.size();
+  s.requests = requests_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace rangekv::service

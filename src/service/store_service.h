@@ -1,0 +1,140 @@
+// StoreService: one store for a whole node (`rangekv serve`; docs/store-service.md). The
+// service owns the index side of every store under its root directory: the range directory,
+// slot allocation and generations, leases, payload digests, the publication journal and the
+// clean-shutdown snapshot. Serving processes connect over a Unix domain socket; their engines
+// (EngineOptions::store_service) send index operations (protocol.h) and do the payload I/O
+// themselves, against the pack file descriptor the service passes them at Hello. Payload bytes
+// never cross the socket.
+//
+// Stores. One store per (tenant, namespace) at <root>/<tenant>/<namespace hex>/, each a normal
+// store directory (docs/pack-format.md) that `rangekv inspect` and `rangekv fsck` read as they
+// read an embedded one. It is opened at the first Hello that names it (created with the
+// client's geometry and the capacity it asks for, capped by its tenant's remaining quota) and
+// closed cleanly, snapshot and all, when the service stops. Namespaces keep models, geometries,
+// layouts, TP ranks and tags apart: each has its own pack file, so a descriptor passed for one
+// never reaches another's bytes.
+//
+// Sessions. Every connection is a session (bounded by max_sessions). The service prefixes the
+// request ids of its envelopes with the session id, so a client can claim, cancel or replace
+// only its own tickets; it releases, publishes and aborts only ids its own session obtained.
+// When a session ends without Goodbye (the client crashed, was SIGKILLed, or dropped the
+// connection) its leftovers (unclaimed and claimed tickets, reservations) are reclaimed only
+// once no I/O of it can still be in flight: when its process has exited (pidfd), or after
+// orphan_grace_ms when the peer's pid is not visible (another pid namespace). Until then its
+// slots stay reserved and its packs leased, so a slot it may still write is never handed to
+// anyone else. A Goodbye means the client drained everything first (Engine::Close does).
+//
+// Restart fence. A store reopened by a new service may still receive late writes from clients
+// of the previous one (their stores were in flight when it died). Its reservations are refused
+// (kUnavailable: the store is skipped, the request goes on) for restart_fence_ms after the
+// open; a client that lost its service reconnects only once its own in-flight stores drained
+// (service_index.h), and payload digests catch anything later (checksum=always).
+//
+// Isolation. The socket is created 0600 (0660 with group_access); every connection's peer
+// credentials (SO_PEERCRED) must be the service's uid, or its gid under group_access, or it is
+// refused before anything is read. A malformed frame gets an error reply (when one can be
+// framed) and the connection is closed; nothing of it is applied.
+//
+// Thread-safety: Start/Stop/Wait/stats from any thread. Internally: one accept thread, one
+// thread per session; mu_ guards the session and store tables; each store's own locking
+// (Directory, DigestTable, Persistence) serialises the index operations.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "persist/journal_writer.h"
+#include "rangekv/env.h"
+#include "rangekv/status.h"
+#include "service/protocol.h"
+
+namespace rangekv::service {
+
+struct ServiceOptions {
+  std::string root;         // stores live under it (created 0700, or 0750 with group_access)
+  std::string socket_path;  // "" = <root>/rangekv.sock
+  bool group_access = false;
+  uint64_t default_quota_bytes = 16ull << 30;  // per tenant: sum of its stores' capacities
+  std::map<std::string, uint64_t> quotas;      // tenant -> bytes
+  persist::JournalOptions journal;             // every store's durability
+  uint32_t max_sessions = 256;
+  uint64_t orphan_grace_ms = 10000;
+  uint64_t restart_fence_ms = 1000;
+  Env* env = nullptr;  // nullptr: DefaultEnv()
+  // Test seam: the uid peers must have (default: the service's effective uid).
+  std::optional<uint32_t> peer_uid;
+};
+
+struct ServiceStats {
+  uint64_t sessions_accepted = 0;
+  uint64_t sessions_refused = 0;  // credentials, session bound
+  uint64_t sessions_active = 0;
+  uint64_t bad_frames = 0;        // connections closed for a malformed message
+  uint64_t requests = 0;
+  uint64_t sessions_reclaimed = 0;       // ended without Goodbye and with leftovers
+  uint64_t tickets_reclaimed = 0;
+  uint64_t reservations_reclaimed = 0;
+  uint64_t stores_open = 0;
+};
+
+class StoreService {
+ public:
+  // Creates the root, opens the socket and starts accepting. kAlreadyExists when another
+  // service listens on the socket.
+  static Result<std::unique_ptr<StoreService>> Start(const ServiceOptions& options);
+  ~StoreService();  // Stop()
+  StoreService(const StoreService&) = delete;
+  StoreService& operator=(const StoreService&) = delete;
+
+  const std::string& socket_path() const { return socket_path_; }
+  // Stops accepting, closes every session (reclaiming leftovers at once), closes every store
+  // (snapshot) and removes the socket. Returns the first store's close error. Idempotent.
+  Status Stop() EXCLUDES(mu_);
+  // Blocks until Stop() ran (from another thread or a signal handler's thread).
+  void Wait() EXCLUDES(mu_);
+  ServiceStats stats() const EXCLUDES(mu_);
+
+ private:
+  struct Store;
+  struct Session;
+
+  explicit StoreService(const ServiceOptions& options);
+  void AcceptLoop();
+  void RunSession(Session* session);
+  // Handles one request; false ends the session (Goodbye, or a reply could not be sent).
+  bool Handle(Session& s, uint16_t type, std::span<const uint8_t> body);
+  Status HandleHello(Session& s, std::span<const uint8_t> body, int* pass_fd,
+                     std::vector<uint8_t>* reply) EXCLUDES(mu_);
+  // Waits until the session's process can have no I/O in flight, then reclaims its leftovers.
+  void ReclaimAfterExit(Session& s);
+  void Reclaim(Session& s);
+  bool Reply(Session& s, uint16_t type, const Status& status, std::span<const uint8_t> payload,
+             int pass_fd = -1);
+
+  const ServiceOptions options_;
+  Env* env_;
+  std::string socket_path_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;  // eventfd: readable once Stop() began
+  std::thread accept_thread_;
+
+  mutable Mutex mu_;
+  CondVar stopped_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  Status stop_status_ GUARDED_BY(mu_);
+  uint64_t next_session_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::unique_ptr<Session>> sessions_ GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Store>> stores_ GUARDED_BY(mu_);
+  ServiceStats stats_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> requests_{0};
+};
+
+}  // namespace rangekv::service

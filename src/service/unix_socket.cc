@@ -1,0 +1,220 @@
+#include "service/unix_socket.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace rangekv::service {
+
+namespace {
+
+Status Errno(int err, const std::string& what) {
+  const std::string m = what + ": " + std::strerror(err);
+  if (err == EPIPE || err == ECONNRESET || err == ECONNREFUSED || err == ENOENT) {
+    return Unavailable(m);
+  }
+  return Status(StatusCode::kIoError, m);
+}
+
+Result<sockaddr_un> Address(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(a.sun_path)) {
+    return InvalidArgument("socket path '" + path + "': empty or longer than " +
+                           std::to_string(sizeof(a.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(a.sun_path, path.data(), path.size());
+  return a;
+}
+
+// Reads exactly n bytes; the first recvmsg also collects a passed descriptor.
+Status ReadFull(int fd, uint8_t* p, size_t n, int* passed_fd, bool* eof_at_start) {
+  size_t got = 0;
+  while (got < n) {
+    iovec iov{p + got, n - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (passed_fd != nullptr) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+    }
+    const ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Errno(errno, "recvmsg");
+    }
+    if (passed_fd != nullptr) {
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+          int f = -1;
+          std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          if (*passed_fd < 0) {
+            *passed_fd = f;
+          } else {
+            ::close(f);
+          }
+        }
+      }
+    }
+    if (r == 0) {
+      if (got == 0 && eof_at_start != nullptr) *eof_at_start = true;
+      return Unavailable("connection closed by the peer");
+    }
+    got += static_cast<size_t>(r);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::string> SocketPathFromAddress(std::string_view address) {
+  std::string_view path = address;
+  if (address.starts_with("unix://")) {
+    path = address.substr(7);
+  } else if (address.find("://") != std::string_view::npos) {
+    return InvalidArgument("store address '" + std::string(address) +
+                           "': only unix:///path/to/socket is supported");
+  }
+  RANGEKV_RETURN_IF_ERROR(Address(std::string(path)).status());
+  return std::string(path);
+}
+
+Result<int> ListenUnix(const std::string& path, uint32_t mode, int backlog) {
+  RANGEKV_ASSIGN_OR_RETURN(const sockaddr_un a, Address(path));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Status(StatusCode::kAlreadyExists, "socket path " + path + " exists and is not a socket");
+    }
+    auto probe = ConnectUnix(path);
+    if (probe.ok()) {
+      ::close(*probe);
+      return Status(StatusCode::kAlreadyExists,
+                    "another store service listens on " + path);
+    }
+    ::unlink(path.c_str());  // a leftover of a service that died
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno(errno, "socket");
+  // Bind under a umask that leaves no one else a window, then set the bits exactly.
+  const mode_t old = ::umask(0177);
+  const int b = ::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a));
+  const int bind_errno = errno;
+  ::umask(old);
+  if (b != 0) {
+    ::close(fd);
+    return Errno(bind_errno, "bind " + path);
+  }
+  if (::chmod(path.c_str(), static_cast<mode_t>(mode)) != 0 || ::listen(fd, backlog) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Errno(e, "listen " + path);
+  }
+  return fd;
+}
+
+Result<int> ConnectUnix(const std::string& path) {
+  RANGEKV_ASSIGN_OR_RETURN(const sockaddr_un a, Address(path));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno(errno, "socket");
+  for (;;) {
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) == 0) return fd;
+    if (errno == EINTR) continue;
+    const int e = errno;
+    ::close(fd);
+    return Errno(e, "connecting to the store service at " + path);
+  }
+}
+
+Result<PeerCredentials> PeerOf(int fd) {
+  ucred c{};
+  socklen_t n = sizeof(c);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &n) != 0) return Errno(errno, "SO_PEERCRED");
+  return PeerCredentials{c.pid, c.uid, c.gid};
+}
+
+Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd) {
+  uint8_t header[kHeaderBytes];
+  EncodeHeader({kProtocolVersion, type, static_cast<uint32_t>(body.size())}, header);
+  iovec iov[2] = {{header, kHeaderBytes},
+                  {const_cast<uint8_t*>(body.data()), body.size()}};
+  size_t sent = 0;
+  const size_t total = kHeaderBytes + body.size();
+  bool fd_sent = pass_fd < 0;
+  while (sent < total) {
+    // Rebuild the vector past what went already.
+    iovec v[2];
+    int count = 0;
+    if (sent < kHeaderBytes) {
+      v[count++] = {header + sent, kHeaderBytes - sent};
+      if (!body.empty()) v[count++] = iov[1];
+    } else {
+      v[count++] = {const_cast<uint8_t*>(body.data()) + (sent - kHeaderBytes),
+                    total - sent};
+    }
+    msghdr msg{};
+    msg.msg_iov = v;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (!fd_sent) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Errno(errno, "sendmsg");
+    }
+    fd_sent = true;
+    sent += static_cast<size_t>(w);
+  }
+  return OkStatus();
+}
+
+Result<ReceivedFrame> ReceiveFrame(int fd) {
+  ReceivedFrame f;
+  uint8_t header[kHeaderBytes];
+  bool eof = false;
+  Status s = ReadFull(fd, header, kHeaderBytes, &f.passed_fd, &eof);
+  if (!s.ok()) {
+    if (f.passed_fd >= 0) ::close(f.passed_fd);
+    if (!eof && s.code() == StatusCode::kUnavailable) {
+      return Status(StatusCode::kTruncated, "service frame: header cut short");
+    }
+    return s;
+  }
+  auto h = DecodeHeader(header);
+  if (!h.ok()) {
+    if (f.passed_fd >= 0) ::close(f.passed_fd);
+    return h.status();
+  }
+  f.header = *h;
+  f.body.resize(f.header.body_bytes);
+  if (!f.body.empty()) {
+    s = ReadFull(fd, f.body.data(), f.body.size(), nullptr, nullptr);
+    if (!s.ok()) {
+      if (f.passed_fd >= 0) ::close(f.passed_fd);
+      if (s.code() == StatusCode::kUnavailable) {
+        return Status(StatusCode::kTruncated, "service frame: body cut short");
+      }
+      return s;
+    }
+  }
+  return f;
+}
+
+}  // namespace rangekv::service

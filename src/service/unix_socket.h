@@ -1,0 +1,53 @@
+// Unix domain socket plumbing for the store service: a listening socket created with exact
+// permission bits, connections, whole-frame send and receive (protocol.h framing) with an
+// optional file descriptor passed alongside (SCM_RIGHTS), and the peer's credentials
+// (SO_PEERCRED). Plain POSIX calls; no library of Debian 12 wraps these few better.
+//
+// Thread-safety: functions over caller-owned descriptors; a descriptor must not be read (or
+// written) by two threads at once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rangekv/status.h"
+#include "service/protocol.h"
+
+namespace rangekv::service {
+
+// A socket path from a store address: "unix:///run/rangekv.sock" or a plain path.
+// kInvalidArgument for another scheme, an empty path or one longer than sun_path allows.
+Result<std::string> SocketPathFromAddress(std::string_view address);
+
+// Binds and listens on `path` with permission bits `mode` exactly (0600 owner only, 0660 group).
+// A leftover socket file nobody listens on is replaced; a live one fails with kAlreadyExists
+// (another service owns it); any other file there fails with kAlreadyExists too.
+Result<int> ListenUnix(const std::string& path, uint32_t mode, int backlog = 64);
+Result<int> ConnectUnix(const std::string& path);
+
+struct PeerCredentials {
+  pid_t pid = 0;  // 0 when the peer lives in another pid namespace
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+Result<PeerCredentials> PeerOf(int fd);
+
+// Sends one frame; `pass_fd` >= 0 travels with it. kUnavailable when the peer is gone.
+Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd = -1);
+
+struct ReceivedFrame {
+  FrameHeader header;
+  std::vector<uint8_t> body;
+  int passed_fd = -1;  // owned by the receiver; -1 when none came
+};
+// Receives one frame. kUnavailable on end of file (the peer closed), kCorruption /
+// kWrongVersion / kInvalidArgument / kResourceExhausted for a bad header (DecodeHeader),
+// kTruncated for a body cut short by the peer closing. At most one passed descriptor is kept;
+// any others are closed.
+Result<ReceivedFrame> ReceiveFrame(int fd);
+
+}  // namespace rangekv::service

@@ -1,0 +1,141 @@
+// `rangekv serve`: the node's store service (docs/store-service.md). Foreground, logs to
+// stderr, stops cleanly (every store's snapshot written) on SIGTERM or SIGINT: what a systemd
+// unit with Type=simple expects.
+#include <signal.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "rangekv/options.h"
+#include "service/store_service.h"
+
+namespace rangekv::tools {
+namespace {
+
+struct ServeConfig {
+  std::string dir;
+  std::string socket;
+  bool group = false;
+  std::string quota = "16GiB";
+  std::vector<std::string> tenant_quotas;  // tenant=bytes
+  std::string durability = "periodic:200";
+  uint32_t max_sessions = 256;
+  uint64_t fence_ms = 1000;
+};
+
+Result<uint64_t> ParseBytes(const std::string& s) {
+  size_t pos = 0;
+  uint64_t v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (...) {
+    return InvalidArgument("'" + s + "' is not a byte count");
+  }
+  const std::string unit = s.substr(pos);
+  const std::map<std::string, uint64_t> units = {
+      {"", 1}, {"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
+      {"TiB", 1ull << 40}};
+  auto it = units.find(unit);
+  if (it == units.end()) return InvalidArgument("'" + s + "': unit must be B, KiB, MiB, GiB or TiB");
+  return v * it->second;
+}
+
+[[noreturn]] void Exit(int code) { throw CLI::RuntimeError(code); }
+
+void RunServe(const ServeConfig& c) {
+  service::ServiceOptions o;
+  o.root = c.dir;
+  o.socket_path = c.socket;
+  o.group_access = c.group;
+  o.max_sessions = c.max_sessions;
+  o.restart_fence_ms = c.fence_ms;
+  auto quota = ParseBytes(c.quota);
+  if (!quota.ok()) {
+    std::fprintf(stderr, "rangekv serve: --quota: %s\n", quota.status().ToString().c_str());
+    Exit(2);
+  }
+  o.default_quota_bytes = *quota;
+  for (const std::string& tq : c.tenant_quotas) {
+    const size_t eq = tq.find('=');
+    auto bytes = eq == std::string::npos ? Result<uint64_t>(InvalidArgument("missing '='"))
+                                         : ParseBytes(tq.substr(eq + 1));
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "rangekv serve: --tenant-quota %s: %s\n", tq.c_str(),
+                   bytes.status().ToString().c_str());
+      Exit(2);
+    }
+    o.quotas[tq.substr(0, eq)] = *bytes;
+  }
+  Durability d;
+  if (Status s = d.Set(c.durability); !s.ok()) {
+    std::fprintf(stderr, "rangekv serve: --durability: %s\n", s.ToString().c_str());
+    Exit(2);
+  }
+  o.journal.mode = d.mode == Durability::Mode::kEveryPublish ? persist::DurabilityMode::kEveryPublish
+                   : d.mode == Durability::Mode::kNone       ? persist::DurabilityMode::kNone
+                                                             : persist::DurabilityMode::kPeriodic;
+  o.journal.period_ms = d.period_ms;
+
+  // Signals are taken synchronously by this thread; every other thread has them blocked.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto service = service::StoreService::Start(o);
+  if (!service.ok()) {
+    std::fprintf(stderr, "rangekv serve: %s\n", service.status().ToString().c_str());
+    Exit(1);
+  }
+  std::fprintf(stderr,
+               "rangekv serve: listening on %s (stores under %s, durability %s); engines "
+               "connect with store_service=\"unix://%s\"\n",
+               (*service)->socket_path().c_str(), c.dir.c_str(), d.ToString().c_str(),
+               (*service)->socket_path().c_str());
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::fprintf(stderr, "rangekv serve: %s: stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const service::ServiceStats st = (*service)->stats();
+  Status stopped = (*service)->Stop();
+  std::fprintf(stderr,
+               "rangekv serve: sessions %llu accepted, %llu refused, %llu reclaimed; %llu "
+               "requests; %llu malformed\n",
+               static_cast<unsigned long long>(st.sessions_accepted),
+               static_cast<unsigned long long>(st.sessions_refused),
+               static_cast<unsigned long long>(st.sessions_reclaimed),
+               static_cast<unsigned long long>(st.requests),
+               static_cast<unsigned long long>(st.bad_frames));
+  if (!stopped.ok()) {
+    std::fprintf(stderr, "rangekv serve: clean shutdown failed: %s\n", stopped.ToString().c_str());
+    Exit(1);
+  }
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto cfg = std::make_shared<ServeConfig>();
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Run the node's store service: one store shared by every serving process");
+  serve->add_option("--dir", cfg->dir, "Root directory of the stores (one per tenant/namespace)")
+      ->required();
+  serve->add_option("--socket", cfg->socket, "Unix socket path (default DIR/rangekv.sock)");
+  serve->add_flag("--group", cfg->group,
+                  "Socket 0660 and stores group-readable; peers of the service's group allowed");
+  serve->add_option("--quota", cfg->quota, "Capacity per tenant (all its namespaces)")
+      ->capture_default_str();
+  serve->add_option("--tenant-quota", cfg->tenant_quotas, "TENANT=BYTES, repeatable");
+  serve->add_option("--durability", cfg->durability, "every_publish | periodic:<ms> | none")
+      ->capture_default_str();
+  serve->add_option("--max-sessions", cfg->max_sessions, "Connections at once")
+      ->capture_default_str();
+  serve->add_option("--restart-fence-ms", cfg->fence_ms,
+                    "After reopening a store, refuse stores this long (late writes of old clients)")
+      ->capture_default_str();
+  serve->callback([cfg] { RunServe(*cfg); });
+}
+
+}  // namespace rangekv::tools

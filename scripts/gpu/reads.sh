@@ -7,13 +7,15 @@
 #      configuration of the read side (READS_CONFIGS, "name|flags" per line), each with the
 #      short ceiling grid and its own timeout; with READS_BASELINE=1 the default configuration
 #      also runs the per-object model.
-# Every run's table goes to $OUT/<name>.txt, its progress lines to <name>.err, JSON to
-# <name>.json; $OUT/summary.txt collects the tables' key lines. Steps stop being started once
-# READS_BUDGET_S (default 560) seconds have passed.
+#   4. with READS_CONCURRENT=1, bench concurrent on tmpfs (the engine's defaults).
+# Every run's table goes to <name>.txt, its progress lines to <name>.err, JSON to <name>.json,
+# all packed into $OUT/reads-logs.tar.gz; $OUT/summary.txt collects the tables' key lines.
+# Steps stop being started once READS_BUDGET_S (default 560) seconds have passed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out="${OUT:-$PWD/out/gpu-reads}"
-mkdir -p "$out"
+final="${OUT:-$PWD/out/gpu-reads}"
+out=/tmp/rangekv-reads
+rm -rf "$out" && mkdir -p "$out" "$final"
 build=/tmp/rangekv-gpu-build
 sum="$out/summary.txt"
 start=$(date +%s)
@@ -52,5 +54,13 @@ while IFS='|' read -r name flags; do
     "$out/$name.txt" | sed "s/^/  /" | tee -a "$sum"
   grep -m1 -oE "rangekv \[device=[^]]*\]" "$out/$name.err" | sed "s/^/  /" | tee -a "$sum"
 done <<<"$configs"
+if [ "${READS_CONCURRENT:-0}" = 1 ]; then
+  rm -rf $shm && mkdir -p $shm
+  t concurrent 170 $rkv bench concurrent --device cuda --dir $shm --buffered \
+    --json "$out/concurrent.json"
+  tail -22 "$out/concurrent.txt" | sed "s/^/  /" | tee -a "$sum"
+fi
 rm -rf $shm
 note "total: $(( $(date +%s) - start )) s"
+tar -czf "$final/reads-logs.tar.gz" -C "$out" --exclude=build .
+cp "$sum" "$final/summary.txt"

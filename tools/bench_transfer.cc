@@ -253,7 +253,7 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--seed", flags->seed, "payload and token seed")->capture_default_str();
   cmd->add_option("--read-workers", flags->read_workers, "engine read workers (0: default 4)");
   cmd->add_option("--read-io-threads", flags->read_io_threads,
-                  "engine read I/O engine threads (0: auto, the hardware threads up to 16 on a "
+                  "threads of the engine's read I/O engine (0: auto, the hardware threads up to 16 on a "
                   "buffered pack file, else the read workers)")
       ->check(CLI::Range(0u, 256u));
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");

@@ -152,8 +152,10 @@ struct EngineOptions {
   // kIoSplitFillReads (default): reads only, kFillSplitBytes, and only where read_io_threads
   // exceeds read_workers on a buffered pack file (see kIoSplitFillReads); otherwise whole.
   // On the H200's tmpfs the 6 GiB restore is bound by how many threads copy out of the page
-  // cache (4 threads 11 GiB/s, 16 threads x 1 MiB 30.6 GiB/s; docs/benchmarks.md 2026-12-02):
-  // 4 read workers keep 4 spans in flight and their 1 MiB pieces keep 16 threads copying.
+  // cache: with 4 read workers' 32 MiB spans cut into 1 MiB pieces over 16 threads it took
+  // 0.17 s, 0.89-0.93 of the best ceiling (16 threads x 1 MiB), against 0.45 s whole over 4
+  // threads; 256 KiB / 2 MiB / 4 MiB pieces, 8 or 20 threads, 8 workers, 12 banks and the uring
+  // engine were no faster (docs/benchmarks.md, 2026-12-02, "read concurrency").
   // kIoSplitAuto: chosen at Open by a short probe of the store's medium (16 MiB through the
   // read engine, src/io/split_probe.h; a split must beat whole spans by 10%), logged, for reads
   // and writes; with a caller-supplied `env` (not DefaultEnv()) there is no real medium to probe

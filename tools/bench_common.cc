@@ -1020,11 +1020,14 @@ class Sweep {
     return OkStatus();
   }
 
-  // The raw-I/O ceiling's threads: --ceiling-threads, else the engine's worker count for that
-  // direction (4 read workers, 32 write workers by default).
+  // The raw-I/O ceiling's threads: --ceiling-threads, else the engine's thread count for that
+  // direction (the first engine's read I/O threads, EngineOptions::read_io_threads as resolved;
+  // 32 write workers by default).
   uint32_t CeilingThreads() const {
     if (o_.ceiling_threads != 0) return o_.ceiling_threads;
     if (o_.workload == Workload::kStore) return o_.write_workers != 0 ? o_.write_workers : 32;
+    if (engine_read_io_threads_ != 0) return engine_read_io_threads_;
+    if (o_.read_io_threads != 0) return o_.read_io_threads;
     return o_.read_workers != 0 ? o_.read_workers : 4;
   }
 
@@ -1075,6 +1078,7 @@ class Sweep {
     eo.direct_io = o_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
     eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, P_ + S_ + 1);
     if (o_.read_workers != 0) eo.read_workers = o_.read_workers;
+    if (o_.read_io_threads != 0) eo.read_io_threads = o_.read_io_threads;
     if (o_.read_banks != 0) {
       eo.read_banks = o_.read_banks;
       eo.prefetch_banks = std::min(eo.prefetch_banks, o_.read_banks - 1);
@@ -1311,7 +1315,14 @@ class Sweep {
     session.pack_path = session.dir + "/packs.rkv";
     RANGEKV_ASSIGN_OR_RETURN(session.engine, OpenEngine(session.dir, c, p));
     if (engine_backends_.empty()) engine_backends_ = session.engine->DescribeBackends();
-    if (!resolved_split_) resolved_split_ = session.engine->options().io_split_bytes;
+    // Only a probed split is pinned for later engines: fill_reads settles per engine the same
+    // way, and pinning its read split would make later engines split writes too.
+    if (!resolved_split_ && o_.io_split_bytes == kIoSplitAuto) {
+      resolved_split_ = session.engine->options().io_split_bytes;
+    }
+    if (engine_read_io_threads_ == 0) {
+      engine_read_io_threads_ = session.engine->options().read_io_threads;
+    }
     if (report_.engine_split.empty()) {
       // The first engine's (the one that probed, under auto).
       const std::string b = session.engine->DescribeBackends();
@@ -1532,6 +1543,7 @@ class Sweep {
   std::string engine_backends_;
   std::string baseline_backends_;
   std::optional<uint64_t> resolved_split_;  // the first engine's io_split_bytes, as resolved
+  uint32_t engine_read_io_threads_ = 0;     // the first engine's read_io_threads, as resolved
 };
 
 }  // namespace

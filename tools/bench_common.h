@@ -178,15 +178,17 @@ struct SweepOptions {
   IoEngineKind io = IoEngineKind::kPosix;
   bool buffered = false;  // page-cache I/O (dropped before each repetition) instead of O_DIRECT
   std::string dir;        // parent of the scratch directory
-  uint32_t ceiling_threads = 0;  // 0: the engine's read (4) or write (32) worker count
+  uint32_t ceiling_threads = 0;  // 0: the engine's read I/O threads or write (32) workers
   CeilingGrid ceiling_grid = CeilingGrid::kFull;
   uint64_t grid_cell_bytes = 256ull << 20;
-  // Engine byte split (EngineOptions::io_split_bytes): kIoSplitAuto probes per engine.
-  uint64_t io_split_bytes = kIoSplitOff;
+  // Engine byte split (EngineOptions::io_split_bytes): kIoSplitAuto probes once (the first
+  // engine) and later engines reuse its choice; kIoSplitFillReads settles per engine.
+  uint64_t io_split_bytes = kIoSplitFillReads;
   uint64_t seed = 20261130;
   bool progress = true;
   // Engine tuning (0: the engine's default), for finding where time goes.
   uint32_t read_workers = 0;
+  uint32_t read_io_threads = 0;
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;

@@ -10,7 +10,7 @@
 // aggregate GiB/s = bytes moved / that time. Per-request latency: Lookup -> last layer ready
 // (restore), BeginStore -> visible (store). Every restore is verified bit for bit outside the
 // timed region. The read ceiling is the one `bench restore` measures (MeasureReadCeiling: the
-// engine's read-worker count of threads of plain pread of the same stripe extents), taken on
+// engine's read I/O thread count of threads of plain pread of the same stripe extents), taken on
 // the distinct variant's prefixes of each N.
 #include <algorithm>
 #include <atomic>
@@ -184,7 +184,9 @@ class Bench {
     Result<std::unique_ptr<Engine>> opened = Engine::Open(eo);
     if (!opened.ok()) Fail("open: " + opened.status().ToString());
     Engine& engine = **opened;
-    const uint32_t read_workers = engine.options().read_workers;
+    // The engine's read concurrency: its read I/O engine's threads (read_io_threads as
+    // resolved at Open), which is what the ceiling's pread threads stand for.
+    const uint32_t read_threads = engine.options().read_io_threads;
 
     // One paged KV per request; restores of prefix i use the pattern seed seed + i.
     std::vector<std::unique_ptr<PagedKvSpace>> kv(n);
@@ -210,7 +212,7 @@ class Bench {
     if (variant == Variant::kDistinct) {
       std::vector<CeilingPayload> payloads;
       for (uint32_t i = 0; i < prefixes; ++i) payloads.push_back({P, prefix_seed(i)});
-      const uint32_t threads = f_.ceiling_threads != 0 ? f_.ceiling_threads : read_workers;
+      const uint32_t threads = f_.ceiling_threads != 0 ? f_.ceiling_threads : read_threads;
       auto c = MeasureReadCeiling(*device_, eo.store_dir + "/packs.rkv", geometry_, payloads,
                                   threads, f_.buffered, f_.warmups, f_.reps);
       if (!c.ok()) Fail("ceiling: " + c.status().ToString());
@@ -443,7 +445,7 @@ void AddBenchConcurrentCommand(CLI::App& bench) {
       ->check(CLI::Range(0u, 100u))
       ->capture_default_str();
   cmd->add_option("--ceiling-threads", f->ceiling_threads,
-                  "threads of the read ceiling (0: the engine's read workers)")
+                  "threads of the read ceiling (0: the engine's read I/O threads)")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "payload and token seed")->capture_default_str();
   cmd->add_flag("--buffered", f->buffered, "buffered I/O instead of O_DIRECT");

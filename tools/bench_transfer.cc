@@ -47,6 +47,7 @@ struct TransferFlags {
   uint32_t tp_size = 1;
   uint64_t seed = 20261130;
   uint32_t read_workers = 0;
+  uint32_t read_io_threads = 0;
   uint32_t read_banks = 0;
   uint32_t lookahead_layers = 0;
   uint32_t write_workers = 0;
@@ -56,7 +57,7 @@ struct TransferFlags {
   std::string durability;
   std::string ceiling_grid = "full";
   std::string grid_cell = "256MiB";
-  std::string io_split = "off";
+  std::string io_split = "fill";
   bool check = false;
   std::string plot_path;
 };
@@ -124,13 +125,15 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   Result<uint64_t> cell = ParseBytes(f.grid_cell);
   if (!cell.ok() || *cell < kMiB) Fail(workload, "--grid-cell-bytes must be >= 1 MiB");
   o.grid_cell_bytes = *cell;
-  if (f.io_split == "auto") {
+  if (f.io_split == "fill") {
+    o.io_split_bytes = kIoSplitFillReads;
+  } else if (f.io_split == "auto") {
     o.io_split_bytes = kIoSplitAuto;
   } else if (f.io_split == "off") {
     o.io_split_bytes = kIoSplitOff;
   } else {
     Result<uint64_t> split = ParseBytes(f.io_split);
-    if (!split.ok()) Fail(workload, "--io-split: auto, off or a size");
+    if (!split.ok()) Fail(workload, "--io-split: fill, auto, off or a size");
     o.io_split_bytes = *split;
   }
   o.run_baseline = !f.skip_baseline;
@@ -154,6 +157,7 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   o.seed = f.seed;
   o.progress = !f.quiet;
   o.read_workers = f.read_workers;
+  o.read_io_threads = f.read_io_threads;
   o.read_banks = f.read_banks;
   o.lookahead_layers = f.lookahead_layers;
   o.write_workers = f.write_workers;
@@ -238,7 +242,8 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_flag("--quiet", flags->quiet, "no progress lines on stderr");
   cmd->add_flag("--verbose", flags->verbose, "engine log lines at info level too");
   cmd->add_option("--ceiling-threads", flags->ceiling_threads,
-                  "threads of the raw-I/O ceiling (0: the engine's read or write workers, 4 / 32)")
+                  "threads of the raw-I/O ceiling (0: the engine's read I/O threads / 32 write "
+                  "workers)")
       ->check(CLI::Range(0u, 256u))
       ->capture_default_str();
   cmd->add_option("--tp", flags->tp_size,
@@ -247,6 +252,10 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "payload and token seed")->capture_default_str();
   cmd->add_option("--read-workers", flags->read_workers, "engine read workers (0: default 4)");
+  cmd->add_option("--read-io-threads", flags->read_io_threads,
+                  "threads of the engine's read I/O engine (0: auto, the hardware threads up to 16 on a "
+                  "buffered pack file, else the read workers)")
+      ->check(CLI::Range(0u, 256u));
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");
   cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 2)");
   cmd->add_option("--write-workers", flags->write_workers, "engine write workers (0: default 32)");
@@ -268,7 +277,9 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--grid-cell-bytes", flags->grid_cell, "payload bytes per grid cell (bound)")
       ->capture_default_str();
   cmd->add_option("--io-split", flags->io_split,
-                  "engine byte split: auto (probe at open), off, or a size (e.g. 1MiB)")
+                  "engine byte split: fill (the engine's default: 1 MiB reads when the read I/O "
+                  "threads outnumber the read workers on a buffered file), auto (probe at "
+                  "open), off, or a size (e.g. 1MiB)")
       ->capture_default_str();
   cmd->add_flag("--check", flags->check,
                 "exit 3 when a target is missed (>= 0.95 (restore) / 0.90 (store) of the best "

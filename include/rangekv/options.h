@@ -33,6 +33,13 @@ enum class IoEngineSelection : uint8_t {
 // EngineOptions::io_split_bytes values besides a byte count.
 inline constexpr uint64_t kIoSplitAuto = 0;          // probe the medium at Open
 inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
+// The default: reads are cut into kFillSplitBytes pieces when the read I/O engine has more
+// threads than there are read workers (each worker has one span in flight) and the pack file
+// is buffered, so every thread has a piece to copy; writes and O_DIRECT reads stay whole.
+inline constexpr uint64_t kIoSplitFillReads = UINT64_MAX - 1;
+inline constexpr uint64_t kFillSplitBytes = 1ull << 20;
+// Auto read I/O threads (EngineOptions::read_io_threads == 0) never exceed this.
+inline constexpr uint32_t kMaxAutoReadIoThreads = 16;
 
 enum class DirectIoPreference : uint8_t {
   kPreferred,  // O_DIRECT where the file system supports it (tmpfs does not), else buffered
@@ -151,15 +158,21 @@ struct EngineOptions {
   // Byte split of native I/O (docs/design.md 4.3): a span longer than this is issued as
   // concurrent sub-reads / sub-writes of this many bytes (rounded up to the O_DIRECT
   // alignment), so native calls = payload bytes / split, whatever the object count.
+  // kIoSplitFillReads (default): reads only, kFillSplitBytes, and only where read_io_threads
+  // exceeds read_workers on a buffered pack file (see kIoSplitFillReads); otherwise whole.
+  // On the H200's tmpfs the 6 GiB restore is bound by how many threads copy out of the page
+  // cache: with 4 read workers' 32 MiB spans cut into 1 MiB pieces over 16 threads it took
+  // 0.17 s, 0.89-0.93 of the best ceiling (16 threads x 1 MiB), against 0.45 s whole over 4
+  // threads; 256 KiB / 2 MiB / 4 MiB pieces, 8 or 20 threads, 8 workers, 12 banks and the uring
+  // engine were no faster (docs/benchmarks.md, 2026-12-02, "read concurrency").
   // kIoSplitAuto: chosen at Open by a short probe of the store's medium (16 MiB through the
-  // read engine, src/io/split_probe.h; a split must beat whole spans by 10%), logged; with a
-  // caller-supplied `env` (not DefaultEnv()) there is no real medium to probe and spans stay
-  // whole. kIoSplitOff: never split. Otherwise [512, 1 GiB]. options() reports the split in
-  // effect (kIoSplitOff when none) and DescribeBackends() how it was chosen.
-  // Default off: on the H200's tmpfs the probe chose 256 KiB and the 6 GiB restore then took
-  // 0.56-0.59 s against 0.44-0.47 s with whole spans (docs/benchmarks.md, 2026-12-02); the
-  // probe's 4 x 4 MiB spans do not predict the restore's concurrency.
-  uint64_t io_split_bytes = kIoSplitOff;
+  // read engine, src/io/split_probe.h; a split must beat whole spans by 10%), logged, for reads
+  // and writes; with a caller-supplied `env` (not DefaultEnv()) there is no real medium to probe
+  // and spans stay whole. kIoSplitOff: never split. Otherwise [512, 1 GiB], reads and writes.
+  // options() reports the read engine's split in effect (kIoSplitOff when none) and
+  // DescribeBackends() how it was chosen. (A probed 256 KiB split with 4 threads cost 20% on the
+  // same tmpfs: a split only pays when it feeds more threads than there are spans.)
+  uint64_t io_split_bytes = kIoSplitFillReads;
   // kCuFile: the library to dlopen ("" = libcufile.so.0 through the dynamic loader).
   std::string cufile_library;
 
@@ -167,7 +180,13 @@ struct EngineOptions {
   // one stripe span.
   uint32_t read_banks = 8;
   uint64_t read_bank_bytes = 0;
-  uint32_t read_workers = 4;
+  uint32_t read_workers = 4;  // restore threads, each with one stripe span in flight
+  // Threads of the read I/O engine (posix: pread threads; uring: rings, one thread each; cufile:
+  // threads). 0 = auto: on a buffered pack file max(read_workers, min(hardware threads,
+  // kMaxAutoReadIoThreads)), since page-cache reads are memory copies that scale with the
+  // threads doing them; on O_DIRECT read_workers (the device queue already holds each span's
+  // requests). options() reports the count in effect. Otherwise [1, 256].
+  uint32_t read_io_threads = 0;
   uint32_t prefetch_banks = 7;  // banks lookup-time prefetch may hold; < read_banks
   uint32_t lookahead_layers = 2;
   uint32_t max_inflight_restores = 16;  // restore job slots (prefetching jobs included)

@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .deb
-grep -qx '/.deb/' .git/info/exclude 2>/dev/null || echo '/.deb/' >>.git/info/exclude
+# .gitignore ignores .deb/; only a checkout without that line needs the exclude (git-path also
+# finds it in a worktree, where .git is a file).
+if ! git check-ignore -q .deb/x; then
+  echo '/.deb/' >>"$(git rev-parse --git-path info/exclude)"
+fi
 cd .deb
 apt-get download \
   libgtest-dev libgmock-dev \

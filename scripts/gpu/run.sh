@@ -15,6 +15,7 @@
 #   RANGEKV_GPU_MEMCHECK=0  skip the compute-sanitizer memcheck pass over the kernel tests
 #   RANGEKV_GPU_CONFIGURE_ONLY=1  stop after configure + build (for checking this script
 #                       on a machine without a GPU)
+#   RANGEKV_GPU_TARGETS  build only these targets (space-separated; with CONFIGURE_ONLY)
 #   RANGEKV_GPU_PREFIX_PKGCONFIG=1  use the unpacked pkgconf even if pkg-config exists
 # Exit status: non-zero when configure, build or any test fails. The last lines printed are
 # a summary (device, test counts, throughput lines).
@@ -88,6 +89,8 @@ note "configure: ok ($build)"
 targets=(kernels_gpu_test device_test kernels_test)
 stages="${RANGEKV_GPU_STAGES:-kernels}"
 case " $stages " in *" engine "*|*" bench "*) targets+=(engine_test engine_fault_test engine_persistence_test rangekv) ;; esac
+# RANGEKV_GPU_TARGETS (space-separated) replaces the list: a focused call builds only what it runs.
+if [ -n "${RANGEKV_GPU_TARGETS:-}" ]; then read -ra targets <<<"$RANGEKV_GPU_TARGETS"; fi
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E -B2 -A6 "error|FAILED" "$out/build.log" | tail -40; fail "build (see build.log)"; }
 note "build: ok (${targets[*]})"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <thread>
 
 #include "base/log.h"
 #include "base/units.h"
@@ -52,11 +53,12 @@ EngineCore::~EngineCore() {
 }
 
 Result<std::unique_ptr<IoEngine>> EngineCore::MakeIo(uint32_t workers, uint32_t max_queued_batches,
+                                                     uint64_t split_bytes,
                                                      std::string* description) {
   IoEngineOptions io;
   io.workers = std::min<uint32_t>(workers, 256);
   io.max_queued_batches = std::max<uint32_t>(64, max_queued_batches);
-  io.split_bytes = options_.io_split_bytes == kIoSplitOff ? 0 : options_.io_split_bytes;
+  io.split_bytes = split_bytes;
   std::string cufile_why;
   if (options_.io_engine == IoEngineSelection::kCuFile) {
     if (device_->capabilities().kind != DeviceKind::kCuda) {
@@ -96,17 +98,33 @@ Result<std::unique_ptr<IoEngine>> EngineCore::MakeIo(uint32_t workers, uint32_t 
   return MakeIoEngine(IoEngineKind::kPosix, io);
 }
 
-std::string EngineCore::ResolveIoSplit() {
+std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* write_split) {
   const uint64_t configured = options_.io_split_bytes;
+  *write_split = 0;
   if (configured == kIoSplitOff) return "off";
-  if (configured != kIoSplitAuto) return std::to_string(configured) + " (configured)";
+  if (configured == kIoSplitFillReads) {
+    const std::string threads = std::to_string(options_.read_io_threads) + " read I/O threads";
+    const std::string workers = std::to_string(options_.read_workers) + " read workers";
+    if (read_plan.fill_split_bytes == 0) {
+      options_.io_split_bytes = kIoSplitOff;
+      return store_->file()->direct() ? "off (fill_reads: O_DIRECT)"
+                                      : "off (fill_reads: " + threads + ", " + workers + ")";
+    }
+    options_.io_split_bytes = read_plan.fill_split_bytes;
+    return std::to_string(read_plan.fill_split_bytes) + " reads (fill_reads: " + threads + " > " +
+           workers + ", buffered)";
+  }
+  if (configured != kIoSplitAuto) {
+    *write_split = configured;
+    return std::to_string(configured) + " (configured)";
+  }
   options_.io_split_bytes = kIoSplitOff;
   if (options_.env != DefaultEnv())
     return "off (auto: a caller-supplied env has no medium to probe)";
   SplitProbeOptions po;
   po.spans = std::clamp<uint32_t>(options_.read_workers, 1, 16);
   IoEngineOptions eo;
-  eo.workers = std::min<uint32_t>(options_.read_workers, 256);
+  eo.workers = std::min<uint32_t>(options_.read_io_threads, 256);
   const std::string path = store_->dir() + "/io-probe.tmp";
   const DirectIo direct = store_->file()->direct() ? DirectIo::kPreferred : DirectIo::kOff;
   IoEngineKind kind =
@@ -126,6 +144,7 @@ std::string EngineCore::ResolveIoSplit() {
       "io split probe (" + std::string(IoEngineKindName(kind)) + "): " + probe->summary);
   if (probe->split_bytes == 0) return "off (auto: probe " + probe->summary + ")";
   options_.io_split_bytes = probe->split_bytes;
+  *write_split = probe->split_bytes;
   return std::to_string(probe->split_bytes) + " (auto: probe " + probe->summary + ")";
 }
 
@@ -206,18 +225,23 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     }
   }
 
-  const std::string split_desc = ResolveIoSplit();
+  const ReadIoPlan read_plan = PlanReadIo(options_, !store_->file()->direct(),
+                                          std::thread::hardware_concurrency());
+  options_.read_io_threads = read_plan.threads;
+  uint64_t write_split = 0;
+  const std::string split_desc = ResolveIoSplit(read_plan, &write_split);
+  const uint64_t read_split = options_.io_split_bytes == kIoSplitOff ? 0 : options_.io_split_bytes;
   std::string read_desc, write_desc;
-  RANGEKV_ASSIGN_OR_RETURN(read_io_,
-                           MakeIo(options_.read_workers, options_.read_workers, &read_desc));
-  RANGEKV_ASSIGN_OR_RETURN(write_io_,
-                           MakeIo(options_.write_workers, options_.store_banks, &write_desc));
+  RANGEKV_ASSIGN_OR_RETURN(read_io_, MakeIo(options_.read_io_threads, options_.read_workers,
+                                            read_split, &read_desc));
+  RANGEKV_ASSIGN_OR_RETURN(write_io_, MakeIo(options_.write_workers, options_.store_banks,
+                                             write_split, &write_desc));
   File* files[1] = {store_->file()};
   for (IoEngine* io : {read_io_.get(), write_io_.get()}) {
     Status reg = io->RegisterFiles(files);
     if (!reg.ok()) Log(LogLevel::kInfo, "pack file not registered for I/O: " + reg.ToString());
   }
-  backends_ = "device=" + caps.name + " io=" + read_desc +
+  backends_ = "device=" + caps.name + " io=" + read_desc + " read_io=" + read_plan.why +
               " direct=" + (store_->file()->direct() ? "on" : "off");
   if (write_desc != read_desc) backends_ += " write_io=" + write_desc;
   backends_ += " split=" + split_desc;

@@ -25,6 +25,7 @@
 #include "base/thread_annotations.h"
 #include "device/device.h"
 #include "engine/engine_context.h"
+#include "engine/options.h"
 #include "engine/restore_pipeline.h"
 #include "engine/stats.h"
 #include "engine/store_pipeline.h"
@@ -100,11 +101,14 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   EngineCore() = default;
   Status Init(const EngineOptions& options, const EngineInternalConfig& config);
+  // `split_bytes`: IoEngineOptions::split_bytes (0: whole spans).
   Result<std::unique_ptr<IoEngine>> MakeIo(uint32_t workers, uint32_t max_queued_batches,
-                                           std::string* description);
-  // Settles options_.io_split_bytes (probing the medium for kIoSplitAuto); returns how, for
-  // DescribeBackends().
-  std::string ResolveIoSplit();
+                                           uint64_t split_bytes, std::string* description);
+  // Settles options_.io_split_bytes to the read engine's split (probing the medium for
+  // kIoSplitAuto, following `read_plan` for kIoSplitFillReads) and *write_split to the write
+  // engine's (0: none); returns how, for DescribeBackends(). REQUIRES: options_.read_io_threads
+  // resolved.
+  std::string ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* write_split);
 
   EngineOptions options_;
   Geometry geometry_;

@@ -570,6 +570,59 @@ TEST_F(EngineTest, ByteSplitIssuesBytesOverSplitCallsAndRestoresBitExact) {
   EXPECT_EQ(work.native_read_calls, 16 * ((kW + piece - 1) / piece));
 }
 
+TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkersOnABufferedFile) {
+  EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
+  o.io_split_bytes = kIoSplitFillReads;
+  o.direct_io = DirectIoPreference::kOff;
+  o.read_io_threads = 6;  // > read_workers (2)
+  Open(o);
+  EXPECT_EQ(engine_->options().read_io_threads, 6u);
+  EXPECT_EQ(engine_->options().io_split_bytes, kFillSplitBytes);
+  const std::string b = engine_->DescribeBackends();
+  EXPECT_NE(b.find("read_io=6 threads (configured)"), std::string::npos) << b;
+  EXPECT_NE(b.find("split=1048576 reads (fill_reads: 6 read I/O threads > 2 read workers, "
+                   "buffered)"),
+            std::string::npos)
+      << b;
+  {
+    auto src = Fixture();
+    auto dst = Fixture();
+    const auto tokens = RandomTokens(2 * kT + 9, 34);
+    auto stored = StoreAll(*engine_, *src, tokens, 44, 8);
+    ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+    auto r = RestoreAndVerify(*engine_, *dst, Envelope("r"), tokens, 16, 44, 9);
+    ASSERT_TRUE(r.ok() && r->outcome.status.ok());
+    EXPECT_EQ(r->mismatches, 0u);
+  }
+  engine_.reset();
+
+  // As many threads as workers: nothing to fill, spans stay whole.
+  o.store_dir = dir_.path() + "/store2";
+  o.read_io_threads = 2;
+  Open(o);
+  EXPECT_EQ(engine_->options().io_split_bytes, kIoSplitOff);
+  EXPECT_NE(engine_->DescribeBackends().find(
+                "split=off (fill_reads: 2 read I/O threads, 2 read workers)"),
+            std::string::npos)
+      << engine_->DescribeBackends();
+  engine_.reset();
+
+  // Auto threads on an O_DIRECT file (where the medium has it): the read workers, whole spans.
+  o.store_dir = dir_.path() + "/store3";
+  o.read_io_threads = 0;
+  o.direct_io = DirectIoPreference::kPreferred;
+  Open(o);
+  const std::string d = engine_->DescribeBackends();
+  if (d.find("direct=on") != std::string::npos) {
+    EXPECT_EQ(engine_->options().read_io_threads, 2u);
+    EXPECT_EQ(engine_->options().io_split_bytes, kIoSplitOff);
+    EXPECT_NE(d.find("split=off (fill_reads: O_DIRECT)"), std::string::npos) << d;
+  } else {
+    EXPECT_GE(engine_->options().read_io_threads, 2u) << d;
+    EXPECT_NE(d.find("(auto: "), std::string::npos) << d;
+  }
+}
+
 TEST_F(EngineTest, AutoSplitProbesTheMediumAndSaysWhatItChose) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
   o.io_split_bytes = kIoSplitAuto;

@@ -187,6 +187,9 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   }
   RANGEKV_RETURN_IF_ERROR(CheckPool("read_banks", o.read_banks, o.read_bank_bytes));
   RANGEKV_RETURN_IF_ERROR(CheckCount("read_workers", o.read_workers, 1, kMaxWorkers));
+  if (o.read_io_threads != 0) {
+    RANGEKV_RETURN_IF_ERROR(CheckCount("read_io_threads", o.read_io_threads, 1, 256));
+  }
   if (o.prefetch_banks >= o.read_banks) {
     return Bad("prefetch_banks", "must leave at least one read bank for scheduled restores (" +
                                      std::to_string(o.prefetch_banks) + " >= read_banks " +
@@ -219,11 +222,33 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
     RANGEKV_RETURN_IF_ERROR(CheckCount("durability.period_ms", o.durability.period_ms, 1, 60000));
   }
   if (o.io_split_bytes != kIoSplitAuto && o.io_split_bytes != kIoSplitOff &&
+      o.io_split_bytes != kIoSplitFillReads &&
       (o.io_split_bytes < kMinSplitBytes || o.io_split_bytes > kMaxSplitBytes)) {
-    return Bad("io_split_bytes", "must be auto (0), off, or in [512, 1 GiB], got " +
+    return Bad("io_split_bytes", "must be auto (0), off, fill_reads, or in [512, 1 GiB], got " +
                                      std::to_string(o.io_split_bytes));
   }
   return o;
+}
+
+ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t hardware_threads) {
+  ReadIoPlan plan;
+  if (o.read_io_threads != 0) {
+    plan.threads = o.read_io_threads;
+    plan.why = std::to_string(plan.threads) + " threads (configured)";
+  } else if (buffered) {
+    const uint32_t hw = std::max<uint32_t>(hardware_threads, 1);
+    plan.threads = std::max(o.read_workers, std::min(hw, kMaxAutoReadIoThreads));
+    plan.why = std::to_string(plan.threads) + " threads (auto: " + std::to_string(hw) +
+               " hardware threads, buffered)";
+  } else {
+    plan.threads = o.read_workers;
+    plan.why = std::to_string(plan.threads) + " threads (auto: read_workers, O_DIRECT)";
+  }
+  plan.threads = std::min<uint32_t>(plan.threads, 256);
+  if (o.io_split_bytes == kIoSplitFillReads && buffered && plan.threads > o.read_workers) {
+    plan.fill_split_bytes = kFillSplitBytes;
+  }
+  return plan;
 }
 
 }  // namespace engine_internal

@@ -33,6 +33,8 @@ TEST(ResolveOptionsTest, DefaultsAreThePapers) {
   EXPECT_EQ(r->group_workers, 8u);
   EXPECT_EQ(r->write_workers, 32u);
   EXPECT_EQ(r->layer_group, 4u);
+  EXPECT_EQ(r->read_io_threads, 0u);  // auto, settled at Open (PlanReadIo)
+  EXPECT_EQ(r->io_split_bytes, kIoSplitFillReads);
   auto packs = PackCountForCapacity(r->capacity_bytes, Geometry8B());
   ASSERT_TRUE(packs.ok());
   EXPECT_EQ(*packs, 16u);
@@ -92,6 +94,63 @@ TEST(ResolveOptionsTest, EachBadFieldIsNamed) {
   o = Base();
   o.ablations.object_tokens = 0;
   ExpectBad(o, "object_tokens");
+  o = Base();
+  o.read_io_threads = 257;
+  ExpectBad(o, "read_io_threads");
+  o = Base();
+  o.io_split_bytes = 100;
+  ExpectBad(o, "io_split_bytes");
+}
+
+TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesOnly) {
+  EngineOptions o = Base();  // read_workers 4, read_io_threads auto, split fill_reads
+  // The H200 VM: 16 hardware threads, tmpfs (buffered): 16 threads, 1 MiB read pieces.
+  ReadIoPlan p = PlanReadIo(o, /*buffered=*/true, 16);
+  EXPECT_EQ(p.threads, 16u);
+  EXPECT_EQ(p.fill_split_bytes, kFillSplitBytes);
+  EXPECT_EQ(p.why, "16 threads (auto: 16 hardware threads, buffered)");
+  // More cores than the cap.
+  p = PlanReadIo(o, true, 128);
+  EXPECT_EQ(p.threads, kMaxAutoReadIoThreads);
+  EXPECT_EQ(p.fill_split_bytes, kFillSplitBytes);
+  // The 2-core CPU machine: never fewer threads than read workers, and then no split (the
+  // configuration the CPU runs were measured with).
+  p = PlanReadIo(o, true, 2);
+  EXPECT_EQ(p.threads, 4u);
+  EXPECT_EQ(p.fill_split_bytes, 0u);
+  p = PlanReadIo(o, true, 0);  // unknown: taken as 1
+  EXPECT_EQ(p.threads, 4u);
+  EXPECT_EQ(p.fill_split_bytes, 0u);
+  // O_DIRECT: one thread per read worker, whole spans, whatever the cores.
+  p = PlanReadIo(o, /*buffered=*/false, 16);
+  EXPECT_EQ(p.threads, 4u);
+  EXPECT_EQ(p.fill_split_bytes, 0u);
+  EXPECT_EQ(p.why, "4 threads (auto: read_workers, O_DIRECT)");
+  o.read_workers = 24;  // more workers than the cap: the workers
+  p = PlanReadIo(o, true, 16);
+  EXPECT_EQ(p.threads, 24u);
+  EXPECT_EQ(p.fill_split_bytes, 0u);
+}
+
+TEST(PlanReadIoTest, ConfiguredThreadsAndOtherSplitsAreKept) {
+  EngineOptions o = Base();
+  o.read_io_threads = 8;
+  ReadIoPlan p = PlanReadIo(o, /*buffered=*/false, 16);
+  EXPECT_EQ(p.threads, 8u);
+  EXPECT_EQ(p.why, "8 threads (configured)");
+  EXPECT_EQ(p.fill_split_bytes, 0u);  // O_DIRECT reads stay whole under fill_reads
+  p = PlanReadIo(o, true, 2);
+  EXPECT_EQ(p.threads, 8u);
+  EXPECT_EQ(p.fill_split_bytes, kFillSplitBytes);
+  o.read_io_threads = 4;  // no more threads than workers: nothing to fill
+  EXPECT_EQ(PlanReadIo(o, true, 16).fill_split_bytes, 0u);
+  // Only fill_reads derives a split; off, auto and sizes are the caller's (ResolveIoSplit).
+  o.read_io_threads = 16;
+  for (uint64_t split : {kIoSplitOff, kIoSplitAuto, uint64_t{4} << 20}) {
+    o.io_split_bytes = split;
+    EXPECT_EQ(PlanReadIo(o, true, 16).fill_split_bytes, 0u) << split;
+    EXPECT_EQ(PlanReadIo(o, true, 16).threads, 16u);
+  }
 }
 
 TEST(AblationsTest, SetAndToStringRoundTrip) {

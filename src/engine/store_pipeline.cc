@@ -146,6 +146,10 @@ Status StorePipeline::PlanBatches(StoreJob& job, StoreSlot& slot) {
 Status StorePipeline::Configure(StoreJob& job, Reservation& reservation) {
   job.reservation_id = reservation.reservation_id;
   job.stored = {reservation.begin_tokens, reservation.end_tokens};
+  job.packs.clear();
+  for (const PackRecord& r : reservation.records) {
+    job.packs.push_back({{r.pack_slot, r.generation}, {r.path_token_begin, r.path_token_end()}});
+  }
   job.records = std::move(reservation.records);
   if (IsBlockOpaque(context_.options->model.layout)) {
     // Whole blocks only: a pack starting mid-block re-stores that block from its boundary.
@@ -391,6 +395,7 @@ StoreOutcome StorePipeline::Finish(StoreJob& job, StoreWait wait) {
   StoreJobState& st = job.state.Locked(mu_);
   out.disposition = job.disposition;
   out.stored = job.stored;
+  out.packs = job.packs;
   if (st.handle_done) {
     out.status = FailedPrecondition("store already finished, or the engine closed");
     return out;

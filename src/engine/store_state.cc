@@ -27,7 +27,9 @@ StoreState::StoreState(Env* env, std::string dir, PackFile pack, persist::Opened
       integrity_(
           std::make_unique<StoreIntegrity>(directory_.get(), digests_.get(), persistence_.get())) {}
 
-StoreState::~StoreState() = default;
+StoreState::~StoreState() {
+  if (removals_ != nullptr && directory_ != nullptr) directory_->RemoveObserver(removals_.get());
+}
 
 Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o) {
   if (o.env == nullptr) return InvalidArgument("StoreState: null env");
@@ -99,6 +101,13 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   std::unique_ptr<StoreState> state(
       new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created));
   state->persistence_->EnableCheckpoints(state->pack_, *state->directory_, *state->digests_);
+  if (o.max_removed_ranges > 0) {
+    Directory& dir = *state->directory_;
+    state->removals_ = std::make_unique<RemovalLog>(
+        dir.options().pack_slots, dir.options().tokens_per_pack, o.max_removed_ranges);
+    state->removals_->Seed(dir);
+    RANGEKV_RETURN_IF_ERROR(dir.AddObserver(state->removals_.get()));
+  }
   return state;
 }
 

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "directory/directory.h"
+#include "directory/removal_log.h"
 #include "engine/integrity.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
@@ -55,6 +56,8 @@ struct StoreStateOptions {
   persist::StorePermissions permissions;
   // The publication journal (persist/journal_writer.h); mode kNone writes none.
   persist::JournalOptions journal{.mode = persist::DurabilityMode::kNone};
+  // RemovalLog capacity (EngineOptions::max_removed_ranges); 0: no log.
+  uint64_t max_removed_ranges = 0;
   // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
 };
@@ -86,6 +89,10 @@ class StoreState {
   // The persistence layer's hooks into the pipelines (digests, dirty marker).
   PayloadIntegrity* integrity() const { return integrity_.get(); }
 
+  // The directory's removal log (directory/removal_log.h: Engine::DrainRemovedRanges), seeded
+  // with the packs the open loaded; null when max_removed_ranges is 0.
+  RemovalLog* removals() const { return removals_.get(); }
+
   // The session's journal writer (null under durability=none).
   persist::JournalWriter* journal() const { return persistence_->journal(); }
   // durability=every_publish: blocks until the publication of `reservation_id` is durable; OK
@@ -115,6 +122,7 @@ class StoreState {
   Env* env_;
   std::string dir_;
   PackFile pack_;
+  std::unique_ptr<RemovalLog> removals_;  // declared before directory_: outlives it
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<persist::DigestTable> digests_;
   std::unique_ptr<persist::Persistence> persistence_;

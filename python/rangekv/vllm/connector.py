@@ -47,7 +47,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from .channel import LookupClient, LookupServer, socket_path
 from .config import ConfigError, ConnectorConfig, parse_config
-from .events import RangeKVEvents, stored_event
+from .events import AnnouncedBlocks, RangeKVEvents, block_hashes, removed_event, stored_event
 from .gate import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
 from .stats import RangeKVPromMetrics, RangeKVStats
 
@@ -345,6 +345,8 @@ class RangeKVConnector(KVConnectorBase_V1):
         self._keys: dict[str, set[str]] = {}  # request id -> lookup keys (request#attempt)
         self._stats = RangeKVStats()
         self._events = RangeKVEvents()
+        self._announced = AnnouncedBlocks(self.block_size)
+        self._removed_dropped = 0
         self._stats_lock = threading.Lock()
         self._last_engine_stats: dict[str, int] = {}
         self._finished_count = 0
@@ -373,6 +375,8 @@ class RangeKVConnector(KVConnectorBase_V1):
             semantic_config=f"max_model_len={model.max_model_len}",
             tp_size=self.tp_size, tp_rank=self.rank, device=device,
             cuda_device=(first.device.index or 0) if first.is_cuda else 0,
+            # Removed ranges feed BlockRemoved events; without events the engine keeps none.
+            max_removed_ranges=_MAX_REMOVED_RANGES if self._events_on else 0,
             **self.cfg.engine_options())
         kwargs.update(spec.engine_args(total_heads))
         # Shallow models: a layer group and the read lookahead cannot exceed the layer count.
@@ -546,6 +550,7 @@ class RangeKVConnector(KVConnectorBase_V1):
         if self.cfg.layerwise and self._restores:
             self._finish_restores()
         detach = self.cfg.save_mode == "detach"
+        stored = []
         for spec, s in self._stores:
             try:
                 s.wait_extracted()
@@ -557,16 +562,53 @@ class RangeKVConnector(KVConnectorBase_V1):
                 with self._stats_lock:
                     self._stats.add("store_failures", 1)
             elif self._events_on and s.disposition == "storing":
-                b, e = s.stored_tokens
-                tokens = np.frombuffer(spec.tokens, dtype="<i4")
-                self._events.add_events([stored_event(tokens, self.block_size, b, e)])
+                stored.append((spec, out))
+        if stored:
+            self._collect_events(stored)
         if self._stores:
             with self._stats_lock:
                 self._stats.phase("store_extracted_s", time.monotonic() - self._store_t0)
         self._stores = []
         self._stores_begun = False
 
+    def _collect_events(self, stored: list) -> None:
+        """BlockStored for this step's visible stores, BlockRemoved for the announced blocks the
+        engine stopped serving since the last call. Removals of packs announced before come
+        first (a block evicted and stored again in one step must end up held), then the new
+        stores, then removals of the packs just announced."""
+        if self._engine is None:
+            return
+        events = []
+        late = []
+        for r in self._engine.drain_removed_ranges(_MAX_REMOVED_RANGES):
+            gone = self._announced.removed(*r)
+            if gone is None:
+                late.append(r)
+            elif gone:
+                events.append(removed_event(gone))
+        for spec, out in stored:
+            b, e = out.stored
+            tokens = np.frombuffer(spec.tokens, dtype="<i4")
+            orphans = self._announced.stored(block_hashes(tokens, self.block_size, e), b, e,
+                                             out.packs)
+            if orphans:
+                events.append(removed_event(orphans))
+            events.append(stored_event(tokens, self.block_size, b, e))
+        for r in late:
+            gone = self._announced.removed(*r)
+            if gone:
+                events.append(removed_event(gone))
+        dropped = self._engine.stats().get("removed_events_dropped", 0)
+        if dropped > self._removed_dropped:
+            log.warning("rangekv: %d removed ranges were dropped before they were drained; "
+                        "some BlockRemoved events are missing", dropped - self._removed_dropped)
+            self._removed_dropped = dropped
+        if events:
+            self._events.add_events(events)
+
     def get_kv_connector_kv_cache_events(self) -> RangeKVEvents | None:
+        if self._events_on:
+            self._collect_events([])
         if not self._events.get_all_events():
             return None
         events, self._events = self._events, RangeKVEvents()
@@ -663,6 +705,10 @@ class _LayoutSpec:
 
 
 _SUPPORTED: dict[str, bool] = {}
+
+# Removed ranges the engine keeps between two drains (one per step); beyond, the oldest are
+# dropped and counted (stats()["removed_events_dropped"], logged).
+_MAX_REMOVED_RANGES = 4096
 
 
 def _engine_supports(layout: str) -> bool:

@@ -254,6 +254,28 @@ def test_kv_cache_events_name_what_rangekv_stored(main_run):
     assert sum(e["blocks"] for e in ours) == 80 + 9 + 15 + 37 + 22, ours
 
 
+def test_kv_cache_events_name_what_eviction_removed(workdir):
+    """A store too small for both prompts: P5's store evicts P1's tail pack, and the event
+    stream says so with BlockRemoved naming exactly the blocks that pack held."""
+    # 2,048 tokens per 1 MiB pack (4 layers x 512 bytes per token): 8 MiB holds two packs.
+    # P1 fills both ([0, 2048) and [2048, 2560)); P5 needs one: the LRU pack without dependents,
+    # P1's tail (blocks 64..79), goes.
+    store = workdir / "store-evict"
+    results, log = run_engine(workdir, "evict", [[P1], [P5]],
+                              connector_config(store, capacity="8MiB"), max_tokens=2,
+                              events_endpoint=f"ipc://{workdir}/kv-events-evict.sock")
+    assert [b[0]["num_cached"] for b in results] == [0, 0]
+    events = [e for e in json.loads((workdir / "evict.out.json").read_text())["events"]
+              if e["medium"] == "STORAGE"]
+    stored = [h for e in events if e["type"] == "BlockStored" for h in e["hashes"]]
+    removed = [e for e in events if e["type"] == "BlockRemoved"]
+    assert len(stored) == 80 + 37, events
+    assert len(removed) == 1, events
+    assert removed[0]["hashes"] == stored[64:80]
+    # In the order it happened: P1 stored, its tail evicted, then P5 stored.
+    assert [e["type"] for e in events] == ["BlockStored", "BlockRemoved", "BlockStored"], events
+
+
 def test_tensor_parallel_two_ranks(workdir):
     """TP=2 inside vLLM: one engine and pack file per rank; hits are the smaller of the two."""
     calls = [[P1], [P2]]

@@ -13,12 +13,16 @@ RemovalLog::RemovalLog(uint32_t pack_slots, uint64_t tokens_per_pack, size_t cap
 
 void RemovalLog::Seed(const Directory& directory) {
   if (capacity_ == 0) return;
-  MutexLock l(mu_);
+  // The directory's lock is taken before ours (the observer calls' order), never under it.
+  std::vector<StoredPack> packs;
   for (const NamespaceId& ns : directory.Namespaces()) {
-    for (const StoredPack& p : directory.ListPacks(ns)) {
-      if (p.record.pack_slot >= visible_.size()) continue;
-      visible_[p.record.pack_slot] = {true, p.record.generation, p.record.path_token_end()};
-    }
+    std::vector<StoredPack> more = directory.ListPacks(ns);
+    packs.insert(packs.end(), more.begin(), more.end());
+  }
+  MutexLock l(mu_);
+  for (const StoredPack& p : packs) {
+    if (p.record.pack_slot >= visible_.size()) continue;
+    visible_[p.record.pack_slot] = {true, p.record.generation, p.record.path_token_end()};
   }
 }
 

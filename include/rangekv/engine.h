@@ -48,6 +48,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "rangekv/env.h"
 #include "rangekv/geometry.h"
@@ -258,6 +259,16 @@ class Engine {
   Status SynchronizeStream(DeviceStreamRef stream);
 
   EngineStats GetStats() const;
+
+  // Index changes: takes up to `max` of the oldest ranges of tokens that stopped being served
+  // since the last call (a visible pack evicted, invalidated or clipped), in the order they
+  // happened; each names the pack a StoreOutcome named (StoreOutcome::packs) and the path tokens
+  // it no longer serves. Packs loaded at Open are covered too. The engine keeps at most
+  // options().max_removed_ranges of them: beyond that the oldest are dropped and counted in
+  // EngineStats::removed_events_dropped, so a consumer learns it missed some (0: none kept).
+  // Cheap: the removals are recorded under the index's lock as they happen; draining takes only
+  // the queue's.
+  std::vector<RemovedRange> DrainRemovedRanges(size_t max);
 
   // Cancels prefetches and restores, aborts stores whose layers will never be produced, waits
   // for every read, scatter, gather and accepted write to drain (detached write debt included:

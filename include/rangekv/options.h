@@ -204,6 +204,11 @@ struct EngineOptions {
   // buffers allocated at Open).
   uint64_t max_request_tokens = 262144;
 
+  // Removed ranges (Engine::DrainRemovedRanges) kept until drained: beyond this the oldest is
+  // dropped and counted (EngineStats::removed_events_dropped). 0: none are recorded. At most
+  // 1,048,576.
+  uint64_t max_removed_ranges = 4096;
+
   Ablations ablations;
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;
   StoreAccess store_access = StoreAccess::kOwner;

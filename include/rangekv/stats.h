@@ -47,7 +47,8 @@ namespace rangekv {
   X(native_write_calls, "write syscalls/SQEs issued by the I/O engine (engine-wide)")           \
   X(store_gather_ns, "store: ns in gather + digest + copy-out per batch, summed over batches")  \
   X(store_integrity_ns, "store: ns recording digests and the dirty marker, summed")             \
-  X(store_write_ns, "store: ns from write submit to the batch's last completion, summed")
+  X(store_write_ns, "store: ns from write submit to the batch's last completion, summed")     \
+  X(removed_events_dropped, "removed ranges dropped undrained (max_removed_ranges was full)")
 
 struct EngineStats {
 #define RANGEKV_STATS_DECLARE_(name, doc) uint64_t name = 0;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rangekv/geometry.h"
 #include "rangekv/layout.h"
 #include "rangekv/stats.h"
 #include "rangekv/status.h"
@@ -32,6 +33,34 @@ struct TokenInterval {
   uint64_t end = 0;
   uint64_t size() const { return end - begin; }
   friend bool operator==(const TokenInterval&, const TokenInterval&) = default;
+};
+
+// A pack of the store: its slot and the generation the slot was at when the pack was written
+// (a slot reused for a new pack gets a new generation, so the pair names one pack for good).
+struct PackId {
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+  friend bool operator==(const PackId&, const PackId&) = default;
+};
+
+// A pack and the path tokens it holds (StoreOutcome::packs).
+struct PackRange {
+  PackId pack;
+  TokenInterval tokens;
+  friend bool operator==(const PackRange&, const PackRange&) = default;
+};
+
+// Tokens that stopped being served because a visible pack left the index (eviction,
+// invalidation), as Engine::DrainRemovedRanges reports them: path tokens `tokens` of namespace
+// `ns`, held by `pack`. `retired`: the whole pack left (tokens.begin is its first token);
+// otherwise it was clipped and keeps serving its head [pack's first token, tokens.begin), whose
+// removal is reported later as another range of the same pack.
+struct RemovedRange {
+  NamespaceId ns;
+  PackId pack;
+  TokenInterval tokens;
+  bool retired = true;
+  friend bool operator==(const RemovedRange&, const RemovedRange&) = default;
 };
 
 // The destination (restore) or source (store) of a transfer: one device buffer per layer.
@@ -117,6 +146,9 @@ struct StoreOutcome {
   Status status;
   StoreDisposition disposition = StoreDisposition::kAlreadyCached;
   TokenInterval stored;  // the suffix this store reserved and wrote (empty unless kStoring)
+  // kStoring: the packs this store reserved, in path order (covering `stored`); when the store
+  // is visible, each is named again by Engine::DrainRemovedRanges when it leaves the index.
+  std::vector<PackRange> packs;
   bool visible = false;
   // Under durability=every_publish with kUntilVisible: the publication is durable (a crash
   // keeps it). When the journal failed the store is visible but not durable and `status`

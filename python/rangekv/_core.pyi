@@ -49,6 +49,9 @@ class StoreOutcome:
     @property
     def visible(self) -> bool: ...
     @property
+    def packs(self) -> list[tuple[int, int, int, int]]:
+        """[(slot, generation, begin, end)]: the packs the store reserved, in path order."""
+    @property
     def work(self) -> dict[str, int]: ...
 
 class RestoreHandle:
@@ -131,6 +134,9 @@ class Engine:
         layer_group: int = 4,
         max_inflight_stores: int = 16,
         max_request_tokens: int = 262144,
+        max_removed_ranges: int = 4096,
+        store_service: str = "",
+        tenant: str = "default",
     ) -> None: ...
     @property
     def geometry(self) -> dict[str, Any]: ...
@@ -164,6 +170,9 @@ class Engine:
         slot_mapping: IntVector,
     ) -> StoreHandle: ...
     def stats(self) -> dict[str, int]: ...
+    def drain_removed_ranges(self, max: int = 4096) -> list[tuple[int, int, int, int, bool]]:
+        """[(slot, generation, begin, end, retired)], oldest first: path tokens [begin, end) of
+        the pack (slot, generation) stopped being served (retired=False: its head stays)."""
     def close(self) -> None: ...
     def __enter__(self) -> Engine: ...
     def __exit__(

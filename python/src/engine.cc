@@ -388,6 +388,18 @@ class PyEngine {
 
   nb::dict Stats() { return StatsDict(Get("stats").GetStats()); }
 
+  // (slot, generation, begin, end, retired) per removed range, oldest first.
+  nb::list DrainRemovedRanges(size_t max) {
+    Engine& e = Get("drain_removed_ranges");
+    std::vector<RemovedRange> ranges = e.DrainRemovedRanges(max);
+    nb::list l;
+    for (const RemovedRange& r : ranges) {
+      l.append(nb::make_tuple(r.pack.slot, r.pack.generation, r.tokens.begin, r.tokens.end,
+                              r.retired));
+    }
+    return l;
+  }
+
   // A stream ref for a native CUDA stream, wrapped once per handle value.
   DeviceStreamRef Stream(nb::handle stream) {
     Engine& e = Get("stream");
@@ -528,6 +540,18 @@ void RegisterEngine(nb::module_& m) {
       .def_prop_ro("stored", [](const PyStoreOutcome& o) { return Interval(o.out.stored); },
                    "(begin, end): the suffix this store wrote (empty unless 'storing').")
       .def_prop_ro("visible", [](const PyStoreOutcome& o) { return o.out.visible; })
+      .def_prop_ro(
+          "packs",
+          [](const PyStoreOutcome& o) {
+            nb::list l;
+            for (const PackRange& p : o.out.packs) {
+              l.append(nb::make_tuple(p.pack.slot, p.pack.generation, p.tokens.begin,
+                                      p.tokens.end));
+            }
+            return l;
+          },
+          "[(slot, generation, begin, end)]: the packs this store reserved, in path order "
+          "(empty unless 'storing'); Engine.drain_removed_ranges names them when they leave.")
       .def_prop_ro("work", [](const PyStoreOutcome& o) { return StatsDict(o.out.work); })
       .def("__repr__", [](const PyStoreOutcome& o) {
         return "StoreOutcome(ok=" + std::string(o.out.status.ok() ? "True" : "False") +
@@ -603,7 +627,8 @@ void RegisterEngine(nb::module_& m) {
              uint64_t read_bank_bytes, uint32_t read_workers, uint32_t prefetch_banks,
              uint32_t lookahead_layers, uint32_t max_inflight_restores, uint32_t store_banks,
              uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
-             uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens) {
+             uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens,
+             uint64_t max_removed_ranges, std::string store_service, std::string tenant) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -655,6 +680,9 @@ void RegisterEngine(nb::module_& m) {
             o.layer_group = layer_group;
             o.max_inflight_stores = max_inflight_stores;
             o.max_request_tokens = max_request_tokens;
+            o.max_removed_ranges = max_removed_ranges;
+            o.store_service = std::move(store_service);
+            o.tenant = std::move(tenant);
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -673,6 +701,8 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("store_bank_bytes") = 0, nb::arg("group_workers") = 8,
           nb::arg("write_workers") = 32, nb::arg("layer_group") = 4,
           nb::arg("max_inflight_stores") = 16, nb::arg("max_request_tokens") = 262144,
+          nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",
+          nb::arg("tenant") = "default",
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error.")
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")
@@ -707,6 +737,12 @@ void RegisterEngine(nb::module_& m) {
           nb::rv_policy::take_ownership,
           "Reserves the uncached suffix of tokens; slot_mapping has one slot per token.")
       .def("stats", &PyEngine::Stats, "The engine's work counters (dict).")
+      .def("drain_removed_ranges", &PyEngine::DrainRemovedRanges, nb::arg("max") = 4096,
+           "Takes up to `max` of the oldest ranges of tokens that stopped being served (a pack "
+           "evicted, invalidated or clipped): [(slot, generation, begin, end, retired)], the "
+           "pack as StoreOutcome.packs named it and the path tokens [begin, end) it no longer "
+           "serves; retired=False: it keeps serving its head [pack begin, begin). At most "
+           "max_removed_ranges wait; older ones are dropped (stats()['removed_events_dropped']).")
       .def("close", &PyEngine::Close,
            "Drains every transfer and saves the index; raises on failure (first call only). "
            "Idempotent; later engine calls raise rangekv.ClosedError.")

@@ -8,7 +8,7 @@ import pytest
 
 import rangekv
 
-from conftest import (ALL_LAYOUTS, B, L, LAYOUTS, block_bytes, dims, env, physical_shape,
+from conftest import (ALL_LAYOUTS, B, L, LAYOUTS, W, block_bytes, dims, env, physical_shape,
                       random_layers, restore, store_all, token_rows, zero_layers)
 
 N = 16  # blocks per layer tensor: 256 slots
@@ -244,3 +244,22 @@ def test_envelope_is_frozen_and_picklable():
     assert pickle.loads(pickle.dumps(e)) == e
     with pytest.raises(dataclasses.FrozenInstanceError):
         e.rank = 5  # type: ignore[misc]
+
+
+def test_evicted_packs_are_drained_as_removed_ranges(make_engine):
+    """StoreOutcome.packs names the packs a store wrote; drain_removed_ranges names them again,
+    with the path tokens they stopped serving, when eviction takes them (T = 32 tokens)."""
+    rng = np.random.default_rng(7)
+    eng = make_engine(capacity_bytes=3 * L * W)  # three packs
+    src = random_layers("flash_attn_nhd", N, seed=8)
+    a = store_all(eng, rng.integers(0, 50000, size=80).tolist(), src,
+                  rng.permutation(N * B)[:80], name="a")
+    assert [(b, e) for _, _, b, e in a.packs] == [(0, 32), (32, 64), (64, 80)]
+    assert eng.drain_removed_ranges() == []
+    # One more pack: the least recently used one without dependents, a's tail, makes room.
+    store_all(eng, rng.integers(0, 50000, size=32).tolist(), src, rng.permutation(N * B)[:32],
+              name="b")
+    slot, gen, _, _ = a.packs[2]
+    assert eng.drain_removed_ranges() == [(slot, gen, 64, 80, True)]
+    assert eng.drain_removed_ranges() == []
+    assert eng.stats()["removed_events_dropped"] == 0

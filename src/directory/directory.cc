@@ -164,7 +164,11 @@ void Directory::ApplyRemoval(std::vector<uint32_t>* affected, InvalidateResult* 
       continue;
     }
     RANGEKV_CHECK(state == SlotState::kVisible);
-    if (observer_ != nullptr) observer_->OnRemoved(slot, slots_.Get(slot).generation);
+    if (!observers_.empty()) {
+      const RemovedPack removed{slot, slots_.Get(slot).generation, pk.ns, pk.path_begin,
+                                pk.node_count == 0 ? 0 : pk.covered_tokens};
+      for (DirectoryObserver* o : observers_) o->OnRemoved(removed);
+    }
     if (pk.node_count == 0) {
       if (scalar_) scalar_->RemoveFrom(slot, pk.path_begin);
       result->packs_retired++;
@@ -369,7 +373,7 @@ Status Directory::Publish(uint64_t reservation_id) {
                           &counters_.keys_built);
   }
   counters_.publications++;
-  if (observer_ != nullptr) {
+  if (!observers_.empty()) {
     std::vector<uint32_t> path;
     tree_.PathTo(tree_.pack(r.slots.back()).first_node, &path);
     std::vector<int32_t> tokens = PathTokens(path);
@@ -382,7 +386,7 @@ Status Directory::Publish(uint64_t reservation_id) {
     }
     RANGEKV_CHECK(!packs.empty() && tokens.size() >= packs.back().path_token_end());
     tokens.resize(packs.back().path_token_end());
-    observer_->OnPublished(reservation_id, r.ns, tokens, packs);
+    for (DirectoryObserver* o : observers_) o->OnPublished(reservation_id, r.ns, tokens, packs);
   }
   FinishReservation(reservation_id);
   return OkStatus();
@@ -710,9 +714,23 @@ uint32_t Directory::EvictLru(uint32_t max_packs) {
 
 // ---- journal ---------------------------------------------------------------------------------
 
-void Directory::SetObserver(DirectoryObserver* observer) {
+Status Directory::AddObserver(DirectoryObserver* observer) {
+  if (observer == nullptr) return InvalidArgument("add observer: null");
   MutexLock lock(mu_);
-  observer_ = observer;
+  if (std::find(observers_.begin(), observers_.end(), observer) != observers_.end()) {
+    return InvalidArgument("add observer: already added");
+  }
+  if (observers_.size() >= kMaxObservers) {
+    return ResourceExhausted("add observer: " + std::to_string(kMaxObservers) +
+                             " observers already");
+  }
+  observers_.push_back(observer);
+  return OkStatus();
+}
+
+void Directory::RemoveObserver(DirectoryObserver* observer) {
+  MutexLock lock(mu_);
+  std::erase(observers_, observer);
 }
 
 Status Directory::ReplayPublish(const NamespaceId& ns, std::span<const int32_t> path,

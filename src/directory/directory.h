@@ -74,12 +74,16 @@
 // checksummed, structurally validated decoding) under a new owner epoch. Reservations and
 // tickets are not captured: a snapshot is taken after owners drained.
 //
-// Journal. An observer (SetObserver, before concurrent use) hears every change of the published
-// state as it happens, under the directory's mutex and in the order the changes take effect:
-// each publication (with the reservation's whole path) and each visible pack that leaves the
-// index (eviction, invalidation; a pack clipped to a head is reported as removed, which a
-// replay turns into a removal: it loses the head, never serves a token the live index dropped).
-// ReplayPublish() re-applies a journaled publication at a dirty open (persist/journal_replay).
+// Observers. Observers (AddObserver, before concurrent use; at most kMaxObservers) hear every
+// change of the published state as it happens, under the directory's mutex and in the order
+// the changes take effect, each observer in the order it was added: each publication (with the
+// reservation's whole path) and each visible pack that leaves the index (eviction,
+// invalidation, a replay's overwrite; a pack clipped to a head is reported too, with the head
+// it keeps). The publication journal is one (persist/journal_writer.h: it journals a clipped
+// pack as removed, which a replay turns into a removal: it loses the head, never serves a token
+// the live index dropped); the removal log behind Engine::DrainRemovedRanges is another
+// (directory/removal_log.h). ReplayPublish() re-applies a journaled publication at a dirty open
+// (persist/journal_replay).
 //
 // Thread-safety: every method is safe to call from any thread; one mutex (mu_) guards all
 // state. Lookups hash and compare the query under it.
@@ -233,6 +237,16 @@ struct DirectoryStats {
   uint64_t scalar_keys = 0;
 };
 
+// A visible pack that left the index, as DirectoryObserver::OnRemoved reports it.
+struct RemovedPack {
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+  NamespaceId ns;
+  uint64_t path_begin = 0;   // path position of the pack's token 0
+  uint64_t kept_tokens = 0;  // 0: retired; else it stays visible holding
+                             // [path_begin, path_begin + kept_tokens) (clipped to a head)
+};
+
 // Hears the directory's published-state changes (see the header comment). Both calls run under
 // the directory's mutex: they must not call the directory, must not block on I/O, and must be
 // short (they delay every lookup).
@@ -243,8 +257,9 @@ class DirectoryObserver {
   // [0, packs.back().path_token_end()).
   virtual void OnPublished(uint64_t reservation_id, const NamespaceId& ns,
                            std::span<const int32_t> path, std::span<const PackRecord> packs) = 0;
-  // Visible pack (slot, generation) left the index (retired, or clipped to a head).
-  virtual void OnRemoved(uint32_t slot, uint64_t generation) = 0;
+  // Visible pack (slot, generation) left the index (retired, or clipped to a head: then the
+  // tokens beyond its head left, and a later removal of the head is reported again).
+  virtual void OnRemoved(const RemovedPack& pack) = 0;
 };
 
 class Directory final : public RangeIndex {
@@ -302,10 +317,14 @@ class Directory final : public RangeIndex {
   // Evicts up to `max_packs` evictable packs in LRU order; returns how many.
   uint32_t EvictLru(uint32_t max_packs);
 
-  // ---- journal -------------------------------------------------------------------------------
-  // Installs the observer (null removes it). REQUIRES no concurrent use of the directory; the
-  // observer must outlive it or be removed first.
-  void SetObserver(DirectoryObserver* observer) EXCLUDES(mu_);
+  // ---- observers and journal -------------------------------------------------------------------
+  static constexpr size_t kMaxObservers = 4;
+  // Adds an observer, called after those added before. kInvalidArgument for null or one already
+  // added, kResourceExhausted beyond kMaxObservers. REQUIRES no concurrent use of the directory;
+  // the observer must outlive it or be removed first.
+  Status AddObserver(DirectoryObserver* observer) EXCLUDES(mu_);
+  // Removes an observer (no-op for one not added). REQUIRES no concurrent use.
+  void RemoveObserver(DirectoryObserver* observer) EXCLUDES(mu_);
   // Replay of a journaled publication: pack `slot` at `generation` holds path tokens
   // [path.size() - stored_tokens, path.size()) and becomes visible (most recently used). A
   // visible older generation of the slot is removed first (its bytes were overwritten).
@@ -402,7 +421,7 @@ class Directory final : public RangeIndex {
   uint64_t next_ticket_id_ GUARDED_BY(mu_) = 1;
   uint64_t next_reservation_id_ GUARDED_BY(mu_) = 1;
   DirectoryStats counters_ GUARDED_BY(mu_);
-  DirectoryObserver* observer_ GUARDED_BY(mu_) = nullptr;
+  std::vector<DirectoryObserver*> observers_ GUARDED_BY(mu_);  // in the order added
   // Scratch reused under the lock.
   std::vector<directory_internal::RadixTree::Step> steps_ GUARDED_BY(mu_);
   std::vector<uint32_t> affected_ GUARDED_BY(mu_);

@@ -383,6 +383,69 @@ TEST(DirectoryTest, InvalidatePrefixClipsThePackHoldingItsLastToken) {
   ExpectInvariants(*d);
 }
 
+// Records what an observer hears, tagged with its name (several share one log).
+class RecordingObserver final : public DirectoryObserver {
+ public:
+  RecordingObserver(std::string name, std::vector<std::string>* log)
+      : name_(std::move(name)), log_(log) {}
+  void OnPublished(uint64_t, const NamespaceId&, std::span<const int32_t> path,
+                   std::span<const PackRecord> packs) override {
+    log_->push_back(name_ + " published " + std::to_string(packs.size()) + " packs, path " +
+                    std::to_string(path.size()));
+  }
+  void OnRemoved(const RemovedPack& p) override {
+    log_->push_back(name_ + " removed slot " + std::to_string(p.slot) + " gen " +
+                    std::to_string(p.generation) + " at " + std::to_string(p.path_begin) +
+                    " kept " + std::to_string(p.kept_tokens) + (p.ns == kNs ? "" : " other ns"));
+  }
+
+ private:
+  std::string name_;
+  std::vector<std::string>* log_;
+};
+
+TEST(DirectoryTest, EveryObserverHearsEveryChangeInTheOrderAdded) {
+  auto d = Make(SmallOptions(/*slots=*/3));
+  std::vector<std::string> log;
+  RecordingObserver first("first", &log), second("second", &log);
+  ASSERT_TRUE(d->AddObserver(&first).ok());
+  ASSERT_TRUE(d->AddObserver(&second).ok());
+  EXPECT_EQ(d->AddObserver(&first).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->AddObserver(nullptr).code(), StatusCode::kInvalidArgument);
+  const std::vector<int32_t> a = Seq(20);  // packs [0, 8) [8, 16) [16, 20) in slots 0, 1, 2
+  Store(*d, a);
+  // A clip reports the head it keeps: pack 1 keeps [8, 10); pack 2 goes.
+  ASSERT_TRUE(d->InvalidatePrefix(kNs, std::span(a).first(11)).ok());
+  // Eviction retires: 16 other tokens take the freed slot 2 and evict the LRU leaf, pack 1
+  // (its head).
+  d->RemoveObserver(&second);
+  Store(*d, Seq(16, 5000));
+  EXPECT_EQ(log, (std::vector<std::string>{
+                     "first published 3 packs, path 20",
+                     "second published 3 packs, path 20",
+                     "first removed slot 1 gen 1 at 8 kept 2",
+                     "second removed slot 1 gen 1 at 8 kept 2",
+                     "first removed slot 2 gen 1 at 16 kept 0",
+                     "second removed slot 2 gen 1 at 16 kept 0",
+                     "first removed slot 1 gen 1 at 8 kept 0",
+                     "first published 2 packs, path 16",
+                 }));
+  ExpectInvariants(*d);
+}
+
+TEST(DirectoryTest, ObserversAreBounded) {
+  auto d = Make(SmallOptions());
+  std::vector<std::string> log;
+  std::vector<std::unique_ptr<RecordingObserver>> obs;
+  for (size_t i = 0; i <= Directory::kMaxObservers; ++i) {
+    obs.push_back(std::make_unique<RecordingObserver>("o", &log));
+    const Status s = d->AddObserver(obs.back().get());
+    EXPECT_EQ(s.code(), i < Directory::kMaxObservers ? StatusCode::kOk
+                                                     : StatusCode::kResourceExhausted);
+  }
+  for (auto& o : obs) d->RemoveObserver(o.get());
+}
+
 TEST(DirectoryTest, InvalidationDoomsInFlightStores) {
   auto d = Make(SmallOptions());
   const std::vector<int32_t> a = Seq(20);

@@ -59,6 +59,10 @@ Status Engine::SynchronizeStream(DeviceStreamRef stream) {
 
 EngineStats Engine::GetStats() const { return core_->GetStats(); }
 
+std::vector<RemovedRange> Engine::DrainRemovedRanges(size_t max) {
+  return core_->DrainRemovedRanges(max);
+}
+
 Status Engine::Close() { return core_->Close(); }
 
 // ---- RestoreHandle ------------------------------------------------------------------------

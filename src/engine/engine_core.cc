@@ -204,6 +204,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.journal.period_ms = options_.durability.period_ms;
   so.service = options_.store_service;
   so.tenant = options_.tenant;
+  so.max_removed_ranges = options_.max_removed_ranges;
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();
@@ -466,6 +467,11 @@ Status EngineCore::CopyToHost(void* host_dst, const void* device_src, uint64_t b
 
 // ---- stats and shutdown -----------------------------------------------------------------------
 
+std::vector<RemovedRange> EngineCore::DrainRemovedRanges(size_t max) const {
+  if (store_ == nullptr || store_->removals() == nullptr) return {};
+  return store_->removals()->Drain(max);
+}
+
 EngineStats EngineCore::GetStats() const {
   EngineStats s = counters_.Snapshot();
   if (store_ != nullptr) {
@@ -481,6 +487,9 @@ EngineStats EngineCore::GetStats() const {
       s.journal_durable_publications = js.durable_publications;
       s.journal_checkpoints = js.checkpoints;
       s.journal_failures = js.failures;
+    }
+    if (const RemovalLog* r = store_->removals(); r != nullptr) {
+      s.removed_events_dropped = r->dropped();
     }
   }
   if (read_io_ != nullptr) s.native_read_calls = read_io_->stats().native_ops;

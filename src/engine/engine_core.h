@@ -88,6 +88,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Status CopyToDevice(void* device_dst, const void* host_src, uint64_t bytes) EXCLUDES(mu_);
   Status CopyToHost(void* host_dst, const void* device_src, uint64_t bytes) EXCLUDES(mu_);
 
+  // Engine::DrainRemovedRanges.
+  std::vector<RemovedRange> DrainRemovedRanges(size_t max) const;
   EngineStats GetStats() const;
   Status Close() EXCLUDES(mu_);
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/units.h"
+#include "directory/removal_log.h"
 #include "io/io_engine.h"
 #include "kernels/paged_kv.h"
 #include "pack/format.h"
@@ -217,6 +218,11 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
       CheckCount("max_inflight_stores", o.max_inflight_stores, 1, kMaxJobSlots));
   RANGEKV_RETURN_IF_ERROR(
       CheckCount("max_request_tokens", o.max_request_tokens, 1, kMaxRequestTokens));
+  if (o.max_removed_ranges > RemovalLog::kMaxCapacity) {
+    return Bad("max_removed_ranges", "must be at most " +
+                                         std::to_string(RemovalLog::kMaxCapacity) + ", got " +
+                                         std::to_string(o.max_removed_ranges));
+  }
   if (o.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
   if (o.durability.mode == Durability::Mode::kPeriodic) {
     RANGEKV_RETURN_IF_ERROR(CheckCount("durability.period_ms", o.durability.period_ms, 1, 60000));

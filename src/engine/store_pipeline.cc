@@ -146,6 +146,10 @@ Status StorePipeline::PlanBatches(StoreJob& job, StoreSlot& slot) {
 Status StorePipeline::Configure(StoreJob& job, Reservation& reservation) {
   job.reservation_id = reservation.reservation_id;
   job.stored = {reservation.begin_tokens, reservation.end_tokens};
+  job.packs.clear();
+  for (const PackRecord& r : reservation.records) {
+    job.packs.push_back({{r.pack_slot, r.generation}, {r.path_token_begin, r.path_token_end()}});
+  }
   job.records = std::move(reservation.records);
   if (IsBlockOpaque(context_.options->model.layout)) {
     // Whole blocks only: a pack starting mid-block re-stores that block from its boundary.
@@ -391,6 +395,7 @@ StoreOutcome StorePipeline::Finish(StoreJob& job, StoreWait wait) {
   StoreJobState& st = job.state.Locked(mu_);
   out.disposition = job.disposition;
   out.stored = job.stored;
+  out.packs = job.packs;
   if (st.handle_done) {
     out.status = FailedPrecondition("store already finished, or the engine closed");
     return out;
@@ -599,9 +604,11 @@ void StorePipeline::GroupWorker(uint32_t index) {
       while (true) {
         if (jobs_.closing()) return;
         bool found = false;
+        bool any_deferred = false;
         for (size_t k = 0; k < jobs_.active_count() && !found; ++k) {
           const std::shared_ptr<StoreJob>& j = jobs_.ServiceOrder(k);
           StoreJobState& st = j->state.Locked(mu_);
+          any_deferred = any_deferred || st.deferred;
           if (st.deferred || !st.first_error.ok()) continue;
           const auto eligible = st.progress.NextEligible();
           if (!eligible) continue;
@@ -622,6 +629,14 @@ void StorePipeline::GroupWorker(uint32_t index) {
           found = true;
         }
         if (found) break;
+        if (any_deferred && index == 0 && context_.store->service() != nullptr) {
+          // A deferred store joined a reservation of another process (the store service's
+          // client): nothing in this engine announces when that one settles, so worker 0
+          // polls it every 2 ms while a store waits.
+          work_cv_.WaitFor(l, std::chrono::milliseconds(2), [] { return false; });
+          RetryDeferred();
+          continue;
+        }
         work_cv_.Wait(l);
       }
     }

@@ -108,7 +108,8 @@ class StoreJob {
   // The reservation (in Begin, or later for a deferred store).
   TokenInterval stored;
   uint64_t reservation_id = 0;
-  std::vector<PackRecord> records;
+  std::vector<PackRecord> records;  // as written (block-aligned for opaque layouts)
+  std::vector<PackRange> packs;     // the reservation's packs as the directory holds them
   std::vector<StoreBatch> batches;
 
   Counters counters;

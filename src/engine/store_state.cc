@@ -48,7 +48,9 @@ StoreState::StoreState(Env* env, std::unique_ptr<ServiceStore> service)
   recovery_.store_epoch = service_->hello().owner_epoch;
 }
 
-StoreState::~StoreState() = default;
+StoreState::~StoreState() {
+  if (removals_ != nullptr && directory_ != nullptr) directory_->RemoveObserver(removals_.get());
+}
 
 Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOptions& o) {
   ServiceStoreOptions so;
@@ -134,6 +136,13 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   std::unique_ptr<StoreState> state(
       new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created));
   state->persistence_->EnableCheckpoints(*state->pack_, *state->directory_, *state->digests_);
+  if (o.max_removed_ranges > 0) {
+    Directory& dir = *state->directory_;
+    state->removals_ = std::make_unique<RemovalLog>(
+        dir.options().pack_slots, dir.options().tokens_per_pack, o.max_removed_ranges);
+    state->removals_->Seed(dir);
+    RANGEKV_RETURN_IF_ERROR(dir.AddObserver(state->removals_.get()));
+  }
   return state;
 }
 

@@ -35,6 +35,7 @@
 
 #include "directory/directory.h"
 #include "directory/range_index.h"
+#include "directory/removal_log.h"
 #include "engine/integrity.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
@@ -64,6 +65,8 @@ struct StoreStateOptions {
   persist::StorePermissions permissions;
   // The publication journal (persist/journal_writer.h); mode kNone writes none.
   persist::JournalOptions journal{.mode = persist::DurabilityMode::kNone};
+  // RemovalLog capacity (EngineOptions::max_removed_ranges); 0: no log.
+  uint64_t max_removed_ranges = 0;
   // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
   // Service mode (EngineOptions::store_service): the index lives in the node's store service
@@ -104,6 +107,10 @@ class StoreState {
   // The persistence layer's hooks into the pipelines (digests, dirty marker).
   PayloadIntegrity* integrity() const { return integrity_ptr_; }
 
+  // The directory's removal log (directory/removal_log.h: Engine::DrainRemovedRanges), seeded
+  // with the packs the open loaded; null when max_removed_ranges is 0.
+  RemovalLog* removals() const { return removals_.get(); }
+
   // The session's journal writer (null under durability=none).
   persist::JournalWriter* journal() const {
     return persistence_ != nullptr ? persistence_->journal() : nullptr;
@@ -142,6 +149,7 @@ class StoreState {
   RangeIndex* index_ = nullptr;
   PayloadIntegrity* integrity_ptr_ = nullptr;
   const GenerationView* generation_view_ = nullptr;
+  std::unique_ptr<RemovalLog> removals_;  // declared before directory_: outlives it
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<persist::DigestTable> digests_;
   std::unique_ptr<persist::Persistence> persistence_;

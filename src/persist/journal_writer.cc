@@ -176,10 +176,10 @@ void JournalWriter::OnPublished(uint64_t reservation_id, const NamespaceId& ns,
   }
 }
 
-void JournalWriter::OnRemoved(uint32_t slot, uint64_t generation) {
+void JournalWriter::OnRemoved(const RemovedPack& pack) {
   JournalRecord r;
   r.type = jf::kRemove;
-  r.remove = {slot, generation};
+  r.remove = {pack.slot, pack.generation};
   MutexLock l(mu_);
   Enqueue(std::move(r), RecordBytes(r), 0);
 }

@@ -110,7 +110,8 @@ class JournalWriter final : public DirectoryObserver {
 
   void OnPublished(uint64_t reservation_id, const NamespaceId& ns, std::span<const int32_t> path,
                    std::span<const PackRecord> packs) override EXCLUDES(mu_);
-  void OnRemoved(uint32_t slot, uint64_t generation) override EXCLUDES(mu_);
+  // A clipped pack is journaled as removed (see directory.h "Observers").
+  void OnRemoved(const RemovedPack& pack) override EXCLUDES(mu_);
 
   // Blocks until the publication of `reservation_id` is durable (OK), or returns the journal's
   // error. For a reservation it has no entry for (committed already, or a store that joined

@@ -876,7 +876,7 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
             .WithContext("store " + store_dir + ": checkpoint after journal replay"));
   }
   if (out.persistence->journal() != nullptr) {
-    out.directory->SetObserver(out.persistence->journal());
+    RANGEKV_RETURN_IF_ERROR(out.directory->AddObserver(out.persistence->journal()));
   }
   return out;
 }

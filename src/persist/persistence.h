@@ -237,7 +237,7 @@ class Persistence {
   bool marked_dirty() const { return marked_.load(std::memory_order_acquire); }
 
   // The session's journal writer; null under DurabilityMode::kNone. OpenIndex attaches it to
-  // the directory it returns (Directory::SetObserver).
+  // the directory it returns (Directory::AddObserver).
   JournalWriter* journal() const { return journal_.get(); }
   // Installs the journal's checkpoint (folds the index into a new snapshot mid-session when the
   // journal passes its bound). REQUIRES the store's objects outlive the journal.

@@ -54,9 +54,11 @@ class _Key:
 
 # name -> (default, kind, doc). The single list the parser, the docs table and the tests use.
 KEYS: dict[str, _Key] = {
-    "store_dir": _Key(None, "str", "directory of the store (required); rank r uses <store_dir>/rank-<r>"),
-    "store": _Key("embedded", "choice", "where the directory lives: 'embedded' (in the worker process)",
-                  ("embedded",)),
+    "store_dir": _Key("", "str", "directory of the store (required with store 'embedded'); rank r "
+                      "uses <store_dir>/rank-<r>"),
+    "store": _Key("embedded", "store", "where the index lives: 'embedded' (in the worker process) "
+                  "or 'unix:///run/rangekv.sock' (the node's store service, `rangekv serve`)"),
+    "tenant": _Key("default", "str", "quota account at the store service (1-64 of [A-Za-z0-9._-])"),
     "capacity": _Key(16 << 30, "size", "capacity bound of each rank's pack file (bytes or '512GiB')"),
     "stripe_bytes": _Key(32 << 20, "size", "stripe size W (bytes); a pack is layers x W"),
     "io_engine": _Key("auto", "choice", "I/O engine", ("auto", "posix", "uring")),
@@ -112,6 +114,7 @@ KEYS: dict[str, _Key] = {
 class ConnectorConfig:
     store_dir: str
     store: str
+    tenant: str
     capacity: int
     stripe_bytes: int
     io_engine: str
@@ -169,11 +172,12 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
     values: dict[str, Any] = {}
     for name, key in KEYS.items():
         value = extra.get(name, key.default)
-        if name == "store" and isinstance(value, str) and value.startswith("unix://"):
-            raise ConfigError(
-                f"store: {value!r}: the node-wide store service is not available in this "
-                "release; use 'embedded' (one store per serving instance)")
-        if key.kind == "str":
+        if key.kind == "store":
+            if not isinstance(value, str) or not (
+                    value == "embedded" or (value.startswith("unix://") and len(value) > 7)):
+                raise ConfigError(f"store: expected 'embedded' or 'unix:///path/to/socket', "
+                                  f"got {value!r}")
+        elif key.kind == "str":
             if value is None:
                 raise ConfigError(f"{name}: required (the directory of the store)")
             if not isinstance(value, str):
@@ -206,7 +210,7 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
             if value not in key.choices:
                 raise ConfigError(f"{name}: expected one of {', '.join(key.choices)}, got {value!r}")
         values[name] = value
-    if not values["store_dir"]:
+    if not values["store_dir"] and values["store"] == "embedded":
         raise ConfigError("store_dir: required (the directory of the store)")
     if values["prefetch_banks"] >= values["read_banks"]:
         raise ConfigError(f"prefetch_banks: must be < read_banks ({values['read_banks']}), "

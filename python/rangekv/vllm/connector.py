@@ -47,7 +47,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from .channel import LookupClient, LookupServer, socket_path
 from .config import ConfigError, ConnectorConfig, parse_config
-from .events import RangeKVEvents, stored_event
+from .events import AnnouncedBlocks, RangeKVEvents, block_hashes, removed_event, stored_event
 from .gate import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
 from .stats import RangeKVPromMetrics, RangeKVStats
 
@@ -345,6 +345,8 @@ class RangeKVConnector(KVConnectorBase_V1):
         self._keys: dict[str, set[str]] = {}  # request id -> lookup keys (request#attempt)
         self._stats = RangeKVStats()
         self._events = RangeKVEvents()
+        self._announced = AnnouncedBlocks(self.block_size)
+        self._removed_dropped = 0
         self._stats_lock = threading.Lock()
         self._last_engine_stats: dict[str, int] = {}
         self._finished_count = 0
@@ -365,7 +367,8 @@ class RangeKVConnector(KVConnectorBase_V1):
         device = self.cfg.device
         if device == "auto":
             device = "cuda" if first.is_cuda else "host"
-        store_dir = os.path.join(self.cfg.store_dir, f"rank-{self.rank}")
+        service = self.cfg.store != "embedded"
+        store_dir = "" if service else os.path.join(self.cfg.store_dir, f"rank-{self.rank}")
         total_heads = model.get_total_num_kv_heads()
         kwargs = dict(
             layers=len(self._kv_layers), dtype=first.dtype, block_size=self.block_size,
@@ -373,6 +376,11 @@ class RangeKVConnector(KVConnectorBase_V1):
             semantic_config=f"max_model_len={model.max_model_len}",
             tp_size=self.tp_size, tp_rank=self.rank, device=device,
             cuda_device=(first.device.index or 0) if first.is_cuda else 0,
+            # Removed ranges feed BlockRemoved events; without events the engine keeps none.
+            max_removed_ranges=_MAX_REMOVED_RANGES if self._events_on else 0,
+            # The node's store service (docs/store-service.md): every instance's rank r shares
+            # rank r's namespace there.
+            store_service=self.cfg.store if service else "", tenant=self.cfg.tenant,
             **self.cfg.engine_options())
         kwargs.update(spec.engine_args(total_heads))
         # Shallow models: a layer group and the read lookahead cannot exceed the layer count.
@@ -380,7 +388,8 @@ class RangeKVConnector(KVConnectorBase_V1):
         kwargs["lookahead_layers"] = min(self.cfg.lookahead_layers, len(self._kv_layers) - 1)
         self._num_blocks = first.shape[0]
         self._engine_views = [spec.view(t) for t in self._kv_layers]
-        os.makedirs(self.cfg.store_dir, mode=0o700, exist_ok=True)
+        if not service:
+            os.makedirs(self.cfg.store_dir, mode=0o700, exist_ok=True)
         self._engine = rangekv.Engine(store_dir, **kwargs)
         geo = self._engine.geometry
         if geo["tokens_per_stripe"] % self.block_size:
@@ -546,6 +555,7 @@ class RangeKVConnector(KVConnectorBase_V1):
         if self.cfg.layerwise and self._restores:
             self._finish_restores()
         detach = self.cfg.save_mode == "detach"
+        stored = []
         for spec, s in self._stores:
             try:
                 s.wait_extracted()
@@ -557,16 +567,53 @@ class RangeKVConnector(KVConnectorBase_V1):
                 with self._stats_lock:
                     self._stats.add("store_failures", 1)
             elif self._events_on and s.disposition == "storing":
-                b, e = s.stored_tokens
-                tokens = np.frombuffer(spec.tokens, dtype="<i4")
-                self._events.add_events([stored_event(tokens, self.block_size, b, e)])
+                stored.append((spec, out))
+        if stored:
+            self._collect_events(stored)
         if self._stores:
             with self._stats_lock:
                 self._stats.phase("store_extracted_s", time.monotonic() - self._store_t0)
         self._stores = []
         self._stores_begun = False
 
+    def _collect_events(self, stored: list) -> None:
+        """BlockStored for this step's visible stores, BlockRemoved for the announced blocks the
+        engine stopped serving since the last call. Removals of packs announced before come
+        first (a block evicted and stored again in one step must end up held), then the new
+        stores, then removals of the packs just announced."""
+        if self._engine is None:
+            return
+        events = []
+        late = []
+        for r in self._engine.drain_removed_ranges(_MAX_REMOVED_RANGES):
+            gone = self._announced.removed(*r)
+            if gone is None:
+                late.append(r)
+            elif gone:
+                events.append(removed_event(gone))
+        for spec, out in stored:
+            b, e = out.stored
+            tokens = np.frombuffer(spec.tokens, dtype="<i4")
+            orphans = self._announced.stored(block_hashes(tokens, self.block_size, e), b, e,
+                                             out.packs)
+            if orphans:
+                events.append(removed_event(orphans))
+            events.append(stored_event(tokens, self.block_size, b, e))
+        for r in late:
+            gone = self._announced.removed(*r)
+            if gone:
+                events.append(removed_event(gone))
+        dropped = self._engine.stats().get("removed_events_dropped", 0)
+        if dropped > self._removed_dropped:
+            log.warning("rangekv: %d removed ranges were dropped before they were drained; "
+                        "some BlockRemoved events are missing", dropped - self._removed_dropped)
+            self._removed_dropped = dropped
+        if events:
+            self._events.add_events(events)
+
     def get_kv_connector_kv_cache_events(self) -> RangeKVEvents | None:
+        if self._events_on:
+            self._collect_events([])
         if not self._events.get_all_events():
             return None
         events, self._events = self._events, RangeKVEvents()
@@ -663,6 +710,10 @@ class _LayoutSpec:
 
 
 _SUPPORTED: dict[str, bool] = {}
+
+# Removed ranges the engine keeps between two drains (one per step); beyond, the oldest are
+# dropped and counted (stats()["removed_events_dropped"], logged).
+_MAX_REMOVED_RANGES = 4096
 
 
 def _engine_supports(layout: str) -> bool:

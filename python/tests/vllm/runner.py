@@ -18,7 +18,7 @@ SPEC: {"model": dir, "connector": {...extra config...} or null, "layerwise": boo
 OUT:  {"results": [[{"tokens": [...], "logprobs": [...], "num_cached": int}, ...], ...],
        "script": {id: {"tokens": [...], "logprobs": [...], "num_cached": int}} (finished ones),
        "events": [{"type": "BlockStored"|"BlockRemoved", "medium": ..., "blocks": n,
-                   "block_size": n, "tokens": n}, ...]}
+                   "block_size": n, "tokens": n, "hashes": [int, ...]}, ...]}
 """
 
 import json
@@ -135,7 +135,8 @@ def _collect_events(endpoint: str, events: list, stop: threading.Event) -> None:
             blocks = len(getattr(ev, "block_hashes", []) or [])
             events.append({"type": type(ev).__name__, "medium": getattr(ev, "medium", None),
                            "blocks": blocks, "block_size": getattr(ev, "block_size", 0),
-                           "tokens": len(getattr(ev, "token_ids", []) or [])})
+                           "tokens": len(getattr(ev, "token_ids", []) or []),
+                           "hashes": [int(h) for h in getattr(ev, "block_hashes", []) or []]})
     sock.close(linger=0)
 
 

@@ -32,7 +32,9 @@ def test_defaults_and_sizes():
     ({"store_dir": "/x", "durability": "periodic:0"}, "durability: expected every_publish"),
     ({"store_dir": "/x", "durability": "always"}, "durability: expected every_publish"),
     ({"store_dir": "/x", "read_banks": 4, "prefetch_banks": 4}, "prefetch_banks: must be <"),
-    ({"store_dir": "/x", "store": "unix:///run/rangekv.sock"}, "store service is not available"),
+    ({"store_dir": "/x", "store": "tcp://host:1"}, "store: expected 'embedded' or 'unix://"),
+    ({"store": "unix://"}, "store: expected"),
+    ({"store": "embedded"}, "store_dir: required"),
 ])
 def test_bad_values_name_the_key(extra, words):
     with pytest.raises(ConfigError) as e:
@@ -79,3 +81,10 @@ def test_a_rank_that_does_not_answer_gives_no_hit_within_the_bound(tmp_path):
 
 def test_socket_paths_fit_sun_path():
     assert len(socket_path("", "6bd44137-861a-46e4-afbf-c5d8fcbfec0f", 7)) < 100
+
+
+def test_store_service_address_needs_no_store_dir():
+    cfg = parse_config({"store": "unix:///run/rangekv.sock", "tenant": "team-a"})
+    assert cfg.store == "unix:///run/rangekv.sock"
+    assert cfg.tenant == "team-a"
+    assert cfg.store_dir == ""

@@ -254,6 +254,28 @@ def test_kv_cache_events_name_what_rangekv_stored(main_run):
     assert sum(e["blocks"] for e in ours) == 80 + 9 + 15 + 37 + 22, ours
 
 
+def test_kv_cache_events_name_what_eviction_removed(workdir):
+    """A store too small for both prompts: P5's store evicts P1's tail pack, and the event
+    stream says so with BlockRemoved naming exactly the blocks that pack held."""
+    # 2,048 tokens per 1 MiB pack (4 layers x 512 bytes per token): 8 MiB holds two packs.
+    # P1 fills both ([0, 2048) and [2048, 2560)); P5 needs one: the LRU pack without dependents,
+    # P1's tail (blocks 64..79), goes.
+    store = workdir / "store-evict"
+    results, log = run_engine(workdir, "evict", [[P1], [P5]],
+                              connector_config(store, capacity="8MiB"), max_tokens=2,
+                              events_endpoint=f"ipc://{workdir}/kv-events-evict.sock")
+    assert [b[0]["num_cached"] for b in results] == [0, 0]
+    events = [e for e in json.loads((workdir / "evict.out.json").read_text())["events"]
+              if e["medium"] == "STORAGE"]
+    stored = [h for e in events if e["type"] == "BlockStored" for h in e["hashes"]]
+    removed = [e for e in events if e["type"] == "BlockRemoved"]
+    assert len(stored) == 80 + 37, events
+    assert len(removed) == 1, events
+    assert removed[0]["hashes"] == stored[64:80]
+    # In the order it happened: P1 stored, its tail evicted, then P5 stored.
+    assert [e["type"] for e in events] == ["BlockStored", "BlockRemoved", "BlockStored"], events
+
+
 def test_tensor_parallel_two_ranks(workdir):
     """TP=2 inside vLLM: one engine and pack file per rank; hits are the smaller of the two."""
     calls = [[P1], [P2]]
@@ -329,3 +351,34 @@ def test_metrics_on_a_live_server(workdir):
         assert re.search(r"^vllm:rangekv_stored_tokens_total\{[^}]*\} [1-9]", text, re.M)
     finally:
         server.stop()
+
+
+def test_two_engines_share_one_store_service(workdir, reference):
+    """Two vLLM engines (separate processes) pointed at one `rangekv serve`: what the first
+    stored, the second restores, with tokens and logprobs identical to vLLM's own cache."""
+    from rangekv._offline import cli_path
+
+    sock = workdir / "svc.sock"
+    service = subprocess.Popen([cli_path(), "serve", "--dir", str(workdir / "svc"), "--socket",
+                                str(sock), "--restart-fence-ms", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        while not sock.exists() and time.time() < deadline and service.poll() is None:
+            time.sleep(0.05)
+        assert sock.exists(), service.stdout.read() if service.poll() is not None else "no socket"
+        cfg = connector_config("", store=f"unix://{sock}")
+        first, _ = run_engine(workdir, "service_a", [[P1], [P2]], cfg, max_tokens=4)
+        assert [b[0]["num_cached"] for b in first] == [0, 2304]
+        assert_same(first[0][0], reference[0][0], "P1 stored through the service")
+        assert_same(first[1][0], reference[1][0], "P2 (partial hit) through the service")
+        second, log = run_engine(workdir, "service_b", RESTART_CALLS, cfg, max_tokens=4)
+        assert [b[0]["num_cached"] for b in second] == [2592, 2528], log[-3000:]
+        ref = reference[len(CALLS):]
+        assert_same(second[0][0], ref[0][0], "P2 restored by the second engine")
+        assert_same(second[1][0], ref[1][0], "P1 restored by the second engine")
+    finally:
+        service.terminate()
+        out, _ = service.communicate(timeout=60)
+    assert service.returncode == 0, out
+    assert "sessions 2 accepted" in out and "0 reclaimed" in out, out

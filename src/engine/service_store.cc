@@ -74,7 +74,7 @@ Result<std::unique_ptr<ServiceStore>> ServiceStore::Connect(const ServiceStoreOp
   RANGEKV_ASSIGN_OR_RETURN(s->digests_,
                            persist::DigestTable::Create(dg, static_cast<uint32_t>(slots)));
   s->generations_ = std::vector<std::atomic<uint64_t>>(slots);
-  s->corrupt_generation_ = std::vector<std::atomic<uint64_t>>(slots);
+  s->dropped_ = DroppedGenerations(slots);
   for (auto& g : s->generations_) g.store(GenerationView::kNoGeneration);
   Log(LogLevel::kInfo, "store service " + s->socket_path_ + ": session " +
                            std::to_string(s->hello_.session_id) + ", store " +
@@ -445,34 +445,43 @@ void ServiceStore::OnStoreAborted(uint64_t reservation_id, std::span<const PackR
   pending_.erase(reservation_id);
 }
 
+Status ServiceStore::FetchDigests(uint32_t slot, uint64_t generation) {
+  std::vector<uint8_t> body, out;
+  service::Encode(service::PackRef{slot, generation}, &body);
+  RANGEKV_RETURN_IF_ERROR(Call(MessageType::kGetDigests, body, &out));
+  service::DigestsReply r;
+  RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
+  persist::PackDigests p;
+  p.slot = slot;
+  p.generation = generation;
+  p.stored_tokens = r.stored_tokens;
+  p.layers = r.layers;
+  p.blocks_per_layer = static_cast<uint32_t>(r.blocks_per_layer);
+  p.digests = std::move(r.digests);
+  return digests_->Import(p);
+}
+
 Result<DigestBlocks> ServiceStore::PlanVerify(const Span& span) {
-  if (span.pack_slot < corrupt_generation_.size() &&
-      corrupt_generation_[span.pack_slot].load(std::memory_order_acquire) == span.generation) {
-    return Corruption("pack slot " + std::to_string(span.pack_slot) + " generation " +
-                      std::to_string(span.generation) +
-                      " failed payload verification in another layer and was dropped");
+  if (dropped_.Contains(span.pack_slot, span.generation)) {
+    return DroppedGenerations::Error(span.pack_slot, span.generation);
   }
   const uint64_t begin = span.pack_token_begin, end = span.pack_token_begin + span.tokens();
   auto plan = digests_->PlanVerify(span.pack_slot, span.generation, begin, end);
   if (!plan.ok() && (plan.status().code() == StatusCode::kNotFound ||
-                     plan.status().code() == StatusCode::kStaleGeneration)) {
+                     plan.status().code() == StatusCode::kStaleGeneration) &&
+      !dropped_.Contains(span.pack_slot, span.generation)) {
     // First restore of this pack generation here: one request for all its digests.
-    std::vector<uint8_t> body, out;
-    service::Encode(service::PackRef{span.pack_slot, span.generation}, &body);
-    RANGEKV_RETURN_IF_ERROR(Call(MessageType::kGetDigests, body, &out));
-    service::DigestsReply r;
-    RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
-    persist::PackDigests p;
-    p.slot = span.pack_slot;
-    p.generation = span.generation;
-    p.stored_tokens = r.stored_tokens;
-    p.layers = r.layers;
-    p.blocks_per_layer = static_cast<uint32_t>(r.blocks_per_layer);
-    p.digests = std::move(r.digests);
-    RANGEKV_RETURN_IF_ERROR(digests_->Import(p));
-    plan = digests_->PlanVerify(span.pack_slot, span.generation, begin, end);
+    const Status fetched = FetchDigests(span.pack_slot, span.generation);
+    plan = fetched.ok() ? digests_->PlanVerify(span.pack_slot, span.generation, begin, end)
+                        : Result<persist::VerifyPlan>(fetched);
   }
-  if (!plan.ok()) return plan.status();
+  if (!plan.ok()) {
+    // Another stripe's OnCorruption may have dropped the pack meanwhile: report that cause.
+    if (dropped_.Contains(span.pack_slot, span.generation)) {
+      return DroppedGenerations::Error(span.pack_slot, span.generation);
+    }
+    return plan.status();
+  }
   return DigestBlocks{plan->first_block, plan->block_count, plan->stored_tokens};
 }
 
@@ -482,9 +491,7 @@ Status ServiceStore::Verify(const Span& span, uint64_t first_block,
 }
 
 void ServiceStore::OnCorruption(const Span& span) {
-  if (span.pack_slot < corrupt_generation_.size()) {
-    corrupt_generation_[span.pack_slot].store(span.generation, std::memory_order_release);
-  }
+  dropped_.Mark(span.pack_slot, span.generation);  // before the digests go (see PlanVerify)
   digests_->Drop(span.pack_slot, span.generation);
   std::vector<uint8_t> body, out;
   service::Encode(service::PackRef{span.pack_slot, span.generation}, &body);

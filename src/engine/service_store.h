@@ -37,6 +37,7 @@
 #include "base/thread_annotations.h"
 #include "directory/directory.h"
 #include "directory/range_index.h"
+#include "engine/dropped_generations.h"
 #include "engine/integrity.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
@@ -115,6 +116,8 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
                     std::vector<uint8_t>* payload) REQUIRES(call_mu_) EXCLUDES(mu_);
   void LoseConnection(const Status& why) REQUIRES(call_mu_) EXCLUDES(mu_);
   void Learn(std::span<const PackRecord> records) EXCLUDES(mu_);
+  // Imports every digest of one pack generation from the service into digests_.
+  Status FetchDigests(uint32_t slot, uint64_t generation) EXCLUDES(call_mu_, mu_);
 
   const ServiceStoreOptions options_;
   std::string socket_path_;
@@ -123,7 +126,7 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   uint64_t pack_dev_ = 0, pack_ino_ = 0;
   std::unique_ptr<persist::DigestTable> digests_;  // verification cache
   std::vector<std::atomic<uint64_t>> generations_;
-  std::vector<std::atomic<uint64_t>> corrupt_generation_;
+  DroppedGenerations dropped_;  // packs this client found corrupt
 
   mutable Mutex call_mu_;
   int fd_ GUARDED_BY(call_mu_) = -1;

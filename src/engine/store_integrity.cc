@@ -35,17 +35,20 @@ void StoreIntegrity::OnStoreAborted(uint64_t, std::span<const PackRecord> record
 }
 
 Result<DigestBlocks> StoreIntegrity::PlanVerify(const Span& span) {
-  if (span.pack_slot < corrupt_generation_.size() &&
-      corrupt_generation_[span.pack_slot].load(std::memory_order_acquire) == span.generation) {
-    return Corruption("pack slot " + std::to_string(span.pack_slot) + " generation " +
-                      std::to_string(span.generation) +
-                      " failed payload verification in another layer and was dropped");
+  if (dropped_.Contains(span.pack_slot, span.generation)) {
+    return DroppedGenerations::Error(span.pack_slot, span.generation);
   }
-  RANGEKV_ASSIGN_OR_RETURN(
-      const persist::VerifyPlan plan,
+  Result<persist::VerifyPlan> plan =
       digests_->PlanVerify(span.pack_slot, span.generation, span.pack_token_begin,
-                           span.pack_token_begin + span.tokens()));
-  return DigestBlocks{plan.first_block, plan.block_count, plan.stored_tokens};
+                           span.pack_token_begin + span.tokens());
+  if (!plan.ok()) {
+    // OnCorruption of another stripe may have dropped the digests since the check above.
+    if (dropped_.Contains(span.pack_slot, span.generation)) {
+      return DroppedGenerations::Error(span.pack_slot, span.generation);
+    }
+    return plan.status();
+  }
+  return DigestBlocks{plan->first_block, plan->block_count, plan->stored_tokens};
 }
 
 Status StoreIntegrity::Verify(const Span& span, uint64_t first_block,
@@ -54,9 +57,7 @@ Status StoreIntegrity::Verify(const Span& span, uint64_t first_block,
 }
 
 void StoreIntegrity::OnCorruption(const Span& span) {
-  if (span.pack_slot < corrupt_generation_.size()) {
-    corrupt_generation_[span.pack_slot].store(span.generation, std::memory_order_release);
-  }
+  dropped_.Mark(span.pack_slot, span.generation);  // before the digests go (see PlanVerify)
   // The snapshot on disk may still list the pack; mark the store dirty so a crash from here on
   // does not reload it (a clean shutdown writes a snapshot without it). In-memory removal does
   // not depend on the marker: it happens either way.

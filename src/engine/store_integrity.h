@@ -21,12 +21,12 @@
 // must outlive it.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "directory/directory.h"
+#include "engine/dropped_generations.h"
 #include "engine/integrity.h"
 #include "persist/payload_digests.h"
 #include "persist/persistence.h"
@@ -40,7 +40,7 @@ class StoreIntegrity final : public PayloadIntegrity {
       : directory_(directory),
         digests_(digests),
         persistence_(persistence),
-        corrupt_generation_(digests->pack_slots()) {}
+        dropped_(digests->pack_slots()) {}
 
   uint64_t block_tokens() const override { return digests_->geometry().block_tokens(); }
   uint64_t digest_seed() const override { return persist::kPayloadDigestSeed; }
@@ -58,9 +58,7 @@ class StoreIntegrity final : public PayloadIntegrity {
   Directory* const directory_;
   persist::DigestTable* const digests_;
   persist::Persistence* const persistence_;
-  // Per pack slot: the generation OnCorruption dropped (0: none). One entry per slot, fixed at
-  // construction; a later generation of the slot is unaffected.
-  std::vector<std::atomic<uint64_t>> corrupt_generation_;
+  DroppedGenerations dropped_;  // what OnCorruption dropped; a later generation is unaffected
 };
 
 }  // namespace rangekv::engine_internal

@@ -12,12 +12,30 @@
 // timed region. The read ceiling is the one `bench restore` measures (MeasureReadCeiling: the
 // engine's read I/O thread count of threads of plain pread of the same stripe extents), taken on
 // the distinct variant's prefixes of each N.
+//
+// --mode service | both: the same rounds through a node-wide store service
+// (docs/store-service.md) started in-process for each (variant, N), every request in its own
+// client process (`rangekv bench concurrent-client`, spawned from this binary: each opens its own
+// Engine with store_service = unix://..., so N processes share one store as N vLLM instances
+// would). The prefixes are stored untimed by this process through the service; a round is timed
+// from the moment every client reported ready (its paged KV filled or poisoned) to the last
+// client's end (CLOCK_MONOTONIC, one clock for every process on Linux). Each client verifies its
+// own restore bit for bit, untimed. With --mode both, every service row also reports its
+// aggregate over the embedded row of the same (variant, N) measured in the same run.
+#include <fcntl.h>
+#include <glob.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -29,6 +47,7 @@
 
 #include "base/log.h"
 #include "base/units.h"
+#include "service/store_service.h"
 #include "tools/bench_common.h"
 #include "tools/commands.h"
 
@@ -49,14 +68,33 @@ struct ConcurrentFlags {
   uint64_t seed = 20261202;
   bool buffered = false;
   bool quiet = false;
+  std::string mode = "embedded";  // embedded | service | both
+  uint32_t client_read_threads = 0;  // service clients' read_io_threads (0: the engine's auto)
 };
+
+// What a client process of the service mode is told, besides the flags above.
+struct ClientFlags {
+  std::string socket;
+  std::string variant;
+  uint32_t n = 0;
+  uint32_t index = 0;
+};
+
+enum class Mode : uint8_t { kEmbedded, kService };
+const char* ModeName(Mode m) { return m == Mode::kEmbedded ? "embedded" : "service"; }
 
 enum class Variant : uint8_t { kDistinct, kSamePrefix, kMixed };
 const char* VariantName(Variant v) {
   return v == Variant::kDistinct ? "distinct" : v == Variant::kSamePrefix ? "same-prefix" : "mixed";
 }
 
+Variant ParseVariant(const std::string& v) {
+  return v == "distinct" ? Variant::kDistinct : v == "same-prefix" ? Variant::kSamePrefix
+                                                                   : Variant::kMixed;
+}
+
 struct RunResult {
+  Mode mode = Mode::kEmbedded;
   Variant variant = Variant::kDistinct;
   uint32_t n = 0;
   uint32_t restores = 0, stores = 0;
@@ -67,7 +105,19 @@ struct RunResult {
   std::vector<double> latencies_s;  // every request of every timed repetition
   double p50 = 0, p90 = 0, p99 = 0;
   double ceiling_gib_s = 0;
+  double embedded_gib_s = 0;  // service rows under --mode both: the embedded row's aggregate
   uint64_t verify_failures = 0;
+};
+
+// The shape of one (variant, N) run, the same in this process and in every client process.
+struct RunPlan {
+  Variant variant = Variant::kDistinct;
+  uint32_t n = 0;
+  uint64_t tokens = 0;  // per request (P)
+  uint32_t restores = 0, stores = 0;
+  uint32_t prefixes = 0;  // stored untimed first
+  uint32_t rounds = 0;
+  uint64_t capacity_bytes = 0;
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -147,28 +197,36 @@ class Bench {
     va_end(ap);
   }
 
-  RunResult Run(Variant variant, uint32_t n) {
-    RunResult r;
-    r.variant = variant;
-    r.n = n;
-    r.request_tokens = total_tokens_ / n;
-    const uint64_t P = r.request_tokens;
-    r.stores = variant == Variant::kMixed ? n - n / 2 : 0;
-    r.restores = n - r.stores;
-    r.bytes_per_rep = uint64_t{n} * P * row_bytes_;
-    const uint32_t rounds = f_.warmups + f_.reps;
+  RunPlan Plan(Variant variant, uint32_t n) const {
+    RunPlan p;
+    p.variant = variant;
+    p.n = n;
+    p.tokens = total_tokens_ / n;
+    p.stores = variant == Variant::kMixed ? n - n / 2 : 0;
+    p.restores = n - p.stores;
+    p.prefixes = variant == Variant::kSamePrefix ? 1 : p.restores;
+    p.rounds = f_.warmups + f_.reps;
     const uint64_t T = geometry_.tokens_per_stripe;
-    const uint64_t packs_per_request = (P + T - 1) / T;
-    const uint32_t prefixes = variant == Variant::kSamePrefix ? 1 : r.restores;
+    const uint64_t packs_per_request = (p.tokens + T - 1) / T;
+    p.capacity_bytes = (p.prefixes + uint64_t{p.stores} * p.rounds + 1) * packs_per_request *
+                       geometry_.pack_bytes;
+    return p;
+  }
 
-    Result<std::unique_ptr<ScratchDir>> scratch = ScratchDir::Make(f_.dir, "rangekv-concurrent-");
-    if (!scratch.ok()) Fail(scratch.status().ToString());
+  // Engine options of every engine of a run: embedded at `store_dir`, or a client of the
+  // service at `socket`.
+  EngineOptions Options(const RunPlan& p, const std::string& store_dir,
+                        const std::string& socket) const {
     EngineOptions eo;
-    eo.store_dir = (*scratch)->Join("store");
+    eo.store_dir = store_dir;
+    if (!socket.empty()) {
+      eo.store_service = "unix://" + socket;
+      eo.tenant = "bench";
+      eo.read_io_threads = f_.client_read_threads;
+    }
     eo.model = model_;
     eo.stripe_bytes = geometry_.stripe_bytes;
-    eo.capacity_bytes =
-        (prefixes + uint64_t{r.stores} * rounds + 1) * packs_per_request * geometry_.pack_bytes;
+    eo.capacity_bytes = p.capacity_bytes;
     eo.device = f_.device == "host"   ? DeviceSelection::kHost
                 : f_.device == "cuda" ? DeviceSelection::kCuda
                                       : DeviceSelection::kAuto;
@@ -177,105 +235,327 @@ class Bench {
     eo.io_engine =
         *io == IoEngineKind::kUring ? IoEngineSelection::kUring : IoEngineSelection::kPosix;
     eo.direct_io = f_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
-    eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, P + 1);
+    eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, p.tokens + 1);
     // Every request of a round holds a job slot (plus the lookup-time prefetch it adopts).
-    eo.max_inflight_restores = std::max<uint32_t>(eo.max_inflight_restores, n);
-    eo.max_inflight_stores = std::max<uint32_t>(eo.max_inflight_stores, n);
+    eo.max_inflight_restores = std::max<uint32_t>(eo.max_inflight_restores, p.n);
+    eo.max_inflight_stores = std::max<uint32_t>(eo.max_inflight_stores, p.n);
+    return eo;
+  }
+
+  uint64_t PrefixSeed(const RunPlan& p, uint32_t i) const {
+    return f_.seed + (p.variant == Variant::kSamePrefix ? 0 : i);
+  }
+  std::vector<int32_t> Prompt(const RunPlan& p, uint32_t i) const {
+    return Tokens(p.tokens + 1, PrefixSeed(p, i) * 7919 + 1);
+  }
+  std::vector<int32_t> Fresh(const RunPlan& p, uint32_t round, uint32_t i) const {
+    return Tokens(p.tokens, f_.seed * 31 + round * 1000 + i);
+  }
+
+  std::unique_ptr<PagedKvSpace> Space(const RunPlan& p, uint32_t i) {
+    auto space = PagedKvSpace::Make(*device_, geometry_, p.tokens + 1, f_.seed + 1000 + i);
+    if (!space.ok()) Fail(space.status().ToString());
+    return std::move(space).value();
+  }
+
+  // Request i of a round, untimed part first: stores fill their paged KV with a new pattern,
+  // restores poison theirs.
+  void PrepareRequest(const RunPlan& p, uint32_t i, PagedKvSpace& kv) {
+    if (i < p.restores) {
+      Check(kv.Poison(), "poison");
+    } else {
+      Check(kv.Fill(f_.seed + 500 + i, 0, p.tokens), "fill");
+    }
+  }
+  Status RunRequest(Engine& engine, const RunPlan& p, uint32_t round, uint32_t i,
+                    PagedKvSpace& kv, const std::vector<int32_t>& prompt, double* latency) {
+    const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
+    if (i < p.restores) return Restore(engine, kv, prompt, p.tokens, id, latency);
+    return Store(engine, kv, Fresh(p, round, i), id, latency);
+  }
+  uint64_t VerifyRequest(const RunPlan& p, uint32_t i, PagedKvSpace& kv) {
+    if (i >= p.restores) return 0;
+    auto bad = kv.CountMismatches(PrefixSeed(p, i), 0, p.tokens);
+    if (!bad.ok()) Fail(bad.status().ToString());
+    return *bad;
+  }
+
+  // Untimed: stores each distinct prefix once (into kv[0, prefixes)).
+  void StorePrefixes(Engine& engine, const RunPlan& p,
+                     std::vector<std::unique_ptr<PagedKvSpace>>& kv) {
+    for (uint32_t i = 0; i < p.prefixes; ++i) {
+      Check(kv[i]->Fill(PrefixSeed(p, i), 0, p.tokens), "fill");
+      const std::vector<int32_t> prompt = Prompt(p, i);
+      double unused = 0;
+      Check(Store(engine, *kv[i], std::span<const int32_t>(prompt).first(p.tokens),
+                  "setup" + std::to_string(i), &unused),
+            "setup store");
+    }
+  }
+
+  void MeasureCeiling(const RunPlan& p, const std::string& pack_path, uint32_t read_threads) {
+    if (p.variant != Variant::kDistinct || ceiling_.count(p.n) != 0) return;
+    std::vector<CeilingPayload> payloads;
+    for (uint32_t i = 0; i < p.prefixes; ++i) payloads.push_back({p.tokens, PrefixSeed(p, i)});
+    const uint32_t threads = f_.ceiling_threads != 0 ? f_.ceiling_threads : read_threads;
+    auto c = MeasureReadCeiling(*device_, pack_path, geometry_, payloads, threads, f_.buffered,
+                                f_.warmups, f_.reps);
+    if (!c.ok()) Fail("ceiling: " + c.status().ToString());
+    ceiling_[p.n] = Median(*c);
+    Progress("N=%u ceiling (%u threads pread): %.2f GiB/s", p.n, threads, ceiling_[p.n]);
+  }
+
+  // One timed repetition's bookkeeping, the same for both modes.
+  void Record(RunResult& r, uint32_t round, double wall, const std::vector<double>& latency) {
+    const double gib_s = static_cast<double>(r.bytes_per_rep) / kGiB / wall;
+    Progress("%s %s N=%u rep %u: %.3f s, %.2f GiB/s%s", ModeName(r.mode), VariantName(r.variant),
+             r.n, round, wall, gib_s, round < f_.warmups ? " (warm-up)" : "");
+    if (round < f_.warmups) return;
+    r.aggregate_gib_s.push_back(gib_s);
+    r.latencies_s.insert(r.latencies_s.end(), latency.begin(), latency.end());
+  }
+
+  RunResult Start(const RunPlan& p, Mode mode) const {
+    RunResult r;
+    r.mode = mode;
+    r.variant = p.variant;
+    r.n = p.n;
+    r.request_tokens = p.tokens;
+    r.stores = p.stores;
+    r.restores = p.restores;
+    r.bytes_per_rep = uint64_t{p.n} * p.tokens * row_bytes_;
+    return r;
+  }
+
+  void Finish(RunResult& r) {
+    r.aggregate_median = Median(r.aggregate_gib_s);
+    r.p50 = Percentile(r.latencies_s, 0.50);
+    r.p90 = Percentile(r.latencies_s, 0.90);
+    r.p99 = Percentile(r.latencies_s, 0.99);
+    r.ceiling_gib_s = ceiling_.count(r.n) != 0 ? ceiling_[r.n] : 0;
+  }
+
+  RunResult RunEmbedded(Variant variant, uint32_t n) {
+    const RunPlan p = Plan(variant, n);
+    RunResult r = Start(p, Mode::kEmbedded);
+    Result<std::unique_ptr<ScratchDir>> scratch = ScratchDir::Make(f_.dir, "rangekv-concurrent-");
+    if (!scratch.ok()) Fail(scratch.status().ToString());
+    const EngineOptions eo = Options(p, (*scratch)->Join("store"), "");
     Result<std::unique_ptr<Engine>> opened = Engine::Open(eo);
     if (!opened.ok()) Fail("open: " + opened.status().ToString());
     Engine& engine = **opened;
+
+    // One paged KV per request; restores of prefix i use the pattern seed PrefixSeed(i).
+    std::vector<std::unique_ptr<PagedKvSpace>> kv(n);
+    for (uint32_t i = 0; i < n; ++i) kv[i] = Space(p, i);
+    std::vector<std::vector<int32_t>> prompts(n);
+    for (uint32_t i = 0; i < p.restores; ++i) prompts[i] = Prompt(p, i);
+    StorePrefixes(engine, p, kv);
     // The engine's read concurrency: its read I/O engine's threads (read_io_threads as
     // resolved at Open), which is what the ceiling's pread threads stand for.
-    const uint32_t read_threads = engine.options().read_io_threads;
+    MeasureCeiling(p, eo.store_dir + "/packs.rkv", engine.options().read_io_threads);
 
-    // One paged KV per request; restores of prefix i use the pattern seed seed + i.
-    std::vector<std::unique_ptr<PagedKvSpace>> kv(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      auto space = PagedKvSpace::Make(*device_, geometry_, P + 1, f_.seed + 1000 + i);
-      if (!space.ok()) Fail(space.status().ToString());
-      kv[i] = std::move(space).value();
-    }
-    auto prefix_seed = [&](uint32_t i) { return f_.seed + (variant == Variant::kSamePrefix ? 0 : i); };
-    std::vector<std::vector<int32_t>> prompts(n);
-    for (uint32_t i = 0; i < r.restores; ++i) {
-      prompts[i] = Tokens(P + 1, prefix_seed(i) * 7919 + 1);
-    }
-    // Untimed: store each distinct prefix once.
-    for (uint32_t i = 0; i < prefixes; ++i) {
-      Check(kv[i]->Fill(prefix_seed(i), 0, P), "fill");
-      double unused = 0;
-      Check(Store(engine, *kv[i], std::span<const int32_t>(prompts[i]).first(P), "setup" +
-                                                                                     std::to_string(i),
-                  &unused),
-            "setup store");
-    }
-    if (variant == Variant::kDistinct) {
-      std::vector<CeilingPayload> payloads;
-      for (uint32_t i = 0; i < prefixes; ++i) payloads.push_back({P, prefix_seed(i)});
-      const uint32_t threads = f_.ceiling_threads != 0 ? f_.ceiling_threads : read_threads;
-      auto c = MeasureReadCeiling(*device_, eo.store_dir + "/packs.rkv", geometry_, payloads,
-                                  threads, f_.buffered, f_.warmups, f_.reps);
-      if (!c.ok()) Fail("ceiling: " + c.status().ToString());
-      ceiling_[n] = Median(*c);
-      Progress("N=%u ceiling (%u threads pread): %.2f GiB/s", n, threads, ceiling_[n]);
-    }
-    r.ceiling_gib_s = ceiling_.count(n) != 0 ? ceiling_[n] : 0;
-
-    for (uint32_t round = 0; round < rounds; ++round) {
-      // Stores of this round write new prompts from the pattern already in their paged KV.
-      std::vector<std::vector<int32_t>> fresh(n);
-      for (uint32_t i = r.restores; i < n; ++i) {
-        fresh[i] = Tokens(P, f_.seed * 31 + round * 1000 + i);
-        Check(kv[i]->Fill(f_.seed + 500 + i, 0, P), "fill");
-      }
-      for (uint32_t i = 0; i < r.restores; ++i) Check(kv[i]->Poison(), "poison");
+    for (uint32_t round = 0; round < p.rounds; ++round) {
+      for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, i, *kv[i]);
       std::vector<double> latency(n, 0);
       std::vector<Status> status(n);
       std::atomic<uint32_t> ready{0};
       std::atomic<bool> go{false};
       std::vector<std::thread> threads;
-      double t0 = 0;
       for (uint32_t i = 0; i < n; ++i) {
         threads.emplace_back([&, i] {
           ready.fetch_add(1);
           while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
-          status[i] = i < r.restores ? Restore(engine, *kv[i], prompts[i], P, id, &latency[i])
-                                     : Store(engine, *kv[i], fresh[i], id, &latency[i]);
+          status[i] = RunRequest(engine, p, round, i, *kv[i], prompts[i], &latency[i]);
         });
       }
       while (ready.load() != n) std::this_thread::yield();
-      t0 = NowSeconds();
+      const double t0 = NowSeconds();
       go.store(true, std::memory_order_release);
       for (auto& t : threads) t.join();
       const double wall = NowSeconds() - t0;
       for (uint32_t i = 0; i < n; ++i) Check(status[i], "request " + std::to_string(i));
-      for (uint32_t i = 0; i < r.restores; ++i) {
-        auto bad = kv[i]->CountMismatches(prefix_seed(i), 0, P);
-        if (!bad.ok()) Fail(bad.status().ToString());
-        r.verify_failures += *bad;
-      }
-      const double gib_s = static_cast<double>(r.bytes_per_rep) / kGiB / wall;
-      Progress("%s N=%u rep %u: %.3f s, %.2f GiB/s%s", VariantName(variant), n, round, wall, gib_s,
-               round < f_.warmups ? " (warm-up)" : "");
-      if (round < f_.warmups) continue;
-      r.aggregate_gib_s.push_back(gib_s);
-      r.latencies_s.insert(r.latencies_s.end(), latency.begin(), latency.end());
+      for (uint32_t i = 0; i < n; ++i) r.verify_failures += VerifyRequest(p, i, *kv[i]);
+      Record(r, round, wall, latency);
     }
-    r.aggregate_median = Median(r.aggregate_gib_s);
-    r.p50 = Percentile(r.latencies_s, 0.50);
-    r.p90 = Percentile(r.latencies_s, 0.90);
-    r.p99 = Percentile(r.latencies_s, 0.99);
     Status closed = engine.Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
+    Finish(r);
+    return r;
+  }
+
+  // A client process of the service mode (see the file comment): its lines on stdout are
+  // "ready", then per round "done <ok> <end_s> <latency_s> <verify_failures> <message>";
+  // it reads "go" (one per round) on stdin.
+  static void Line(const char* fmt, ...) __attribute__((format(printf, 1, 2))) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vprintf(fmt, ap);
+    va_end(ap);
+    std::fflush(stdout);
+  }
+  void RunClient(const ClientFlags& c) {
+    const RunPlan p = Plan(ParseVariant(c.variant), c.n);
+    if (c.index >= p.n) Fail("--index outside [0, n)");
+    Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(p, "", c.socket));
+    if (!opened.ok()) Fail("open: " + opened.status().ToString());
+    Engine& engine = **opened;
+    std::unique_ptr<PagedKvSpace> kv = Space(p, c.index);
+    const std::vector<int32_t> prompt =
+        c.index < p.restores ? Prompt(p, c.index) : std::vector<int32_t>{};
+    char line[64];
+    for (uint32_t round = 0; round < p.rounds; ++round) {
+      PrepareRequest(p, c.index, *kv);
+      Line("ready\n");
+      if (std::fgets(line, sizeof line, stdin) == nullptr) Fail("stdin closed");
+      double latency = 0;
+      const Status s = RunRequest(engine, p, round, c.index, *kv, prompt, &latency);
+      const double end = NowSeconds();
+      const uint64_t bad = s.ok() ? VerifyRequest(p, c.index, *kv) : 0;
+      std::string why = s.ToString();
+      std::replace(why.begin(), why.end(), '\n', ' ');
+      Line("done %d %.9f %.9f %llu %s\n", s.ok() ? 1 : 0, end, latency,
+           static_cast<unsigned long long>(bad), why.c_str());
+    }
+    Status closed = engine.Close();
+    if (!closed.ok()) Fail("close: " + closed.ToString());
+  }
+
+  struct Client {
+    pid_t pid = -1;
+    FILE* to = nullptr;    // its stdin
+    FILE* from = nullptr;  // its stdout
+  };
+  Client Spawn(const RunPlan& p, uint32_t index, const std::string& socket) const {
+    std::vector<std::string> args = {"rangekv", "bench", "concurrent-client",
+                                     "--socket", socket,
+                                     "--variant", VariantName(p.variant),
+                                     "--n", std::to_string(p.n),
+                                     "--index", std::to_string(index),
+                                     "--device", f_.device,
+                                     "--io", f_.io,
+                                     "--size", f_.size,
+                                     "--stripe", f_.stripe,
+                                     "--reps", std::to_string(f_.reps),
+                                     "--warmups", std::to_string(f_.warmups),
+                                     "--seed", std::to_string(f_.seed),
+                                     "--client-read-threads",
+                                     std::to_string(f_.client_read_threads)};
+    if (f_.buffered) args.push_back("--buffered");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) Fail("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    Client c;
+    const int rc = posix_spawn(&c.pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    if (rc != 0) Fail("spawning a client process failed: " + std::string(std::strerror(rc)));
+    c.to = fdopen(in[1], "w");
+    c.from = fdopen(out[0], "r");
+    return c;
+  }
+  static std::string ReadLine(Client& c) {
+    char buf[1024];
+    if (std::fgets(buf, sizeof buf, c.from) == nullptr) {
+      Fail("client process " + std::to_string(c.pid) + " ended early (its stderr says why)");
+    }
+    return buf;
+  }
+
+  RunResult RunService(Variant variant, uint32_t n) {
+    const RunPlan p = Plan(variant, n);
+    RunResult r = Start(p, Mode::kService);
+    std::signal(SIGPIPE, SIG_IGN);  // a client that died is reported by its closed stdout
+    Result<std::unique_ptr<ScratchDir>> scratch = ScratchDir::Make(f_.dir, "rangekv-concurrent-");
+    if (!scratch.ok()) Fail(scratch.status().ToString());
+    service::ServiceOptions so;
+    so.root = (*scratch)->Join("service");
+    so.socket_path = (*scratch)->Join("rangekv.sock");
+    so.default_quota_bytes = p.capacity_bytes;
+    Result<std::unique_ptr<service::StoreService>> svc = service::StoreService::Start(so);
+    if (!svc.ok()) Fail("store service: " + svc.status().ToString());
+    {
+      // Untimed, from this process: the prefixes, through the service.
+      Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(p, "", so.socket_path));
+      if (!opened.ok()) Fail("open: " + opened.status().ToString());
+      std::vector<std::unique_ptr<PagedKvSpace>> kv(p.prefixes);
+      for (uint32_t i = 0; i < p.prefixes; ++i) kv[i] = Space(p, i);
+      StorePrefixes(**opened, p, kv);
+      glob_t g{};
+      if (glob((so.root + "/*/*/packs.rkv").c_str(), 0, nullptr, &g) != 0 || g.gl_pathc != 1) {
+        Fail("the service's pack file was not found under " + so.root);
+      }
+      const std::string pack_path = g.gl_pathv[0];
+      globfree(&g);
+      MeasureCeiling(p, pack_path, (*opened)->options().read_io_threads);
+      Status closed = (*opened)->Close();
+      if (!closed.ok()) Fail("close: " + closed.ToString());
+    }
+    std::vector<Client> clients;
+    for (uint32_t i = 0; i < n; ++i) clients.push_back(Spawn(p, i, so.socket_path));
+    for (uint32_t round = 0; round < p.rounds; ++round) {
+      for (Client& c : clients) {
+        if (ReadLine(c) != "ready\n") Fail("client protocol: expected ready");
+      }
+      const double t0 = NowSeconds();
+      for (Client& c : clients) {
+        std::fputs("go\n", c.to);
+        std::fflush(c.to);
+      }
+      double last_end = t0;
+      std::vector<double> latency(n, 0);
+      for (uint32_t i = 0; i < n; ++i) {
+        const std::string line = ReadLine(clients[i]);
+        int ok = 0;
+        double end = 0;
+        unsigned long long bad = 0;
+        int consumed = 0;
+        if (std::sscanf(line.c_str(), "done %d %lf %lf %llu %n", &ok, &end, &latency[i], &bad,
+                        &consumed) != 4) {
+          Fail("client protocol: " + line);
+        }
+        if (ok != 1) Fail("request " + std::to_string(i) + ": " + line.substr(consumed));
+        last_end = std::max(last_end, end);
+        r.verify_failures += bad;
+      }
+      Record(r, round, last_end - t0, latency);
+    }
+    for (Client& c : clients) {
+      std::fclose(c.to);
+      std::fclose(c.from);
+      int wstatus = 0;
+      if (waitpid(c.pid, &wstatus, 0) != c.pid || !WIFEXITED(wstatus) ||
+          WEXITSTATUS(wstatus) != 0) {
+        Fail("a client process failed at its end");
+      }
+    }
+    Status stopped = (*svc)->Stop();
+    if (!stopped.ok()) Fail("store service stop: " + stopped.ToString());
+    Finish(r);
     return r;
   }
 
   void RunAll() {
     const double wall0 = NowSeconds();
+    const bool embedded = f_.mode != "service", service = f_.mode != "embedded";
     for (uint32_t n : ns_) {
       for (Variant v : {Variant::kDistinct, Variant::kSamePrefix, Variant::kMixed}) {
-        results_.push_back(Run(v, n));
+        double embedded_gib_s = 0;
+        if (embedded) {
+          results_.push_back(RunEmbedded(v, n));
+          embedded_gib_s = results_.back().aggregate_median;
+        }
+        if (service) {
+          results_.push_back(RunService(v, n));
+          results_.back().embedded_gib_s = embedded_gib_s;
+        }
       }
     }
     wall_s_ = NowSeconds() - wall0;
@@ -286,12 +566,17 @@ class Bench {
                 "stripe %s, device %s\n",
                 FormatBytes(total_tokens_ * row_bytes_).c_str(), FormatBytes(row_bytes_).c_str(),
                 FormatBytes(geometry_.stripe_bytes).c_str(), device_->capabilities().name.c_str());
-    std::printf("%-12s %4s %4s %4s %10s %9s %9s %9s %9s %9s %8s\n", "variant", "N", "rst", "sto",
-                "agg GiB/s", "x ceiling", "p50 ms", "p90 ms", "p99 ms", "p99/p50", "verify");
+    std::printf("%-9s %-12s %4s %4s %4s %10s %9s %10s %9s %9s %9s %9s %8s\n", "mode",
+                "variant", "N", "rst", "sto", "agg GiB/s", "x ceiling", "x embedded", "p50 ms",
+                "p90 ms", "p99 ms", "p99/p50", "verify");
     for (const RunResult& r : results_) {
-      std::printf("%-12s %4u %4u %4u %10.2f %9.2f %9.1f %9.1f %9.1f %9.2f %8s\n",
-                  VariantName(r.variant), r.n, r.restores, r.stores, r.aggregate_median,
-                  r.ceiling_gib_s > 0 ? r.aggregate_median / r.ceiling_gib_s : 0, r.p50 * 1e3,
+      const std::string vs_embedded =
+          r.embedded_gib_s > 0 ? Fixed(r.aggregate_median / r.embedded_gib_s) : "-";
+      std::printf("%-9s %-12s %4u %4u %4u %10.2f %9.2f %10s %9.1f %9.1f %9.1f %9.2f %8s\n",
+                  ModeName(r.mode), VariantName(r.variant), r.n, r.restores, r.stores,
+                  r.aggregate_median,
+                  r.ceiling_gib_s > 0 ? r.aggregate_median / r.ceiling_gib_s : 0,
+                  vs_embedded.c_str(), r.p50 * 1e3,
                   r.p90 * 1e3, r.p99 * 1e3, r.p50 > 0 ? r.p99 / r.p50 : 0,
                   r.verify_failures == 0 ? "ok" : "FAILED");
     }
@@ -316,6 +601,7 @@ class Bench {
     nlohmann::json rs = nlohmann::json::array();
     for (const RunResult& r : results_) {
       nlohmann::json x;
+      x["mode"] = ModeName(r.mode);
       x["variant"] = VariantName(r.variant);
       x["n"] = r.n;
       x["restores"] = r.restores;
@@ -326,6 +612,10 @@ class Bench {
       x["aggregate_samples_gib_s"] = r.aggregate_gib_s;
       x["ceiling_gib_s"] = r.ceiling_gib_s;
       x["ratio_to_ceiling"] = r.ceiling_gib_s > 0 ? r.aggregate_median / r.ceiling_gib_s : 0;
+      if (r.embedded_gib_s > 0) {
+        x["embedded_gib_s"] = r.embedded_gib_s;
+        x["ratio_to_embedded"] = r.aggregate_median / r.embedded_gib_s;
+      }
       x["latency_p50_s"] = r.p50;
       x["latency_p90_s"] = r.p90;
       x["latency_p99_s"] = r.p99;
@@ -391,6 +681,12 @@ class Bench {
     return OkStatus();
   }
 
+  static std::string Fixed(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", v);
+    return b;
+  }
+
   const ConcurrentFlags& f_;
   ModelSpec model_;
   Geometry geometry_;
@@ -417,14 +713,15 @@ void RunConcurrent(const ConcurrentFlags& f) {
   if (b.verify_failures() != 0) throw CLI::RuntimeError(2);
 }
 
-}  // namespace
+void RunConcurrentClient(const ConcurrentFlags& f, const ClientFlags& c) {
+  SetMinLogLevel(LogLevel::kWarning);
+  Bench b(f);
+  b.Setup();
+  b.RunClient(c);
+}
 
-void AddBenchConcurrentCommand(CLI::App& bench) {
-  auto f = std::make_shared<ConcurrentFlags>();
-  CLI::App* cmd = bench.add_subcommand(
-      "concurrent",
-      "N concurrent restores (distinct prefixes, one shared prefix) and a mixed restore + store "
-      "load: aggregate GiB/s against the read ceiling, per-request latency percentiles");
+// The flags a run and its client processes share.
+void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
   cmd->add_option("--device", f->device, "host | cuda | auto")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
@@ -433,24 +730,62 @@ void AddBenchConcurrentCommand(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--size", f->size, "total payload of one round, split into N requests")
       ->capture_default_str();
-  cmd->add_option("--n", f->n_list, "comma-separated request counts")->capture_default_str();
   cmd->add_option("--stripe", f->stripe, "stripe size W of the store (pack = 32 x W)")
       ->capture_default_str();
-  cmd->add_option("--dir", f->dir, "parent of the scratch stores (default $TMPDIR or /var/tmp)");
-  cmd->add_option("--json", f->json_path, "write the results as JSON to this file");
   cmd->add_option("--reps", f->reps, "timed rounds per (variant, N)")
       ->check(CLI::Range(1u, 1000u))
       ->capture_default_str();
   cmd->add_option("--warmups", f->warmups, "untimed rounds first")
       ->check(CLI::Range(0u, 100u))
       ->capture_default_str();
+  cmd->add_option("--seed", f->seed, "payload and token seed")->capture_default_str();
+  cmd->add_flag("--buffered", f->buffered, "buffered I/O instead of O_DIRECT");
+  cmd->add_option("--client-read-threads", f->client_read_threads,
+                  "--mode service: read I/O threads of each client's engine (0: its auto "
+                  "value, as one process alone on the node would take)")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void AddBenchConcurrentCommand(CLI::App& bench) {
+  auto f = std::make_shared<ConcurrentFlags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "concurrent",
+      "N concurrent restores (distinct prefixes, one shared prefix) and a mixed restore + store "
+      "load: aggregate GiB/s against the read ceiling, per-request latency percentiles; "
+      "embedded or through a store service");
+  AddSharedFlags(cmd, f.get());
+  cmd->add_option("--n", f->n_list, "comma-separated request counts")->capture_default_str();
+  cmd->add_option("--mode", f->mode,
+                  "embedded (one process) | service (each request in its own client process "
+                  "through an in-process store service) | both")
+      ->check(CLI::IsMember({"embedded", "service", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--dir", f->dir, "parent of the scratch stores (default $TMPDIR or /var/tmp)");
+  cmd->add_option("--json", f->json_path, "write the results as JSON to this file");
   cmd->add_option("--ceiling-threads", f->ceiling_threads,
                   "threads of the read ceiling (0: the engine's read I/O threads)")
       ->capture_default_str();
-  cmd->add_option("--seed", f->seed, "payload and token seed")->capture_default_str();
-  cmd->add_flag("--buffered", f->buffered, "buffered I/O instead of O_DIRECT");
   cmd->add_flag("--quiet", f->quiet, "no progress lines on stderr");
   cmd->callback([f] { RunConcurrent(*f); });
+
+  // The client process of --mode service (not for people: spawned by the run above).
+  auto cf = std::make_shared<ConcurrentFlags>();
+  auto cc = std::make_shared<ClientFlags>();
+  CLI::App* client = bench.add_subcommand("concurrent-client", "");  // hidden: no description
+  client->group("");
+  AddSharedFlags(client, cf.get());
+  client->add_option("--socket", cc->socket)->required();
+  client->add_option("--variant", cc->variant)
+      ->check(CLI::IsMember({"distinct", "same-prefix", "mixed"}))
+      ->required();
+  client->add_option("--n", cc->n)->required();
+  client->add_option("--index", cc->index)->required();
+  client->callback([cf, cc] {
+    cf->n_list = std::to_string(cc->n);
+    RunConcurrentClient(*cf, *cc);
+  });
 }
 
 }  // namespace rangekv::tools

@@ -20,6 +20,9 @@
 //   {"workload":"lookup","results":[{"index":"tree","granularity":256,"median_us":X,
 //     "records_selected":N,...},...], ...context...}
 // Acceptance: for the tree, the slowest granularity's median is within 1.25x of the fastest.
+//
+// --store service | unix://PATH: engine lookups, embedded against through the store service
+// (RunEngineLookup below) instead of the directories alone.
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -35,6 +38,9 @@
 #include <vector>
 
 #include "directory/directory.h"
+#include "rangekv/engine.h"
+#include "service/store_service.h"
+#include "tools/bench_common.h"
 #include "tools/commands.h"
 
 namespace rangekv::tools {
@@ -50,6 +56,7 @@ struct BenchLookupConfig {
   bool layerwise = true;
   uint64_t seed = 1;
   std::string json_path;
+  std::string store;  // "": the directories alone; service | unix://PATH: engines (see below)
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -239,6 +246,198 @@ void RunBenchLookup(const BenchLookupConfig& cfg) {
   }
 }
 
+
+// ---- --store: engine lookups, embedded against the store service ---------------------------
+//
+// What a lookup costs a serving process end to end: Engine::Lookup on an embedded engine against
+// the same call on an engine whose index lives in a store service (one round trip: the query's
+// tokens out, the ticket back). Both engines hold the same prefix in the same pack structure as
+// the directory section above (T tokens per stripe, one record per pack); payload rows are made
+// tiny (a 32-layer model of one 8-wide KV head: 32 B per token and layer) so the stores fit any
+// machine; a lookup's work does not depend on payload bytes. prefetch=dispatch on both, so a
+// lookup starts no reads. --store service starts a service in-process (in a scratch directory);
+// --store unix://PATH uses one already running (`rangekv serve`), tenant "bench-lookup".
+// Acceptance: the service's median within 2x of the embedded median at every granularity.
+void RunEngineLookup(const BenchLookupConfig& cfg) {
+  Result<Geometry> g8 = DeriveGeometry(Llama31_8BSpec());
+  if (!g8.ok()) Fail(g8.status().ToString());
+  ModelSpec tiny;
+  tiny.model_id = "rangekv/bench-lookup-tiny";
+  tiny.layers = g8->layers;
+  tiny.kv_heads = 1;
+  tiny.head_size = 8;
+  Result<Geometry> probe = DeriveGeometry(tiny, 4096);
+  if (!probe.ok()) Fail(probe.status().ToString());
+  Result<Geometry> geometry = DeriveGeometry(tiny, g8->tokens_per_stripe * probe->token_bytes);
+  if (!geometry.ok()) Fail(geometry.status().ToString());
+  const uint64_t T = geometry->tokens_per_stripe;
+  const uint32_t packs = static_cast<uint32_t>((cfg.prefix_tokens + T - 1) / T);
+  std::mt19937_64 rng(cfg.seed);
+  std::vector<int32_t> query(cfg.prefix_tokens + cfg.suffix_tokens);
+  for (auto& t : query) t = static_cast<int32_t>(rng() % 128256);
+  const std::span<const int32_t> prefix(query.data(), cfg.prefix_tokens);
+
+  Result<std::unique_ptr<ScratchDir>> scratch = ScratchDir::Make("", "rangekv-lookup-");
+  if (!scratch.ok()) Fail(scratch.status().ToString());
+  std::unique_ptr<service::StoreService> service;
+  std::string socket;
+  if (cfg.store == "service") {
+    service::ServiceOptions so;
+    so.root = (*scratch)->Join("service");
+    so.socket_path = (*scratch)->Join("rangekv.sock");
+    Result<std::unique_ptr<service::StoreService>> s = service::StoreService::Start(so);
+    if (!s.ok()) Fail("store service: " + s.status().ToString());
+    service = std::move(s).value();
+    socket = so.socket_path;
+  } else if (cfg.store.rfind("unix://", 0) == 0) {
+    socket = cfg.store.substr(7);
+  } else {
+    Fail("--store must be service or unix://PATH");
+  }
+  auto open = [&](bool through_service) {
+    EngineOptions eo;
+    eo.model = tiny;
+    eo.stripe_bytes = geometry->stripe_bytes;
+    eo.capacity_bytes = uint64_t{packs + 1} * geometry->pack_bytes;
+    eo.device = DeviceSelection::kHost;
+    eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, query.size());
+    eo.ablations.prefetch = Ablations::Prefetch::kDispatch;
+    if (through_service) {
+      eo.store_service = "unix://" + socket;
+      eo.tenant = "bench-lookup";
+    } else {
+      eo.store_dir = (*scratch)->Join("embedded");
+    }
+    Result<std::unique_ptr<Engine>> e = Engine::Open(eo);
+    if (!e.ok()) Fail("open: " + e.status().ToString());
+    return std::move(e).value();
+  };
+  std::unique_ptr<Engine> engines[2] = {open(false), open(true)};
+  const char* names[2] = {"embedded", "service"};
+  {
+    DeviceOptions dopt;
+    dopt.kind = DeviceKind::kHost;
+    Result<std::unique_ptr<Device>> device = MakeDevice(dopt);
+    if (!device.ok()) Fail(device.status().ToString());
+    auto kv = PagedKvSpace::Make(**device, *geometry, cfg.prefix_tokens, cfg.seed);
+    if (!kv.ok()) Fail(kv.status().ToString());
+    if (Status s = (*kv)->Fill(cfg.seed, 0, cfg.prefix_tokens); !s.ok()) Fail(s.ToString());
+    for (auto& e : engines) {
+      StoreRequest rq;
+      rq.envelope.request_id = "bench-lookup-store";
+      rq.envelope.session_id = 1;
+      rq.tokens = prefix;
+      rq.kv = &(*kv)->engine_kv();
+      rq.slot_mapping = std::span<const int64_t>((*kv)->slots()).first(prefix.size());
+      Result<StoreHandle> h = e->BeginStore(rq);
+      if (!h.ok()) Fail("store: " + h.status().ToString());
+      for (uint32_t l = 0; l < geometry->layers; ++l) {
+        if (Status s = h->LayerProduced(l); !s.ok()) Fail("store: " + s.ToString());
+      }
+      StoreOutcome out = h->Finish(StoreWait::kUntilVisible);
+      if (!out.status.ok()) Fail("store: " + out.status.ToString());
+    }
+  }
+
+  struct EngineCell {
+    int engine = 0;
+    uint64_t granularity = 0;
+    std::vector<double> samples_us;
+    uint64_t hit = 0, records = 0;
+  };
+  std::vector<EngineCell> cells;
+  for (uint64_t gr : cfg.granularities) {
+    for (int e = 0; e < 2; ++e) cells.push_back({e, gr, {}, 0, 0});
+  }
+  std::vector<size_t> order(cells.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  RequestEnvelope env;
+  env.request_id = "bench-lookup";
+  env.session_id = 1;
+  for (uint32_t rep = 0; rep < cfg.warmup + cfg.reps; ++rep) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t ci : order) {
+      EngineCell& c = cells[ci];
+      Engine& e = *engines[c.engine];
+      const auto t0 = std::chrono::steady_clock::now();
+      Result<LookupResult> r = e.Lookup(env, query, c.granularity);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!r.ok()) Fail(std::string(names[c.engine]) + " lookup: " + r.status().ToString());
+      e.ReleaseRequest(env);
+      if (r->hit_tokens != cfg.prefix_tokens / c.granularity * c.granularity) {
+        Fail(std::string(names[c.engine]) + " lookup hit " + std::to_string(r->hit_tokens) +
+             " tokens");
+      }
+      c.hit = r->hit_tokens;
+      c.records = r->records_selected;
+      if (rep >= cfg.warmup) {
+        c.samples_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+    }
+  }
+  for (auto& e : engines) {
+    if (Status s = e->Close(); !s.ok()) Fail("close: " + s.ToString());
+  }
+  if (service != nullptr) {
+    if (Status s = service->Stop(); !s.ok()) Fail("store service stop: " + s.ToString());
+  }
+
+  std::printf(
+      "rangekv bench lookup --store %s: Engine::Lookup of a %llu-token prefix + %llu-token "
+      "suffix (T=%llu, %u packs), %u reps (median)\n",
+      cfg.store.c_str(), static_cast<unsigned long long>(cfg.prefix_tokens),
+      static_cast<unsigned long long>(cfg.suffix_tokens), static_cast<unsigned long long>(T), packs,
+      cfg.reps);
+  std::printf("%-9s %11s %10s %9s %9s %9s %8s %11s\n", "engine", "granularity", "median_us",
+              "p10_us", "p90_us", "hit", "records", "x embedded");
+  nlohmann::json results = nlohmann::json::array();
+  double worst = 0;
+  for (size_t i = 0; i < cells.size(); i += 2) {
+    const double base = Percentile(cells[i].samples_us, 0.5);
+    for (size_t k = i; k < i + 2; ++k) {
+      const EngineCell& c = cells[k];
+      const double median = Percentile(c.samples_us, 0.5);
+      const double ratio = median / base;
+      if (c.engine == 1) worst = std::max(worst, ratio);
+      std::printf("%-9s %11llu %10.1f %9.1f %9.1f %9llu %8llu %11.2f\n", names[c.engine],
+                  static_cast<unsigned long long>(c.granularity), median,
+                  Percentile(c.samples_us, 0.1), Percentile(c.samples_us, 0.9),
+                  static_cast<unsigned long long>(c.hit),
+                  static_cast<unsigned long long>(c.records), ratio);
+      results.push_back({{"engine", names[c.engine]},
+                         {"granularity", c.granularity},
+                         {"median_us", median},
+                         {"p10_us", Percentile(c.samples_us, 0.1)},
+                         {"p90_us", Percentile(c.samples_us, 0.9)},
+                         {"hit_tokens", c.hit},
+                         {"records_selected", c.records},
+                         {"ratio_to_embedded", ratio}});
+    }
+  }
+  std::printf("service/embedded: worst median ratio = %.2f (acceptance: <= 2) %s\n", worst,
+              worst <= 2.0 ? "ok" : "EXCEEDED");
+  if (!cfg.json_path.empty()) {
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    nlohmann::json j = {{"workload", "lookup-service"},
+                        {"store", cfg.store},
+                        {"results", results},
+                        {"prefix_tokens", cfg.prefix_tokens},
+                        {"query_tokens", query.size()},
+                        {"tokens_per_pack", T},
+                        {"packs", packs},
+                        {"reps", cfg.reps},
+                        {"warmup", cfg.warmup},
+                        {"worst_ratio_to_embedded", worst},
+                        {"machine", MachineLine()},
+                        {"date", date}};
+    std::ofstream out(cfg.json_path);
+    out << j.dump(2) << "\n";
+    if (!out) Fail("cannot write " + cfg.json_path);
+  }
+}
+
 }  // namespace
 
 void AddBenchLookupCommand(CLI::App& bench) {
@@ -258,7 +457,10 @@ void AddBenchLookupCommand(CLI::App& bench) {
   cmd->add_option("--seed", cfg->seed, "Token generator seed")->capture_default_str();
   cmd->add_flag("!--no-layerwise", cfg->layerwise, "Skip the per-(chunk, layer) scalar index");
   cmd->add_option("--json", cfg->json_path, "Write results as JSON to this file");
-  cmd->callback([cfg] { RunBenchLookup(*cfg); });
+  cmd->add_option("--store", cfg->store,
+                  "service | unix://PATH: time Engine::Lookup embedded against through a store "
+                  "service (started in-process, or the one at PATH) instead");
+  cmd->callback([cfg] { cfg->store.empty() ? RunBenchLookup(*cfg) : RunEngineLookup(*cfg); });
 }
 
 }  // namespace rangekv::tools

@@ -141,7 +141,7 @@ void ServiceStore::LoseConnection(const Status& why) {
 }
 
 Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
-                                std::vector<uint8_t>* payload) {
+                                std::vector<uint8_t>* payload, std::span<const uint8_t> tail) {
   if (closed_) return FailedPrecondition("store service connection closed");
   if (fd_ < 0) {
     {
@@ -174,7 +174,7 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
     Log(LogLevel::kInfo, "store service " + socket_path_ + ": reconnected, session " +
                              std::to_string(reply.session_id));
   }
-  Status sent = service::SendFrame(fd_, static_cast<uint16_t>(type), body);
+  Status sent = service::SendFrame(fd_, static_cast<uint16_t>(type), body, -1, tail);
   if (!sent.ok()) {
     LoseConnection(sent);
     return Unavailable("store service: " + sent.ToString());
@@ -203,9 +203,9 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
 }
 
 Status ServiceStore::Call(MessageType type, std::span<const uint8_t> body,
-                          std::vector<uint8_t>* payload) {
+                          std::vector<uint8_t>* payload, std::span<const uint8_t> tail) {
   MutexLock l(call_mu_);
-  return CallLocked(type, body, payload);
+  return CallLocked(type, body, payload, tail);
 }
 
 void ServiceStore::Close() {
@@ -326,13 +326,11 @@ Status ServiceStore::AwaitDurable(uint64_t reservation_id) {
 Result<Ticket> ServiceStore::Lookup(const NamespaceId& ns, std::span<const int32_t> tokens,
                                     const Envelope& envelope, uint64_t granularity_tokens) {
   if (!(ns == options_.ns)) return Status(StatusCode::kNamespaceMismatch, "lookup: namespace");
-  service::LookupRequest m;
-  m.envelope = envelope;
-  m.granularity_tokens = granularity_tokens;
-  m.tokens.assign(tokens.begin(), tokens.end());
+  // The query's tokens go from where they lie (the frame's tail), not through a copy.
   std::vector<uint8_t> body, out;
-  service::Encode(m, &body);
-  RANGEKV_RETURN_IF_ERROR(Call(MessageType::kLookup, body, &out));
+  const std::span<const uint8_t> tail = service::EncodeLookupHead(envelope, granularity_tokens,
+                                                                  tokens, &body);
+  RANGEKV_RETURN_IF_ERROR(Call(MessageType::kLookup, body, &out, tail));
   service::LookupReply r;
   RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
   Ticket ticket;

@@ -110,10 +110,13 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   Result<int> Handshake(service::HelloReply* reply) REQUIRES(call_mu_);
   // One request and its reply's payload. Reconnects first when the connection was lost and
   // the lost session's stores settled. kUnavailable when the service is unreachable.
+  // The request's body is `body` then `tail` (sent without a copy).
   Status Call(service::MessageType type, std::span<const uint8_t> body,
-              std::vector<uint8_t>* payload) EXCLUDES(call_mu_, mu_);
+              std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {})
+      EXCLUDES(call_mu_, mu_);
   Status CallLocked(service::MessageType type, std::span<const uint8_t> body,
-                    std::vector<uint8_t>* payload) REQUIRES(call_mu_) EXCLUDES(mu_);
+                    std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {})
+      REQUIRES(call_mu_) EXCLUDES(mu_);
   void LoseConnection(const Status& why) REQUIRES(call_mu_) EXCLUDES(mu_);
   void Learn(std::span<const PackRecord> records) EXCLUDES(mu_);
   // Imports every digest of one pack generation from the service into digests_.

@@ -168,5 +168,26 @@ TEST(ServiceProtocolTest, RandomBytesNeverCrashAnyDecoder) {
   }
 }
 
+// The split encoding the client sends (head + the token array as it lies) is byte for byte the
+// whole body, and decodes to the same request; tokens are little-endian u32 on the wire.
+TEST(ServiceProtocolTest, LookupHeadPlusTailIsTheWholeBody) {
+  const LookupRequest m = SampleLookup();
+  std::vector<uint8_t> whole, head;
+  Encode(m, &whole);
+  const std::span<const uint8_t> tail =
+      EncodeLookupHead(m.envelope, m.granularity_tokens, m.tokens, &head);
+  std::vector<uint8_t> joined = head;
+  joined.insert(joined.end(), tail.begin(), tail.end());
+  EXPECT_EQ(joined, whole);
+  ASSERT_GE(whole.size(), 4 * m.tokens.size());
+  const uint8_t* last = whole.data() + whole.size() - 4;  // the last token, -2^31
+  EXPECT_EQ(coding::LoadU32(last), 0x80000000u);
+  LookupRequest back;
+  ASSERT_TRUE(Decode(whole, &back).ok());
+  EXPECT_EQ(back.tokens, m.tokens);
+  EXPECT_EQ(back.envelope.request_id, m.envelope.request_id);
+  EXPECT_EQ(back.granularity_tokens, m.granularity_tokens);
+}
+
 }  // namespace
 }  // namespace rangekv::service

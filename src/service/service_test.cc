@@ -95,7 +95,9 @@ class ServiceTest : public ::testing::Test {
   void SetUp() override { StartService(); }
   void TearDown() override {
     engines_.clear();
-    if (service_ != nullptr) EXPECT_TRUE(service_->Stop().ok());
+    if (service_ != nullptr) {
+      EXPECT_TRUE(service_->Stop().ok());
+    }
   }
   void StartService(ServiceOptions o = {}) {
     o.root = dir_.Join("svc");
@@ -237,7 +239,9 @@ TEST(ServiceRestartTest, SigkilledServiceFailsRequestsCleanlyAndRestartsFromItsJ
   // Requests fail cleanly (the serving engine recomputes): lookups and stores error out.
   auto lost = engine.Lookup(Envelope("lost"), tokens, kGranularity);
   EXPECT_FALSE(lost.ok());
-  if (!lost.ok()) EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
+  if (!lost.ok()) {
+    EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
+  }
   auto other = ClientTokens(1);
   auto failed_store = StoreAll(engine, **f, other, kSeed, 3);
   EXPECT_TRUE(!failed_store.ok() || !failed_store->outcome.status.ok());

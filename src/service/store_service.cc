@@ -48,6 +48,9 @@ struct StoreService::Session {
   std::set<uint64_t> claimed;      // claimed ticket ids not yet released
   std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
   bool goodbye = false;
+  // Reused from request to request, so a large lookup allocates (and faults in) nothing.
+  ReceivedFrame frame;
+  LookupRequest lookup;
 
   bool HasLeftovers() const {
     return !requests.empty() || !claimed.empty() || !reservations.empty();
@@ -177,26 +180,26 @@ void StoreService::AcceptLoop() {
 bool StoreService::Reply(Session& s, uint16_t type, const Status& status,
                          std::span<const uint8_t> payload, int pass_fd) {
   std::vector<uint8_t> body;
-  body.reserve(payload.size() + 16 + status.message().size());
+  body.reserve(16 + status.message().size());
   EncodeStatus(status, &body);
-  body.insert(body.end(), payload.begin(), payload.end());
-  return SendFrame(s.fd, type | kReplyBit, body, pass_fd).ok();
+  return SendFrame(s.fd, type | kReplyBit, body, pass_fd, payload).ok();
 }
 
 void StoreService::RunSession(Session* session) {
   Session& s = *session;
   for (;;) {
-    auto frame = ReceiveFrame(s.fd);
-    if (!frame.ok()) {
-      const StatusCode c = frame.status().code();
+    const Status received = ReceiveFrameInto(s.fd, &s.frame);
+    ReceivedFrame* frame = &s.frame;
+    if (!received.ok()) {
+      const StatusCode c = received.code();
       if (c != StatusCode::kUnavailable) {
         {
           MutexLock l(mu_);
           ++stats_.bad_frames;
         }
         Log(LogLevel::kWarning, "store service: session " + std::to_string(s.id) +
-                                    " closed: " + frame.status().ToString());
-        Reply(s, static_cast<uint16_t>(MessageType::kHello), frame.status(), {});
+                                    " closed: " + received.ToString());
+        Reply(s, static_cast<uint16_t>(MessageType::kHello), received, {});
       }
       break;
     }
@@ -208,6 +211,11 @@ void StoreService::RunSession(Session* session) {
     }
     requests_.fetch_add(1, std::memory_order_relaxed);
     if (!Handle(s, frame->header.type, frame->body)) break;
+    // Keep what a 128K-token lookup needs, not what the largest frame a client sent took (up
+    // to the 32 MiB cap, times every session).
+    constexpr size_t kKeepBytes = 2u << 20;
+    if (s.frame.body.capacity() > kKeepBytes) std::vector<uint8_t>().swap(s.frame.body);
+    if (s.lookup.tokens.capacity() > kKeepBytes / 4) std::vector<int32_t>().swap(s.lookup.tokens);
   }
   ::shutdown(s.fd, SHUT_RDWR);
   if (!s.goodbye && s.HasLeftovers()) ReclaimAfterExit(s);
@@ -405,7 +413,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   Status status;
   switch (t) {
     case MessageType::kLookup: {
-      LookupRequest m;
+      LookupRequest& m = s.lookup;  // its token vector keeps its capacity
       status = Decode(body, &m);
       if (status.ok()) status = WithPrefix(s.prefix, &m.envelope);
       if (!status.ok()) break;

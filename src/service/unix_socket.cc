@@ -126,6 +126,11 @@ Result<int> ConnectUnix(const std::string& path) {
   RANGEKV_ASSIGN_OR_RETURN(const sockaddr_un a, Address(path));
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errno(errno, "socket");
+  // A lookup sends its whole query (512 KiB at 128K tokens): with the default send buffer
+  // (~208 KiB) it crosses in three pieces, each a wake-up of the service. Best effort: the kernel
+  // caps it at net.core.wmem_max.
+  const int sndbuf = 2 << 20;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
   for (;;) {
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) == 0) return fd;
     if (errno == EINTR) continue;
@@ -142,25 +147,27 @@ Result<PeerCredentials> PeerOf(int fd) {
   return PeerCredentials{c.pid, c.uid, c.gid};
 }
 
-Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd) {
+Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd,
+                 std::span<const uint8_t> tail) {
   uint8_t header[kHeaderBytes];
-  EncodeHeader({kProtocolVersion, type, static_cast<uint32_t>(body.size())}, header);
-  iovec iov[2] = {{header, kHeaderBytes},
-                  {const_cast<uint8_t*>(body.data()), body.size()}};
-  size_t sent = 0;
-  const size_t total = kHeaderBytes + body.size();
+  EncodeHeader({kProtocolVersion, type, static_cast<uint32_t>(body.size() + tail.size())}, header);
+  const std::span<const uint8_t> parts[3] = {{header, kHeaderBytes}, body, tail};
+  size_t done = 0;  // bytes of parts already sent, in order
   bool fd_sent = pass_fd < 0;
-  while (sent < total) {
-    // Rebuild the vector past what went already.
-    iovec v[2];
+  for (;;) {
+    // The vector of what is left, past what went already.
+    iovec v[3];
     int count = 0;
-    if (sent < kHeaderBytes) {
-      v[count++] = {header + sent, kHeaderBytes - sent};
-      if (!body.empty()) v[count++] = iov[1];
-    } else {
-      v[count++] = {const_cast<uint8_t*>(body.data()) + (sent - kHeaderBytes),
-                    total - sent};
+    size_t skip = done;
+    for (const auto& part : parts) {
+      if (skip >= part.size()) {
+        skip -= part.size();
+        continue;
+      }
+      v[count++] = {const_cast<uint8_t*>(part.data()) + skip, part.size() - skip};
+      skip = 0;
     }
+    if (count == 0) return OkStatus();
     msghdr msg{};
     msg.msg_iov = v;
     msg.msg_iovlen = static_cast<size_t>(count);
@@ -180,40 +187,45 @@ Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_
       return Errno(errno, "sendmsg");
     }
     fd_sent = true;
-    sent += static_cast<size_t>(w);
+    done += static_cast<size_t>(w);
+  }
+}
+
+Status ReceiveFrameInto(int fd, ReceivedFrame* f) {
+  f->passed_fd = -1;
+  uint8_t header[kHeaderBytes];
+  bool eof = false;
+  Status s = ReadFull(fd, header, kHeaderBytes, &f->passed_fd, &eof);
+  auto fail = [f](Status why) {
+    if (f->passed_fd >= 0) ::close(f->passed_fd);
+    f->passed_fd = -1;
+    return why;
+  };
+  if (!s.ok()) {
+    if (!eof && s.code() == StatusCode::kUnavailable) {
+      return fail(Status(StatusCode::kTruncated, "service frame: header cut short"));
+    }
+    return fail(s);
+  }
+  auto h = DecodeHeader(header);
+  if (!h.ok()) return fail(h.status());
+  f->header = *h;
+  f->body.resize(f->header.body_bytes);  // keeps the capacity of earlier frames
+  if (!f->body.empty()) {
+    s = ReadFull(fd, f->body.data(), f->body.size(), nullptr, nullptr);
+    if (!s.ok()) {
+      if (s.code() == StatusCode::kUnavailable) {
+        return fail(Status(StatusCode::kTruncated, "service frame: body cut short"));
+      }
+      return fail(s);
+    }
   }
   return OkStatus();
 }
 
 Result<ReceivedFrame> ReceiveFrame(int fd) {
   ReceivedFrame f;
-  uint8_t header[kHeaderBytes];
-  bool eof = false;
-  Status s = ReadFull(fd, header, kHeaderBytes, &f.passed_fd, &eof);
-  if (!s.ok()) {
-    if (f.passed_fd >= 0) ::close(f.passed_fd);
-    if (!eof && s.code() == StatusCode::kUnavailable) {
-      return Status(StatusCode::kTruncated, "service frame: header cut short");
-    }
-    return s;
-  }
-  auto h = DecodeHeader(header);
-  if (!h.ok()) {
-    if (f.passed_fd >= 0) ::close(f.passed_fd);
-    return h.status();
-  }
-  f.header = *h;
-  f.body.resize(f.header.body_bytes);
-  if (!f.body.empty()) {
-    s = ReadFull(fd, f.body.data(), f.body.size(), nullptr, nullptr);
-    if (!s.ok()) {
-      if (f.passed_fd >= 0) ::close(f.passed_fd);
-      if (s.code() == StatusCode::kUnavailable) {
-        return Status(StatusCode::kTruncated, "service frame: body cut short");
-      }
-      return s;
-    }
-  }
+  RANGEKV_RETURN_IF_ERROR(ReceiveFrameInto(fd, &f));
   return f;
 }
 

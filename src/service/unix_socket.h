@@ -36,8 +36,11 @@ struct PeerCredentials {
 };
 Result<PeerCredentials> PeerOf(int fd);
 
-// Sends one frame; `pass_fd` >= 0 travels with it. kUnavailable when the peer is gone.
-Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd = -1);
+// Sends one frame whose body is `body` followed by `tail` (a large trailing array sent from
+// where it lies, without a copy); `pass_fd` >= 0 travels with it. kUnavailable when the peer is
+// gone.
+Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd = -1,
+                 std::span<const uint8_t> tail = {});
 
 struct ReceivedFrame {
   FrameHeader header;
@@ -49,5 +52,8 @@ struct ReceivedFrame {
 // kTruncated for a body cut short by the peer closing. At most one passed descriptor is kept;
 // any others are closed.
 Result<ReceivedFrame> ReceiveFrame(int fd);
+// The same into `f`, whose body keeps its capacity from frame to frame (a session's loop).
+// On error f->passed_fd is -1 (anything passed was closed).
+Status ReceiveFrameInto(int fd, ReceivedFrame* f);
 
 }  // namespace rangekv::service

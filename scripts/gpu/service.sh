@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The store service on the H200 machine (issue #13), one device call (carry [".deb"]):
+#   1. build rangekv and service_test only (run.sh, configure + build); run service_test;
+#   2. bench lookup --store service: Engine::Lookup embedded against through the service, 128K
+#      tokens (acceptance: within 2x);
+#   3. bench concurrent --mode both on tmpfs, CudaDevice, buffered: every (variant, N) embedded
+#      in one process and through an in-process service with one client process per request
+#      (acceptance: 4 client processes reach >= 0.9 of the embedded aggregate).
+# Tables to <name>.txt, progress to <name>.err, JSON to <name>.json, packed into
+# $OUT/service-logs.tar.gz; $OUT/summary.txt collects the key lines.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+final="${OUT:-$PWD/out/gpu-service}"
+out=/tmp/rangekv-service
+rm -rf "$out" && mkdir -p "$out" "$final"
+build=/tmp/rangekv-gpu-build
+sum="$out/summary.txt"
+start=$(date +%s)
+budget="${SERVICE_BUDGET_S:-540}"
+note() { echo "$*" | tee -a "$sum"; }
+OUT="$out/build" RANGEKV_GPU_CONFIGURE_ONLY=1 RANGEKV_GPU_STAGES="engine bench" \
+  RANGEKV_GPU_TARGETS="rangekv service_test" RANGEKV_GPU_BUILD=$build \
+  bash scripts/gpu/run.sh >"$out/run.log" 2>&1 || { tail -30 "$out/run.log"; exit 1; }
+rm -rf "$out/build"
+note "build: $(( $(date +%s) - start )) s; $(nproc) cores; $(uname -r)"
+export LD_LIBRARY_PATH="/tmp/rangekv-prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+t() {  # name timeout cmd...
+  local name=$1 to=$2; shift 2
+  local s=$(date +%s)
+  if (( s - start + to > budget + 60 )); then note "$name: skipped (budget)"; return; fi
+  timeout "$to" "$@" >"$out/$name.txt" 2>"$out/$name.err"
+  local rc=$?
+  note "$name: rc=$rc ($(( $(date +%s) - s ))s) $(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.txt" | tr '\n' ' ')"
+}
+t service_test 90 $build/src/service/service_test
+rkv=$build/tools/rangekv
+t lookup 60 $rkv bench lookup --store service --reps 301 --json "$out/lookup.json"
+tail -9 "$out/lookup.txt" | sed "s/^/  /" | tee -a "$sum"
+shm=/dev/shm/rkv-service
+rm -rf $shm && mkdir -p $shm
+t concurrent 300 $rkv bench concurrent --device cuda --dir $shm --buffered --mode both \
+  --n "${SERVICE_N:-1,4,8}" --size "${SERVICE_SIZE:-4GiB}" --reps 3 --json "$out/concurrent.json"
+tail -22 "$out/concurrent.txt" | sed "s/^/  /" | tee -a "$sum"
+rm -rf $shm
+note "total: $(( $(date +%s) - start )) s"
+tar -czf "$final/service-logs.tar.gz" -C "$out" --exclude=build .
+cp "$sum" "$final/summary.txt"

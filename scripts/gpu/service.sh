@@ -34,13 +34,22 @@ t() {  # name timeout cmd...
 }
 t service_test 90 $build/src/service/service_test
 rkv=$build/tools/rangekv
-t lookup 60 $rkv bench lookup --store service --reps 301 --json "$out/lookup.json"
+[ "${SERVICE_LOOKUP:-1}" = 1 ] && t lookup 60 $rkv bench lookup --store service --reps 301 --json "$out/lookup.json"
 tail -9 "$out/lookup.txt" | sed "s/^/  /" | tee -a "$sum"
 shm=/dev/shm/rkv-service
 rm -rf $shm && mkdir -p $shm
-t concurrent 300 $rkv bench concurrent --device cuda --dir $shm --buffered --mode both \
+t concurrent 300 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode both \
   --n "${SERVICE_N:-1,4,8}" --size "${SERVICE_SIZE:-4GiB}" --reps 3 --json "$out/concurrent.json"
 tail -22 "$out/concurrent.txt" | sed "s/^/  /" | tee -a "$sum"
+# The node's read threads split among the clients (each client's read_io_threads = 16 / N)
+# against each client taking what one process alone would (the run above).
+for ct in ${SERVICE_CLIENT_THREADS:-}; do
+  rm -rf $shm && mkdir -p $shm
+  t concurrent-ct$ct 200 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode service \
+    --n "${SERVICE_N:-1,4,8}" --size "${SERVICE_SIZE:-4GiB}" --reps 3 --client-read-threads $ct \
+    --json "$out/concurrent-ct$ct.json"
+  tail -12 "$out/concurrent-ct$ct.txt" | sed "s/^/  /" | tee -a "$sum"
+done
 rm -rf $shm
 note "total: $(( $(date +%s) - start )) s"
 tar -czf "$final/service-logs.tar.gz" -C "$out" --exclude=build .

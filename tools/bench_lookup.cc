@@ -94,6 +94,19 @@ DirectoryStats Delta(const DirectoryStats& a, const DirectoryStats& b) {
   return d;
 }
 
+std::string DateUtc() {
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return date;
+}
+
+void WriteJson(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) Fail("cannot write " + path);
+}
+
 std::string MachineLine() {
   utsname u{};
   uname(&u);
@@ -224,9 +237,6 @@ void RunBenchLookup(const BenchLookupConfig& cfg) {
               spread <= 1.25 ? "ok" : "EXCEEDED");
 
   if (!cfg.json_path.empty()) {
-    const std::time_t now = std::time(nullptr);
-    char date[32];
-    std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     nlohmann::json j = {{"workload", "lookup"},
                         {"results", results},
                         {"prefix_tokens", cfg.prefix_tokens},
@@ -239,10 +249,8 @@ void RunBenchLookup(const BenchLookupConfig& cfg) {
                         {"warmup", cfg.warmup},
                         {"tree_granularity_spread", spread},
                         {"machine", MachineLine()},
-                        {"date", date}};
-    std::ofstream out(cfg.json_path);
-    out << j.dump(2) << "\n";
-    if (!out) Fail("cannot write " + cfg.json_path);
+                        {"date", DateUtc()}};
+    WriteJson(cfg.json_path, j);
   }
 }
 
@@ -417,9 +425,6 @@ void RunEngineLookup(const BenchLookupConfig& cfg) {
   std::printf("service/embedded: worst median ratio = %.2f (acceptance: <= 2) %s\n", worst,
               worst <= 2.0 ? "ok" : "EXCEEDED");
   if (!cfg.json_path.empty()) {
-    const std::time_t now = std::time(nullptr);
-    char date[32];
-    std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     nlohmann::json j = {{"workload", "lookup-service"},
                         {"store", cfg.store},
                         {"results", results},
@@ -431,10 +436,8 @@ void RunEngineLookup(const BenchLookupConfig& cfg) {
                         {"warmup", cfg.warmup},
                         {"worst_ratio_to_embedded", worst},
                         {"machine", MachineLine()},
-                        {"date", date}};
-    std::ofstream out(cfg.json_path);
-    out << j.dump(2) << "\n";
-    if (!out) Fail("cannot write " + cfg.json_path);
+                        {"date", DateUtc()}};
+    WriteJson(cfg.json_path, j);
   }
 }
 

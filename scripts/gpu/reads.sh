@@ -17,24 +17,9 @@ final="${OUT:-$PWD/out/gpu-reads}"
 out=/tmp/rangekv-reads
 rm -rf "$out" && mkdir -p "$out" "$final"
 build=/tmp/rangekv-gpu-build
-sum="$out/summary.txt"
-start=$(date +%s)
 budget="${READS_BUDGET_S:-560}"
-note() { echo "$*" | tee -a "$sum"; }
-OUT="$out/build" RANGEKV_GPU_CONFIGURE_ONLY=1 RANGEKV_GPU_STAGES="engine bench" \
-  RANGEKV_GPU_TARGETS="rangekv engine_test engine_unit_test" RANGEKV_GPU_BUILD=$build \
-  bash scripts/gpu/run.sh >"$out/run.log" 2>&1 || { tail -30 "$out/run.log"; exit 1; }
-rm -rf "$out/build"
-note "build: $(( $(date +%s) - start )) s; $(nproc) cores; $(uname -r)"
-export LD_LIBRARY_PATH="/tmp/rangekv-prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-t() {  # name timeout cmd...
-  local name=$1 to=$2; shift 2
-  local s=$(date +%s)
-  if (( s - start + to > budget + 60 )); then note "$name: skipped (budget)"; return; fi
-  timeout "$to" "$@" >"$out/$name.txt" 2>"$out/$name.err"
-  local rc=$?
-  note "$name: rc=$rc ($(( $(date +%s) - s ))s) $(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.txt" | tr '\n' ' ')"
-}
+. scripts/gpu/steps.sh
+gpu_build rangekv engine_test engine_unit_test
 t engine_unit_test 30 $build/src/engine/engine_unit_test
 RANGEKV_TEST_DEVICE=cuda t engine_test.cuda 60 $build/src/engine/engine_test
 grep -E '^\[  FAILED  \]' "$out/engine_test.cuda.txt" | sort -u | tee -a "$sum"

@@ -14,28 +14,13 @@ final="${OUT:-$PWD/out/gpu-service}"
 out=/tmp/rangekv-service
 rm -rf "$out" && mkdir -p "$out" "$final"
 build=/tmp/rangekv-gpu-build
-sum="$out/summary.txt"
-start=$(date +%s)
 budget="${SERVICE_BUDGET_S:-540}"
-note() { echo "$*" | tee -a "$sum"; }
-OUT="$out/build" RANGEKV_GPU_CONFIGURE_ONLY=1 RANGEKV_GPU_STAGES="engine bench" \
-  RANGEKV_GPU_TARGETS="rangekv service_test" RANGEKV_GPU_BUILD=$build \
-  bash scripts/gpu/run.sh >"$out/run.log" 2>&1 || { tail -30 "$out/run.log"; exit 1; }
-rm -rf "$out/build"
-note "build: $(( $(date +%s) - start )) s; $(nproc) cores; $(uname -r)"
-export LD_LIBRARY_PATH="/tmp/rangekv-prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-t() {  # name timeout cmd...
-  local name=$1 to=$2; shift 2
-  local s=$(date +%s)
-  if (( s - start + to > budget + 60 )); then note "$name: skipped (budget)"; return; fi
-  timeout "$to" "$@" >"$out/$name.txt" 2>"$out/$name.err"
-  local rc=$?
-  note "$name: rc=$rc ($(( $(date +%s) - s ))s) $(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.txt" | tr '\n' ' ')"
-}
+. scripts/gpu/steps.sh
+gpu_build rangekv service_test
 t service_test 90 $build/src/service/service_test
 rkv=$build/tools/rangekv
 [ "${SERVICE_LOOKUP:-1}" = 1 ] && t lookup 60 $rkv bench lookup --store service --reps 301 --json "$out/lookup.json"
-tail -9 "$out/lookup.txt" | sed "s/^/  /" | tee -a "$sum"
+[ -f "$out/lookup.txt" ] && tail -9 "$out/lookup.txt" | sed "s/^/  /" | tee -a "$sum"
 shm=/dev/shm/rkv-service
 rm -rf $shm && mkdir -p $shm
 t concurrent 300 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode both \

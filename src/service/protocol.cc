@@ -344,36 +344,27 @@ Status Decode(std::span<const uint8_t> body, HelloReply* m) {
   return r.Finish();
 }
 
-void Encode(const LookupRequest& m, std::vector<uint8_t>* out) {
-  EncodeLookup(m.envelope, m.granularity_tokens, m.tokens, out);
-}
 std::span<const uint8_t> EncodeLookupHead(const Envelope& envelope, uint64_t granularity_tokens,
                                           std::span<const int32_t> tokens,
                                           std::vector<uint8_t>* out) {
-  if constexpr (std::endian::native == std::endian::little) {
-    ByteWriter w;
-    w.Reserve(64 + envelope.request_id.size());
-    PutEnvelope(w, envelope);
-    w.U64(granularity_tokens);
-    w.U32(static_cast<uint32_t>(tokens.size()));
-    Append(w, out);
-    return tokens.empty()
-               ? std::span<const uint8_t>()
-               : std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(tokens.data()),
-                                          tokens.size_bytes());
-  } else {
-    EncodeLookup(envelope, granularity_tokens, tokens, out);
-    return {};
-  }
-}
-void EncodeLookup(const Envelope& envelope, uint64_t granularity_tokens,
-                  std::span<const int32_t> tokens, std::vector<uint8_t>* out) {
   ByteWriter w;
-  w.Reserve(64 + envelope.request_id.size() + tokens.size_bytes());
+  w.Reserve(64 + envelope.request_id.size());
   PutEnvelope(w, envelope);
   w.U64(granularity_tokens);
+  if constexpr (std::endian::native == std::endian::little) {
+    // The array's wire bytes are the tokens as they lie in memory.
+    w.U32(static_cast<uint32_t>(tokens.size()));
+    Append(w, out);
+    return {reinterpret_cast<const uint8_t*>(tokens.data()), tokens.size_bytes()};
+  }
   PutTokens(w, tokens);
   Append(w, out);
+  return {};
+}
+void Encode(const LookupRequest& m, std::vector<uint8_t>* out) {
+  const std::span<const uint8_t> tail =
+      EncodeLookupHead(m.envelope, m.granularity_tokens, m.tokens, out);
+  out->insert(out->end(), tail.begin(), tail.end());
 }
 Status Decode(std::span<const uint8_t> body, LookupRequest* m) {
   Reader r(body);

@@ -171,13 +171,10 @@ struct StatsReply {
 void Encode(const HelloRequest& m, std::vector<uint8_t>* out);
 void Encode(const HelloReply& m, std::vector<uint8_t>* out);
 void Encode(const LookupRequest& m, std::vector<uint8_t>* out);
-// The same bytes as Encode(LookupRequest) from a borrowed token span (a lookup's query is the
-// largest body on the hot path; this skips a copy of it).
-void EncodeLookup(const Envelope& envelope, uint64_t granularity_tokens,
-                  std::span<const int32_t> tokens, std::vector<uint8_t>* out);
-// The same again, split: appends everything before the token array to `out` and returns the
-// array's wire bytes (a view of `tokens`), to be sent right after it; on big-endian hosts the
-// whole body goes to `out` and the view is empty.
+// Encode(LookupRequest) from a borrowed token span, split (a lookup's query is the largest body
+// on the hot path; this skips every copy of it): appends everything before the token array to
+// `out` and returns the array's wire bytes (a view of `tokens`), to be sent right after it; on
+// big-endian hosts the whole body goes to `out` and the view is empty.
 std::span<const uint8_t> EncodeLookupHead(const Envelope& envelope, uint64_t granularity_tokens,
                                           std::span<const int32_t> tokens,
                                           std::vector<uint8_t>* out);

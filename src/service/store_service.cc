@@ -189,7 +189,6 @@ void StoreService::RunSession(Session* session) {
   Session& s = *session;
   for (;;) {
     const Status received = ReceiveFrameInto(s.fd, &s.frame);
-    ReceivedFrame* frame = &s.frame;
     if (!received.ok()) {
       const StatusCode c = received.code();
       if (c != StatusCode::kUnavailable) {
@@ -203,14 +202,14 @@ void StoreService::RunSession(Session* session) {
       }
       break;
     }
-    if (frame->passed_fd >= 0) ::close(frame->passed_fd);  // clients pass none
-    if ((frame->header.type & kReplyBit) != 0) {
+    if (s.frame.passed_fd >= 0) ::close(s.frame.passed_fd);  // clients pass none
+    if ((s.frame.header.type & kReplyBit) != 0) {
       MutexLock l(mu_);
       ++stats_.bad_frames;
       break;
     }
     requests_.fetch_add(1, std::memory_order_relaxed);
-    if (!Handle(s, frame->header.type, frame->body)) break;
+    if (!Handle(s, s.frame.header.type, s.frame.body)) break;
     // Keep what a 128K-token lookup needs, not what the largest frame a client sent took (up
     // to the 32 MiB cap, times every session).
     constexpr size_t kKeepBytes = 2u << 20;

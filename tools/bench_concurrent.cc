@@ -258,20 +258,23 @@ class Bench {
     return std::move(space).value();
   }
 
-  // Request i of a round, untimed part first: stores fill their paged KV with a new pattern,
-  // restores poison theirs.
-  void PrepareRequest(const RunPlan& p, uint32_t i, PagedKvSpace& kv) {
+  // Request i of a round, untimed part first: stores fill their paged KV with a new pattern
+  // and get this round's new prompt in `tokens`; restores poison theirs (their `tokens` stay
+  // the prompt of their prefix).
+  void PrepareRequest(const RunPlan& p, uint32_t round, uint32_t i, PagedKvSpace& kv,
+                      std::vector<int32_t>* tokens) {
     if (i < p.restores) {
       Check(kv.Poison(), "poison");
     } else {
       Check(kv.Fill(f_.seed + 500 + i, 0, p.tokens), "fill");
+      *tokens = Fresh(p, round, i);
     }
   }
   Status RunRequest(Engine& engine, const RunPlan& p, uint32_t round, uint32_t i,
-                    PagedKvSpace& kv, const std::vector<int32_t>& prompt, double* latency) {
+                    PagedKvSpace& kv, const std::vector<int32_t>& tokens, double* latency) {
     const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
-    if (i < p.restores) return Restore(engine, kv, prompt, p.tokens, id, latency);
-    return Store(engine, kv, Fresh(p, round, i), id, latency);
+    if (i < p.restores) return Restore(engine, kv, tokens, p.tokens, id, latency);
+    return Store(engine, kv, tokens, id, latency);
   }
   uint64_t VerifyRequest(const RunPlan& p, uint32_t i, PagedKvSpace& kv) {
     if (i >= p.restores) return 0;
@@ -348,7 +351,7 @@ class Bench {
     // One paged KV per request; restores of prefix i use the pattern seed PrefixSeed(i).
     std::vector<std::unique_ptr<PagedKvSpace>> kv(n);
     for (uint32_t i = 0; i < n; ++i) kv[i] = Space(p, i);
-    std::vector<std::vector<int32_t>> prompts(n);
+    std::vector<std::vector<int32_t>> prompts(n);  // restores: their prefix; stores: per round
     for (uint32_t i = 0; i < p.restores; ++i) prompts[i] = Prompt(p, i);
     StorePrefixes(engine, p, kv);
     // The engine's read concurrency: its read I/O engine's threads (read_io_threads as
@@ -356,7 +359,7 @@ class Bench {
     MeasureCeiling(p, eo.store_dir + "/packs.rkv", engine.options().read_io_threads);
 
     for (uint32_t round = 0; round < p.rounds; ++round) {
-      for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, i, *kv[i]);
+      for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, round, i, *kv[i], &prompts[i]);
       std::vector<double> latency(n, 0);
       std::vector<Status> status(n);
       std::atomic<uint32_t> ready{0};
@@ -401,11 +404,11 @@ class Bench {
     if (!opened.ok()) Fail("open: " + opened.status().ToString());
     Engine& engine = **opened;
     std::unique_ptr<PagedKvSpace> kv = Space(p, c.index);
-    const std::vector<int32_t> prompt =
+    std::vector<int32_t> prompt =
         c.index < p.restores ? Prompt(p, c.index) : std::vector<int32_t>{};
     char line[64];
     for (uint32_t round = 0; round < p.rounds; ++round) {
-      PrepareRequest(p, c.index, *kv);
+      PrepareRequest(p, round, c.index, *kv, &prompt);
       Line("ready\n");
       if (std::fgets(line, sizeof line, stdin) == nullptr) Fail("stdin closed");
       double latency = 0;

@@ -112,6 +112,11 @@ struct Durability {
   enum class Mode : uint8_t { kNone, kPeriodic, kEveryPublish };
   Mode mode = Mode::kPeriodic;
   uint64_t period_ms = 200;  // kPeriodic only; in [1, 60000]
+  // kPeriodic and kEveryPublish: a journal that has held records this long is folded into a
+  // new snapshot (a checkpoint; so is one past 256 MiB, and every clean shutdown), so a dirty
+  // reopen replays at most this much. 0: no time-based checkpoint. At most 86,400,000 (a day).
+  // Set() leaves it alone.
+  uint64_t checkpoint_interval_ms = 60000;
 
   // Parses "every_publish", "periodic:<ms>" (or "periodic" for 200 ms), "none".
   // kInvalidArgument otherwise; a failed call changes nothing.

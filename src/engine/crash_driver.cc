@@ -3,13 +3,18 @@
 // is the parent that reopens the store afterwards and checks it).
 //
 //   crash_driver --dir D --seed S --sessions N --ops M [--kill POINT --at K]
-//                [--durability every_publish|periodic:<ms>|none] [--packs P] [--acks FILE]
+//                [--durability every_publish|periodic:<ms>|none] [--checkpoint-ms C]
+//                [--packs P] [--acks FILE] [--pace-us U]
 //
-// --durability sets EngineOptions::durability (default: the engine's); --packs the store's
-// pack count (CrashWorkload::Options); --acks appends "ack <prefix>" to FILE (unbuffered, so
-// it survives the SIGKILL) after every store that returned visible AND durable
-// (StoreOutcome::durable, durability=every_publish): the publications the parent expects to
-// find again bit for bit.
+// --durability sets EngineOptions::durability (default: the engine's), --checkpoint-ms its
+// checkpoint_interval_ms; --packs the store's pack count (CrashWorkload::Options); --pace-us
+// sleeps that long after every operation (so a run spans many journal periods). --acks appends
+// to FILE (unbuffered, so it survives the SIGKILL): "ack <prefix>" after every store that
+// returned visible AND durable (StoreOutcome::durable, durability=every_publish), "vis <prefix>
+// <ns>" after every store that returned visible, and "kill <ns>" just before a chosen kill point
+// raises SIGKILL (ns: CLOCK_MONOTONIC, which the parent reads too). The parent expects every ack,
+// and under periodic every vis older than the window before the kill, to be found again bit for
+// bit.
 //
 // POINT names where the K-th occurrence (1-based, counted over the whole run) raises SIGKILL:
 //   gather            a store batch's gather and digests are proven, none of its writes issued
@@ -40,6 +45,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +53,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "base/log.h"
 #include "engine/crash_workload.h"
@@ -75,6 +82,7 @@ enum class Point : uint8_t {
 struct Counts {
   std::atomic<uint64_t> gather{0}, write{0}, publish{0}, published{0}, step{0}, snapshot_writes{0},
       io{0};
+  uint64_t checkpoints = 0;  // the journal's checkpoints while sessions ran (not at Close)
 };
 
 Counts g_counts;
@@ -84,14 +92,33 @@ uint64_t g_at = 0;
 std::string g_durability;
 uint64_t g_packs = CrashWorkload::kPacks;
 int g_acks_fd = -1;
+uint64_t g_checkpoint_ms = 0;  // 0: the engine's default
+bool g_checkpoint_set = false;
+uint64_t g_pace_us = 0;
 
-void Ack(uint32_t prefix) {
+uint64_t MonotonicNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// One line to the acks file: a single write() (safe from any thread, and before a SIGKILL).
+void AckLine(const std::string& line) {
   if (g_acks_fd < 0) return;
-  const std::string line = "ack " + std::to_string(prefix) + "\n";
   if (::write(g_acks_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(2);
 }
 
+void Ack(uint32_t prefix) { AckLine("ack " + std::to_string(prefix) + "\n"); }
+void Visible(uint32_t prefix) {
+  AckLine("vis " + std::to_string(prefix) + " " + std::to_string(MonotonicNs()) + "\n");
+}
+
 [[noreturn]] void Die() {
+  // Formatted without allocating: Die may run on any thread, at any point.
+  char line[32];
+  const int n = std::snprintf(line, sizeof(line), "kill %llu\n",
+                              static_cast<unsigned long long>(MonotonicNs()));
+  if (g_acks_fd >= 0 && n > 0) (void)::write(g_acks_fd, line, static_cast<size_t>(n));
   raise(SIGKILL);
   _exit(4);  // not reached
 }
@@ -193,6 +220,7 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
     const Status set = o.durability.Set(g_durability);
     if (!set.ok()) Fail(2, set.ToString());
   }
+  if (g_checkpoint_set) o.durability.checkpoint_interval_ms = g_checkpoint_ms;
   engine_internal::EngineInternalConfig config;
   config.hooks.store_point = [](engine_internal::StorePoint p, uint64_t) {
     switch (p) {
@@ -222,6 +250,7 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
   for (const CrashWorkload::Op& op : w.sessions[session]) {
     const std::vector<int32_t>& tokens = w.prefixes[op.prefix];
     const uint64_t slot_seed = session * 1000 + op_index++;
+    if (g_pace_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(g_pace_us));
     if (op.kind == CrashWorkload::OpKind::kRestore) {
       auto r = engine_testing::RestoreAndVerify(
           engine, **kv, engine_testing::Envelope("r" + std::to_string(slot_seed)), tokens,
@@ -246,9 +275,11 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
     if (!r->outcome.status.ok() && r->outcome.status.code() != StatusCode::kResourceExhausted) {
       Fail(2, "store of prefix " + std::to_string(op.prefix) + ": " + r->outcome.status.ToString());
     }
+    if (r->outcome.status.ok() && r->outcome.visible) Visible(op.prefix);
     if (r->outcome.status.ok() && r->outcome.visible && r->outcome.durable) Ack(op.prefix);
   }
   kv->reset();
+  g_counts.checkpoints += engine.GetStats().journal_checkpoints;
   const Status closed = engine.Close();
   if (!closed.ok()) Fail(2, "close: " + closed.ToString());
 }
@@ -319,6 +350,11 @@ int Main(int argc, char** argv) {
       g_at = std::strtoull(value.c_str(), nullptr, 10);
     } else if (key == "--durability") {
       g_durability = value;
+    } else if (key == "--checkpoint-ms") {
+      g_checkpoint_ms = std::strtoull(value.c_str(), nullptr, 10);
+      g_checkpoint_set = true;
+    } else if (key == "--pace-us") {
+      g_pace_us = std::strtoull(value.c_str(), nullptr, 10);
     } else if (key == "--packs") {
       g_packs = std::strtoull(value.c_str(), nullptr, 10);
     } else if (key == "--acks") {
@@ -337,13 +373,14 @@ int Main(int argc, char** argv) {
   for (uint32_t s = 0; s < sessions; ++s) RunSession(w, dir, s, &env);
   std::printf(
       "counts gather=%llu write=%llu publish=%llu published=%llu snapshot_writes=%llu "
-      "io=%llu sessions=%u\n",
+      "io=%llu checkpoints=%llu sessions=%u\n",
       static_cast<unsigned long long>(g_counts.gather.load()),
       static_cast<unsigned long long>(g_counts.write.load()),
       static_cast<unsigned long long>(g_counts.publish.load()),
       static_cast<unsigned long long>(g_counts.published.load()),
       static_cast<unsigned long long>(g_counts.snapshot_writes.load()),
-      static_cast<unsigned long long>(g_counts.io.load()), sessions);
+      static_cast<unsigned long long>(g_counts.io.load()),
+      static_cast<unsigned long long>(g_counts.checkpoints), sessions);
   if (flip_layer >= 0) return FlipOneByte(dir, static_cast<uint32_t>(flip_layer));
   return 0;
 }

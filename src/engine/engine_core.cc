@@ -202,6 +202,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       break;
   }
   so.journal.period_ms = options_.durability.period_ms;
+  so.journal.checkpoint_interval_ms = options_.durability.checkpoint_interval_ms;
   so.service = options_.store_service;
   so.tenant = options_.tenant;
   so.max_removed_ranges = options_.max_removed_ranges;

@@ -605,6 +605,122 @@ TEST_F(EngineFaultTest, NoSpaceForTheSnapshotFailsCloseAndTheNextOpenReplaysTheJ
   engine_->ReleaseRequest(Envelope("kept"));
 }
 
+// A journal that fails under durability=every_publish (ENOSPC while appending, EIO on its
+// fsync), end to end through the Engine: the store caught by the failure returns visible but not
+// durable, with the error, and no later store is acknowledged durable; the engine keeps serving
+// every store bit for bit; the journal file is gone (a crash from here on discards the index
+// rather than replay a journal that no longer describes the store) and a power loss before the
+// snapshot then reopens to misses or exact bytes; a clean shutdown keeps everything.
+struct JournalFault {
+  const char* name;
+  StatusCode code;
+};
+
+class EngineJournalFaultTest : public ::testing::TestWithParam<JournalFault> {};
+
+TEST_P(EngineJournalFaultTest, NeverAcknowledgedDurableAndNothingWrongServed) {
+  for (const bool crash : {false, true}) {
+    SCOPED_TRACE(crash ? "power loss before the snapshot" : "clean shutdown");
+    testing::TempDir root;
+    const std::string dir = root.path() + "/store";
+    const persist::StorePaths paths(dir);
+    const auto a = RandomTokens(kT + 9, 40), b = RandomTokens(kT + 9, 41), c = RandomTokens(kT + 9, 42);
+    rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
+    auto open = [&](Env* env, engine_internal::EngineTestHooks hooks = {}) {
+      EngineOptions o = SmallOptions(dir, SmallModel(8, 2, 16), kW, /*packs=*/8);
+      o.env = env;
+      EXPECT_TRUE(o.durability.Set("every_publish").ok());
+      engine_internal::EngineInternalConfig config;
+      config.hooks = std::move(hooks);
+      auto e = engine_internal::OpenEngineForTesting(o, config);
+      EXPECT_TRUE(e.ok()) << e.status().ToString();
+      return e.ok() ? std::move(e).value() : nullptr;
+    };
+    auto restore = [](Engine& e, std::span<const int32_t> tokens) -> uint64_t {
+      auto kv = KvFixture::Make(e, KvCacheLayout::kFlashAttnNhd, 64);
+      EXPECT_TRUE(kv.ok());
+      auto r = RestoreAndVerify(e, **kv, Envelope("r"), tokens, 1, 43, 5);
+      EXPECT_TRUE(r.ok());
+      if (!r.ok()) return 0;
+      EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+      EXPECT_EQ(r->outcome.work.checksum_failures, 0u);
+      EXPECT_EQ(r->mismatches, 0u);
+      return r->mismatches == 0 && r->outcome.status.ok() ? r->lookup.hit_tokens : 0;
+    };
+    {
+      engine_internal::EngineTestHooks hooks;
+      if (crash) {
+        hooks.shutdown_hook = [](persist::ShutdownStep at) {
+          return at == persist::ShutdownStep::kPayloadSynced
+                     ? Status(StatusCode::kAborted, "power loss")
+                     : OkStatus();
+        };
+      }
+      auto e = open(&faults, hooks);
+      ASSERT_NE(e, nullptr);
+      auto kv = KvFixture::Make(*e, KvCacheLayout::kFlashAttnNhd, 64);
+      ASSERT_TRUE(kv.ok());
+      auto stored_a = StoreAll(*e, **kv, a, 43, 1);
+      ASSERT_TRUE(stored_a.ok());
+      EXPECT_TRUE(stored_a->outcome.status.ok());
+      EXPECT_TRUE(stored_a->outcome.durable);
+      if (GetParam().code == StatusCode::kNoSpace) {
+        rangekv::testing::FaultRule rule;
+        rule.path = paths.journal_temp();  // the journal's File keeps the name it was created as
+        rule.op = rangekv::testing::FaultOp::kWrite;
+        rule.kind = rangekv::testing::FaultKind::kNoSpace;
+        faults.AddRule(rule);
+      } else {
+        faults.FailEnvOp(rangekv::testing::EnvOp::kSync, GetParam().code, 1, paths.journal_temp());
+      }
+      auto stored_b = StoreAll(*e, **kv, b, 43, 2);
+      ASSERT_TRUE(stored_b.ok());
+      EXPECT_TRUE(stored_b->outcome.visible);
+      EXPECT_FALSE(stored_b->outcome.durable);
+      EXPECT_EQ(stored_b->outcome.status.code(), GetParam().code)
+          << stored_b->outcome.status.ToString();
+      faults.ClearRules();
+      faults.ClearEnvOpFailures();
+      // Journaling ended for the session: nothing later is acknowledged durable either.
+      auto stored_c = StoreAll(*e, **kv, c, 43, 3);
+      ASSERT_TRUE(stored_c.ok());
+      EXPECT_TRUE(stored_c->outcome.visible);
+      EXPECT_FALSE(stored_c->outcome.durable);
+      EXPECT_FALSE(stored_c->outcome.status.ok());
+      EXPECT_EQ(e->GetStats().journal_failures, 1u);
+      EXPECT_FALSE(DefaultEnv()->FileExists(paths.journal()));
+      kv->reset();
+      // Still served, bit for bit, while the engine runs.
+      EXPECT_EQ(restore(*e, a), a.size() - 1);
+      EXPECT_EQ(restore(*e, b), b.size() - 1);
+      EXPECT_EQ(restore(*e, c), c.size() - 1);
+      const Status closed = e->Close();
+      EXPECT_EQ(closed.ok(), !crash) << closed.ToString();
+    }
+    if (crash) ASSERT_TRUE(faults.DropUnsyncedData().ok());
+    auto e = open(DefaultEnv());
+    ASSERT_NE(e, nullptr);
+    const uint64_t hit_a = restore(*e, a), hit_b = restore(*e, b), hit_c = restore(*e, c);
+    if (crash) {
+      // Dirty, no journal: the index is discarded (misses), never replayed from a stale file.
+      EXPECT_FALSE(e->recovery().loaded) << e->recovery().detail;
+      EXPECT_EQ(hit_a + hit_b + hit_c, 0u);
+    } else {
+      EXPECT_TRUE(e->recovery().loaded) << e->recovery().reason << ": " << e->recovery().detail;
+      EXPECT_EQ(hit_a, a.size() - 1);
+      EXPECT_EQ(hit_b, b.size() - 1);
+      EXPECT_EQ(hit_c, c.size() - 1);
+    }
+    EXPECT_TRUE(e->Close().ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EnospcAndEio, EngineJournalFaultTest,
+                         ::testing::Values(JournalFault{"NoSpaceWhileAppending",
+                                                        StatusCode::kNoSpace},
+                                           JournalFault{"IoErrorOnFsync", StatusCode::kIoError}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 // Power loss (FaultInjectingEnv::DropUnsyncedData for file contents, DirJournalEnv::Crash for
 // every surviving subset of unsynced directory entries) in a second session: before it writes,
 // after its writes, and after each step of its clean shutdown. Session 1 stores A (3 packs) and

@@ -87,15 +87,16 @@ Status Durability::Set(std::string_view v) {
                            "' (want every_publish, periodic:<ms> with ms in [1, 60000], or none)");
   };
   if (v == "every_publish") {
-    *this = Durability{Mode::kEveryPublish, period_ms};
+    mode = Mode::kEveryPublish;
     return OkStatus();
   }
   if (v == "none") {
-    *this = Durability{Mode::kNone, period_ms};
+    mode = Mode::kNone;
     return OkStatus();
   }
   if (v == "periodic") {
-    *this = Durability{Mode::kPeriodic, 200};
+    mode = Mode::kPeriodic;
+    period_ms = 200;
     return OkStatus();
   }
   constexpr std::string_view kPrefix = "periodic:";
@@ -106,7 +107,8 @@ Status Durability::Set(std::string_view v) {
   if (ec != std::errc() || end != digits.data() + digits.size() || ms < 1 || ms > 60000) {
     return bad();
   }
-  *this = Durability{Mode::kPeriodic, ms};
+  mode = Mode::kPeriodic;
+  period_ms = ms;
   return OkStatus();
 }
 
@@ -226,6 +228,11 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   if (o.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
   if (o.durability.mode == Durability::Mode::kPeriodic) {
     RANGEKV_RETURN_IF_ERROR(CheckCount("durability.period_ms", o.durability.period_ms, 1, 60000));
+  }
+  if (o.durability.checkpoint_interval_ms > 86'400'000) {
+    return Bad("durability.checkpoint_interval_ms",
+               "must be at most 86400000 (a day; 0 turns it off), got " +
+                   std::to_string(o.durability.checkpoint_interval_ms));
   }
   if (o.io_split_bytes != kIoSplitAuto && o.io_split_bytes != kIoSplitOff &&
       o.io_split_bytes != kIoSplitFillReads &&

@@ -195,6 +195,19 @@ TEST(DurabilityTest, ParsesEverySettingAndRefusesTheRest) {
     EXPECT_EQ(d.Set(bad).code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(d, before) << bad;  // a failed call changes nothing
   }
+  d.checkpoint_interval_ms = 5000;
+  ASSERT_TRUE(d.Set("every_publish").ok());
+  EXPECT_EQ(d.checkpoint_interval_ms, 5000u);  // Set names the mode only
+}
+
+TEST(DurabilityTest, CheckpointIntervalIsBoundedToADay) {
+  EngineOptions o = Base();
+  o.durability.checkpoint_interval_ms = 0;  // off
+  EXPECT_TRUE(ResolveOptions(o, Geometry8B()).ok());
+  o.durability.checkpoint_interval_ms = 86'400'000;
+  EXPECT_TRUE(ResolveOptions(o, Geometry8B()).ok());
+  o.durability.checkpoint_interval_ms = 86'400'001;
+  ExpectBad(o, "durability.checkpoint_interval_ms");
 }
 
 TEST(EngineStatsTest, DifferenceAndJson) {

@@ -5,8 +5,10 @@
 // journal's fsync each end as documented, and nothing unproven is ever served.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/log.h"
@@ -378,6 +380,38 @@ TEST_F(JournalRecoveryTest, CheckpointPastTheBoundFoldsTheJournalIntoTheSnapshot
   EXPECT_EQ(Hit(*t, b_), b_.size() - 1);
   EXPECT_EQ(Hit(*t, c_), c_.size() - 1);
   EXPECT_EQ(Hit(*t, d), d.size() - 1);
+}
+
+// The time-based bound (JournalOptions::checkpoint_interval_ms): a journal that holds records
+// past the interval is folded into a new snapshot without any store waiting on it, an empty one
+// is left alone, and what was published before and after the checkpoint survives a crash.
+TEST_F(JournalRecoveryTest, CheckpointAfterTheIntervalFoldsTheJournalIntoTheSnapshot) {
+  PersistenceOptions o = Journaled();
+  o.journal.checkpoint_interval_ms = 50;
+  Result<TinyStore> s = Open(true, o);
+  ASSERT_TRUE(s.ok());
+  JournalWriter* journal = s->index.persistence->journal();
+  s->index.persistence->EnableCheckpoints(*s->pack, *s->index.directory, *s->index.digests);
+  // Only the epoch record: nothing to fold, however long it waits.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(journal->stats().checkpoints, 0u);
+  ASSERT_TRUE(s->Store(ns_, a_).ok());
+  ASSERT_TRUE(journal->Flush().ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (journal->stats().checkpoints == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(journal->stats().checkpoints, 1u);
+  EXPECT_EQ(Header().base_epoch, s->index.report.store_epoch);
+  // The new journal holds the epoch record only until the next publication.
+  ASSERT_TRUE(s->Store(ns_, c_).ok());
+  ASSERT_TRUE(journal->Flush().ok());
+  s = Result<TinyStore>(Status(StatusCode::kCancelled, "crash"));
+  Result<TinyStore> t = Open(false);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->index.report.journal.used) << t->index.report.journal.ignored;
+  EXPECT_EQ(Hit(*t, a_), a_.size() - 1);  // from the checkpoint's snapshot
+  EXPECT_EQ(Hit(*t, c_), c_.size() - 1);  // from the journal after it
 }
 
 }  // namespace

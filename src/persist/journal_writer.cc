@@ -101,6 +101,8 @@ Status JournalWriter::CreateFile(uint64_t base_epoch) {
   file_ = std::move(f);
   file_bytes_ = bytes.size();
   next_sequence_ = 2;
+  records_in_file_ = 0;
+  file_started_ = std::chrono::steady_clock::now();
   return OkStatus();
 }
 
@@ -308,7 +310,9 @@ void JournalWriter::Abandon(const Status& error) {
 }
 
 void JournalWriter::Run() {
+  using Clock = std::chrono::steady_clock;
   const auto period = std::chrono::milliseconds(std::max<uint64_t>(1, options_.period_ms));
+  const auto interval = std::chrono::milliseconds(options_.checkpoint_interval_ms);
   bool abandoned = false;
   for (;;) {
     std::vector<Queued> batch;
@@ -321,8 +325,16 @@ void JournalWriter::Run() {
       auto ready = [&]() REQUIRES(mu_) {
         return stopping_ || (!error_.ok() && !abandoned) || (urgent_ && !queue_.empty());
       };
+      // The time-based checkpoint needs a wake-up even when nothing is queued.
+      const bool timed = checkpoint_ && interval.count() > 0 && records_in_file_ > 0;
+      const auto until_checkpoint =
+          timed ? std::max<Clock::duration>(file_started_ + interval - Clock::now(),
+                                            Clock::duration::zero())
+                : Clock::duration::max();
       if (options_.mode == DurabilityMode::kPeriodic) {
-        work_cv_.WaitFor(l, period, ready);
+        work_cv_.WaitFor(l, std::min<Clock::duration>(period, until_checkpoint), ready);
+      } else if (timed) {
+        work_cv_.WaitFor(l, until_checkpoint, ready);
       } else {
         work_cv_.Wait(l, ready);
       }
@@ -337,8 +349,11 @@ void JournalWriter::Run() {
                      std::make_move_iterator(queue_.end()));
         queue_.clear();
         queued_bytes_ = 0;
-        checkpoint_due = file_bytes_ > options_.max_bytes;
         checkpoint = checkpoint_;
+        const bool aged = checkpoint && interval.count() > 0 && records_in_file_ > 0 &&
+                          Clock::now() - file_started_ >= interval;
+        // At a stop the caller's clean shutdown writes the snapshot anyway.
+        checkpoint_due = file_bytes_ > options_.max_bytes || (aged && !stop);
       }
     }
     if (!failed.ok()) {
@@ -392,6 +407,7 @@ void JournalWriter::Run() {
         abandoned = true;
         continue;
       }
+      records_in_file_ += batch.size();
       MutexLock l(mu_);
       durable_lsn_ = std::max(durable_lsn_, batch.back().lsn);
       stats_.commits++;

@@ -26,14 +26,17 @@
 // Waiters get the error (a publication is then never acknowledged durable); later waits return
 // it too; stats().failures counts it. When even the deletion fails the writer stays broken and
 // BeforeOverwrite keeps failing (stores that would overwrite a journaled slot fail closed).
-// The journal is bounded: past max_bytes the writer asks for a checkpoint (checkpoint callback:
-// the snapshot is rewritten and the journal restarts empty over it); without one, or when it
-// fails, journaling ends as on a failure.
+// The journal is bounded: past max_bytes, and once checkpoint_interval_ms passed since the journal
+// began (or was last checkpointed) with records in it, the writer asks for a checkpoint
+// (checkpoint callback: the snapshot is rewritten and the journal restarts empty over it), so a
+// dirty reopen replays at most that much. Without a callback the size bound ends journaling as
+// on a failure (the interval is then not used); a failed checkpoint ends it too.
 //
 // Thread-safety: every method is thread-safe. Lock order: Directory's mutex -> mu_ ->
 // DigestTable's mutex.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -65,6 +68,9 @@ struct JournalOptions {
   uint64_t period_ms = 200;
   // Bound on the journal file: past it the writer asks for a checkpoint.
   uint64_t max_bytes = 256ull << 20;
+  // A journal holding records this long is checkpointed; 0: only past max_bytes (and at clean
+  // shutdown, which is the caller's).
+  uint64_t checkpoint_interval_ms = 60000;
   // Bound on records queued in memory and not yet committed.
   uint64_t max_pending_bytes = 64ull << 20;
   uint32_t file_permissions = 0600;
@@ -158,6 +164,9 @@ class JournalWriter final : public DirectoryObserver {
   std::unique_ptr<File> file_;
   uint64_t file_bytes_ = 0;
   uint64_t next_sequence_ = 1;
+  // Records committed to the current file after its epoch record, and when the file began.
+  uint64_t records_in_file_ = 0;
+  std::chrono::steady_clock::time_point file_started_;
   uint64_t epoch_ = 0;
   uint64_t generation_floor_ = 0;
 

@@ -657,9 +657,16 @@ class Sweep {
     const double wall0 = NowS();
     RANGEKV_RETURN_IF_ERROR(Setup());
     if (o_.run_rangekv) {
+      std::vector<size_t> shared;
+      for (size_t ci = 0; ci < configs_.size(); ++ci) {
+        if (!NamingDependent(configs_[ci].ablations)) shared.push_back(ci);
+      }
+      if (o_.interleave_configs && !shared.empty()) {
+        RANGEKV_RETURN_IF_ERROR(RunRangeKvShared(shared));
+      }
       for (size_t ci = 0; ci < configs_.size(); ++ci) {
         if (!NamingDependent(configs_[ci].ablations)) {
-          RANGEKV_RETURN_IF_ERROR(RunRangeKvShared(ci));
+          if (!o_.interleave_configs) RANGEKV_RETURN_IF_ERROR(RunRangeKvShared({ci}));
           continue;
         }
         for (size_t pi = 0; pi < points_.size(); ++pi) {
@@ -1391,30 +1398,42 @@ class Sweep {
     return OkStatus();
   }
 
-  // A naming-independent configuration: one engine for every point, repetitions round-robin
-  // over the points (rotating the start), with the read ceiling interleaved once per round for
-  // the default configuration, so drift of the shared machine hits every point alike.
-  Status RunRangeKvShared(size_t ci) {
-    RANGEKV_ASSIGN_OR_RETURN(EngineSession session,
-                             OpenSession(ci, 0, "rkv-shared-" + std::to_string(ci)));
+  // Naming-independent configurations (`cis`, one unless --interleave): one engine each for
+  // every point, repetitions round-robin over the configurations and the points (rotating both
+  // starts), with the ceiling interleaved once per round when the default configuration is among
+  // them, so drift of the shared machine hits every point and configuration alike.
+  Status RunRangeKvShared(const std::vector<size_t>& cis) {
+    std::vector<EngineSession> sessions;
+    for (size_t ci : cis) {
+      RANGEKV_ASSIGN_OR_RETURN(EngineSession session,
+                               OpenSession(ci, 0, "rkv-shared-" + std::to_string(ci)));
+      sessions.push_back(std::move(session));
+    }
     std::unique_ptr<ReadCeiling> ceiling;
     std::unique_ptr<WriteCeiling> write_ceiling;
-    if (o_.run_ceiling && ci == 0) {
+    if (o_.run_ceiling && cis.front() == 0) {
       if (o_.workload == Workload::kRestore) {
-        RANGEKV_ASSIGN_OR_RETURN(ceiling, PrepareReadCeiling(session.pack_path));
+        RANGEKV_ASSIGN_OR_RETURN(ceiling, PrepareReadCeiling(sessions.front().pack_path));
       } else {
         RANGEKV_ASSIGN_OR_RETURN(write_ceiling, PrepareWriteCeiling());
       }
     }
-    std::vector<SweepResult> results;
-    for (const Point& p : points_) results.push_back(NewResult("rangekv", configs_[ci].name, p));
-    const size_t n = points_.size();
+    const size_t n = points_.size(), m = cis.size();
+    std::vector<std::vector<SweepResult>> results(m);
+    for (size_t j = 0; j < m; ++j) {
+      for (const Point& p : points_) {
+        results[j].push_back(NewResult("rangekv", configs_[cis[j]].name, p));
+      }
+    }
     for (uint32_t rep = 0; rep < o_.warmups + o_.reps; ++rep) {
       if (ceiling != nullptr) RANGEKV_RETURN_IF_ERROR(ReadCeilingOnce(*ceiling, "all", rep));
       if (write_ceiling != nullptr) RANGEKV_RETURN_IF_ERROR(WriteCeilingOnce(*write_ceiling, rep));
-      for (size_t k = 0; k < n; ++k) {
-        const size_t pi = (rep + k) % n;
-        RANGEKV_RETURN_IF_ERROR(RangeKvRep(session, pi, ci, rep, results[pi]));
+      for (size_t i = 0; i < m; ++i) {
+        const size_t j = (rep + i) % m;
+        for (size_t k = 0; k < n; ++k) {
+          const size_t pi = (rep + k) % n;
+          RANGEKV_RETURN_IF_ERROR(RangeKvRep(sessions[j], pi, cis[j], rep, results[j][pi]));
+        }
       }
     }
     ceiling.reset();
@@ -1423,8 +1442,10 @@ class Sweep {
       ::unlink(write_ceiling->path.c_str());
       write_ceiling.reset();
     }
-    RANGEKV_RETURN_IF_ERROR(CloseSession(session));
-    for (size_t pi = 0; pi < n; ++pi) Keep(pi, ci, std::move(results[pi]));
+    for (size_t j = 0; j < m; ++j) {
+      RANGEKV_RETURN_IF_ERROR(CloseSession(sessions[j]));
+      for (size_t pi = 0; pi < n; ++pi) Keep(pi, cis[j], std::move(results[j][pi]));
+    }
     return OkStatus();
   }
 

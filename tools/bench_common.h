@@ -172,6 +172,10 @@ struct SweepOptions {
   bool run_rangekv = true;
   bool run_baseline = true;
   bool run_ceiling = true;
+  // Configurations that share one engine across the points run side by side, repetition by
+  // repetition (their engines open at once), instead of one after the other: machine drift then
+  // hits every configuration alike (a comparison of a few percent, e.g. the journal's cost).
+  bool interleave_configs = false;
   uint32_t reps = 3;
   uint32_t warmups = 1;
   DeviceKind device = DeviceKind::kAuto;

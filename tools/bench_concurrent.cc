@@ -22,6 +22,12 @@
 // client's end (CLOCK_MONOTONIC, one clock for every process on Linux). Each client verifies its
 // own restore bit for bit, untimed. With --mode both, every service row also reports its
 // aggregate over the embedded row of the same (variant, N) measured in the same run.
+//
+// Phases: every request keeps the instants it passed (Timeline: started, lookup answered,
+// restore started and slots bound, first and last layer ready, finished and released; a store:
+// started, begun, visible), and each row prints their medians from the round's start, so a
+// service row shows where it loses time against its embedded row (a late start, the lookup's
+// round trip, the reads).
 #include <fcntl.h>
 #include <glob.h>
 #include <spawn.h>
@@ -107,6 +113,18 @@ struct RunResult {
   double ceiling_gib_s = 0;
   double embedded_gib_s = 0;  // service rows under --mode both: the embedded row's aggregate
   uint64_t verify_failures = 0;
+  std::vector<struct Timeline> timelines;  // every request of every timed repetition
+};
+
+// The instants one request passed, in seconds from its round's start (the steady clock, which
+// is CLOCK_MONOTONIC in every process). A store fills start, bound (BeginStore returned) and
+// last (visible) = end.
+struct Timeline {
+  double start = 0, looked_up = 0, bound = 0, first = 0, last = 0, end = 0;
+  double latency() const { return last - start; }
+  Timeline Minus(double t0) const {
+    return {start - t0, looked_up - t0, bound - t0, first - t0, last - t0, end - t0};
+  }
 };
 
 // The shape of one (variant, N) run, the same in this process and in every client process.
@@ -271,10 +289,10 @@ class Bench {
     }
   }
   Status RunRequest(Engine& engine, const RunPlan& p, uint32_t round, uint32_t i,
-                    PagedKvSpace& kv, const std::vector<int32_t>& tokens, double* latency) {
+                    PagedKvSpace& kv, const std::vector<int32_t>& tokens, Timeline* t) {
     const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
-    if (i < p.restores) return Restore(engine, kv, tokens, p.tokens, id, latency);
-    return Store(engine, kv, tokens, id, latency);
+    if (i < p.restores) return Restore(engine, kv, tokens, p.tokens, id, t);
+    return Store(engine, kv, tokens, id, t);
   }
   uint64_t VerifyRequest(const RunPlan& p, uint32_t i, PagedKvSpace& kv) {
     if (i >= p.restores) return 0;
@@ -289,7 +307,7 @@ class Bench {
     for (uint32_t i = 0; i < p.prefixes; ++i) {
       Check(kv[i]->Fill(PrefixSeed(p, i), 0, p.tokens), "fill");
       const std::vector<int32_t> prompt = Prompt(p, i);
-      double unused = 0;
+      Timeline unused;
       Check(Store(engine, *kv[i], std::span<const int32_t>(prompt).first(p.tokens),
                   "setup" + std::to_string(i), &unused),
             "setup store");
@@ -309,13 +327,18 @@ class Bench {
   }
 
   // One timed repetition's bookkeeping, the same for both modes.
-  void Record(RunResult& r, uint32_t round, double wall, const std::vector<double>& latency) {
+  // `timelines` are absolute; t0 is the round's start.
+  void Record(RunResult& r, uint32_t round, double t0, double wall,
+              const std::vector<Timeline>& timelines) {
     const double gib_s = static_cast<double>(r.bytes_per_rep) / kGiB / wall;
     Progress("%s %s N=%u rep %u: %.3f s, %.2f GiB/s%s", ModeName(r.mode), VariantName(r.variant),
              r.n, round, wall, gib_s, round < f_.warmups ? " (warm-up)" : "");
     if (round < f_.warmups) return;
     r.aggregate_gib_s.push_back(gib_s);
-    r.latencies_s.insert(r.latencies_s.end(), latency.begin(), latency.end());
+    for (const Timeline& t : timelines) {
+      r.latencies_s.push_back(t.latency());
+      r.timelines.push_back(t.Minus(t0));
+    }
   }
 
   RunResult Start(const RunPlan& p, Mode mode) const {
@@ -360,7 +383,7 @@ class Bench {
 
     for (uint32_t round = 0; round < p.rounds; ++round) {
       for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, round, i, *kv[i], &prompts[i]);
-      std::vector<double> latency(n, 0);
+      std::vector<Timeline> timelines(n);
       std::vector<Status> status(n);
       std::atomic<uint32_t> ready{0};
       std::atomic<bool> go{false};
@@ -369,7 +392,7 @@ class Bench {
         threads.emplace_back([&, i] {
           ready.fetch_add(1);
           while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          status[i] = RunRequest(engine, p, round, i, *kv[i], prompts[i], &latency[i]);
+          status[i] = RunRequest(engine, p, round, i, *kv[i], prompts[i], &timelines[i]);
         });
       }
       while (ready.load() != n) std::this_thread::yield();
@@ -379,7 +402,7 @@ class Bench {
       const double wall = NowSeconds() - t0;
       for (uint32_t i = 0; i < n; ++i) Check(status[i], "request " + std::to_string(i));
       for (uint32_t i = 0; i < n; ++i) r.verify_failures += VerifyRequest(p, i, *kv[i]);
-      Record(r, round, wall, latency);
+      Record(r, round, t0, wall, timelines);
     }
     Status closed = engine.Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
@@ -388,7 +411,8 @@ class Bench {
   }
 
   // A client process of the service mode (see the file comment): its lines on stdout are
-  // "ready", then per round "done <ok> <end_s> <latency_s> <verify_failures> <message>";
+  // "ready", then per round "done <ok> <verify_failures> <start> <looked_up> <bound> <first>
+  // <last> <end> <message>" (the Timeline's instants, absolute seconds);
   // it reads "go" (one per round) on stdin.
   static void Line(const char* fmt, ...) __attribute__((format(printf, 1, 2))) {
     va_list ap;
@@ -411,14 +435,14 @@ class Bench {
       PrepareRequest(p, round, c.index, *kv, &prompt);
       Line("ready\n");
       if (std::fgets(line, sizeof line, stdin) == nullptr) Fail("stdin closed");
-      double latency = 0;
-      const Status s = RunRequest(engine, p, round, c.index, *kv, prompt, &latency);
-      const double end = NowSeconds();
+      Timeline t;
+      const Status s = RunRequest(engine, p, round, c.index, *kv, prompt, &t);
       const uint64_t bad = s.ok() ? VerifyRequest(p, c.index, *kv) : 0;
       std::string why = s.ToString();
       std::replace(why.begin(), why.end(), '\n', ' ');
-      Line("done %d %.9f %.9f %llu %s\n", s.ok() ? 1 : 0, end, latency,
-           static_cast<unsigned long long>(bad), why.c_str());
+      Line("done %d %llu %.9f %.9f %.9f %.9f %.9f %.9f %s\n", s.ok() ? 1 : 0,
+           static_cast<unsigned long long>(bad), t.start, t.looked_up, t.bound, t.first, t.last,
+           t.end, why.c_str());
     }
     Status closed = engine.Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
@@ -513,22 +537,23 @@ class Bench {
         std::fflush(c.to);
       }
       double last_end = t0;
-      std::vector<double> latency(n, 0);
+      std::vector<Timeline> timelines(n);
       for (uint32_t i = 0; i < n; ++i) {
         const std::string line = ReadLine(clients[i]);
         int ok = 0;
-        double end = 0;
         unsigned long long bad = 0;
         int consumed = 0;
-        if (std::sscanf(line.c_str(), "done %d %lf %lf %llu %n", &ok, &end, &latency[i], &bad,
-                        &consumed) != 4) {
+        Timeline& t = timelines[i];
+        if (std::sscanf(line.c_str(), "done %d %llu %lf %lf %lf %lf %lf %lf %n", &ok, &bad,
+                        &t.start, &t.looked_up, &t.bound, &t.first, &t.last, &t.end,
+                        &consumed) != 8) {
           Fail("client protocol: " + line);
         }
         if (ok != 1) Fail("request " + std::to_string(i) + ": " + line.substr(consumed));
-        last_end = std::max(last_end, end);
+        last_end = std::max(last_end, t.end);
         r.verify_failures += bad;
       }
-      Record(r, round, last_end - t0, latency);
+      Record(r, round, t0, last_end - t0, timelines);
     }
     for (Client& c : clients) {
       std::fclose(c.to);
@@ -583,6 +608,17 @@ class Bench {
                   r.p90 * 1e3, r.p99 * 1e3, r.p50 > 0 ? r.p99 / r.p50 : 0,
                   r.verify_failures == 0 ? "ok" : "FAILED");
     }
+    std::printf("phases, median ms from the round's start over every request (start: the request "
+                "began; lookup: answered; bound: restore started, slots bound / store begun; "
+                "first, last: layer ready / visible; end: finished and released):\n");
+    std::printf("%-9s %-12s %4s %8s %8s %8s %8s %8s %8s %9s\n", "mode", "variant", "N", "start",
+                "lookup", "bound", "first", "last", "end", "max end");
+    for (const RunResult& r : results_) {
+      const PhaseMedians m = Phases(r);
+      std::printf("%-9s %-12s %4u %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f\n", ModeName(r.mode),
+                  VariantName(r.variant), r.n, m.start * 1e3, m.looked_up * 1e3, m.bound * 1e3,
+                  m.first * 1e3, m.last * 1e3, m.end * 1e3, m.max_end * 1e3);
+    }
     MachineInfo m = DescribeMachine(f_.dir.empty() ? "/var/tmp" : f_.dir);
     std::printf("machine: %u cores, %.1f GiB, Linux %s, %s; %s; wall %.0f s\n", m.nproc,
                 m.memory_gib, m.kernel.c_str(), m.file_system.c_str(), m.date.c_str(), wall_s_);
@@ -624,6 +660,10 @@ class Bench {
       x["latency_p99_s"] = r.p99;
       x["p99_over_p50"] = r.p50 > 0 ? r.p99 / r.p50 : 0;
       x["verify_failures"] = r.verify_failures;
+      const PhaseMedians m = Phases(r);
+      x["phase_medians_s"] = {{"start", m.start},   {"lookup", m.looked_up}, {"bound", m.bound},
+                              {"first", m.first},   {"last", m.last},        {"end", m.end},
+                              {"max_end", m.max_end}};
       rs.push_back(x);
     }
     j["results"] = rs;
@@ -642,27 +682,29 @@ class Bench {
   }
 
   Status Store(Engine& engine, PagedKvSpace& kv, std::span<const int32_t> path,
-               const std::string& id, double* seconds) {
+               const std::string& id, Timeline* t) {
     StoreRequest rq;
     rq.envelope = Envelope(id);
     rq.tokens = path;
     rq.kv = &kv.engine_kv();
     rq.slot_mapping = std::span<const int64_t>(kv.slots()).first(path.size());
-    const double t0 = NowSeconds();
+    t->start = NowSeconds();
     RANGEKV_ASSIGN_OR_RETURN(StoreHandle h, engine.BeginStore(rq));
+    t->looked_up = t->bound = NowSeconds();
     for (uint32_t l = 0; l < geometry_.layers; ++l) RANGEKV_RETURN_IF_ERROR(h.LayerProduced(l));
     StoreOutcome out = h.Finish(StoreWait::kUntilVisible);
-    *seconds = NowSeconds() - t0;
+    t->first = t->last = t->end = NowSeconds();
     RANGEKV_RETURN_IF_ERROR(out.status);
     if (!out.visible) return Internal("store " + id + " did not become visible");
     return OkStatus();
   }
 
   Status Restore(Engine& engine, PagedKvSpace& kv, std::span<const int32_t> prompt, uint64_t end,
-                 const std::string& id, double* seconds) {
+                 const std::string& id, Timeline* t) {
     const RequestEnvelope env = Envelope(id);
-    const double t0 = NowSeconds();
+    t->start = NowSeconds();
     RANGEKV_ASSIGN_OR_RETURN(LookupResult lr, engine.Lookup(env, prompt, 1));
+    t->looked_up = NowSeconds();
     if (lr.hit_tokens < end) {
       engine.ReleaseRequest(env);
       return Internal("lookup of " + id + " hit " + std::to_string(lr.hit_tokens) + " tokens");
@@ -675,13 +717,38 @@ class Bench {
     RANGEKV_ASSIGN_OR_RETURN(RestoreHandle h, engine.StartRestore(rq));
     RANGEKV_RETURN_IF_ERROR(
         h.BindSlots(kv.engine_kv(), std::span<const int64_t>(kv.slots()).first(end)));
-    for (uint32_t l = 0; l < geometry_.layers; ++l) RANGEKV_RETURN_IF_ERROR(h.WaitLayer(l));
-    *seconds = NowSeconds() - t0;
+    t->bound = NowSeconds();
+    for (uint32_t l = 0; l < geometry_.layers; ++l) {
+      RANGEKV_RETURN_IF_ERROR(h.WaitLayer(l));
+      if (l == 0) t->first = NowSeconds();
+    }
+    t->last = NowSeconds();
     RestoreOutcome out = h.Finish();
     engine.ReleaseRequest(env);
+    t->end = NowSeconds();
     RANGEKV_RETURN_IF_ERROR(out.status);
     if (out.delivered_tokens != end) return Internal("restore " + id + " was partial");
     return OkStatus();
+  }
+
+  struct PhaseMedians {
+    double start = 0, looked_up = 0, bound = 0, first = 0, last = 0, end = 0, max_end = 0;
+  };
+  static PhaseMedians Phases(const RunResult& r) {
+    auto median = [&](double Timeline::*field) {
+      std::vector<double> v;
+      for (const Timeline& t : r.timelines) v.push_back(t.*field);
+      return Median(v);
+    };
+    PhaseMedians m;
+    m.start = median(&Timeline::start);
+    m.looked_up = median(&Timeline::looked_up);
+    m.bound = median(&Timeline::bound);
+    m.first = median(&Timeline::first);
+    m.last = median(&Timeline::last);
+    m.end = median(&Timeline::end);
+    for (const Timeline& t : r.timelines) m.max_end = std::max(m.max_end, t.end);
+    return m;
   }
 
   static std::string Fixed(double v) {

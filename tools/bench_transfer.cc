@@ -40,6 +40,7 @@ struct TransferFlags {
   bool skip_baseline = false;
   bool skip_rangekv = false;
   bool skip_ceiling = false;
+  bool interleave = false;
   bool buffered = false;
   bool quiet = false;
   bool verbose = false;
@@ -139,6 +140,7 @@ void RunTransfer(Workload workload, const TransferFlags& f) {
   o.run_baseline = !f.skip_baseline;
   o.run_rangekv = !f.skip_rangekv;
   o.run_ceiling = !f.skip_ceiling;
+  o.interleave_configs = f.interleave;
   o.reps = f.reps;
   o.warmups = f.warmups;
   if (f.device == "host") {
@@ -237,6 +239,9 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_flag("--skip-baseline", flags->skip_baseline, "do not run the per-object model");
   cmd->add_flag("--skip-rangekv", flags->skip_rangekv, "do not run the engine");
   cmd->add_flag("--skip-ceiling", flags->skip_ceiling, "do not measure the ceiling");
+  cmd->add_flag("--interleave", flags->interleave,
+                "run the configurations that share one engine rep by rep side by side (their "
+                "engines open together) rather than one after the other");
   cmd->add_flag("--buffered", flags->buffered,
                 "buffered I/O instead of O_DIRECT (page cache dropped before each repetition)");
   cmd->add_flag("--quiet", flags->quiet, "no progress lines on stderr");

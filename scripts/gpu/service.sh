@@ -25,7 +25,7 @@ shm=/dev/shm/rkv-service
 rm -rf $shm && mkdir -p $shm
 t concurrent 300 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode both \
   --n "${SERVICE_N:-1,4,8}" --size "${SERVICE_SIZE:-4GiB}" --reps 3 --json "$out/concurrent.json"
-tail -22 "$out/concurrent.txt" | sed "s/^/  /" | tee -a "$sum"
+tail -40 "$out/concurrent.txt" | sed "s/^/  /" | tee -a "$sum"
 # The node's read threads split among the clients (each client's read_io_threads = 16 / N)
 # against each client taking what one process alone would (the run above).
 for ct in ${SERVICE_CLIENT_THREADS:-}; do
@@ -33,7 +33,7 @@ for ct in ${SERVICE_CLIENT_THREADS:-}; do
   t concurrent-ct$ct 200 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode service \
     --n "${SERVICE_N:-1,4,8}" --size "${SERVICE_SIZE:-4GiB}" --reps 3 --client-read-threads $ct \
     --json "$out/concurrent-ct$ct.json"
-  tail -12 "$out/concurrent-ct$ct.txt" | sed "s/^/  /" | tee -a "$sum"
+  tail -26 "$out/concurrent-ct$ct.txt" | sed "s/^/  /" | tee -a "$sum"
 done
 rm -rf $shm
 note "total: $(( $(date +%s) - start )) s"

@@ -76,6 +76,7 @@ struct ConcurrentFlags {
   bool quiet = false;
   std::string mode = "embedded";  // embedded | service | both
   uint32_t client_read_threads = 0;  // service clients' read_io_threads (0: the engine's auto)
+  uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
 };
 
 // What a client process of the service mode is told, besides the flags above.
@@ -241,6 +242,10 @@ class Bench {
       eo.store_service = "unix://" + socket;
       eo.tenant = "bench";
       eo.read_io_threads = f_.client_read_threads;
+      if (f_.client_read_banks != 0) {
+        eo.read_banks = f_.client_read_banks;
+        eo.prefetch_banks = std::min(eo.prefetch_banks, f_.client_read_banks - 1);
+      }
     }
     eo.model = model_;
     eo.stripe_bytes = geometry_.stripe_bytes;
@@ -467,7 +472,9 @@ class Bench {
                                      "--warmups", std::to_string(f_.warmups),
                                      "--seed", std::to_string(f_.seed),
                                      "--client-read-threads",
-                                     std::to_string(f_.client_read_threads)};
+                                     std::to_string(f_.client_read_threads),
+                                     "--client-read-banks",
+                                     std::to_string(f_.client_read_banks)};
     if (f_.buffered) args.push_back("--buffered");
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -813,6 +820,11 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
   cmd->add_option("--client-read-threads", f->client_read_threads,
                   "--mode service: read I/O threads of each client's engine (0: its auto "
                   "value, as one process alone on the node would take)")
+      ->capture_default_str();
+  cmd->add_option("--client-read-banks", f->client_read_banks,
+                  "--mode service: read banks of each client's engine (0: the engine's default; "
+                  "its prefetch banks are capped one below)")
+      ->check(CLI::Range(0u, 64u))
       ->capture_default_str();
 }
 

@@ -5,7 +5,9 @@
 #      tokens (acceptance: within 2x);
 #   3. bench concurrent --mode both on tmpfs, CudaDevice, buffered: every (variant, N) embedded
 #      in one process and through an in-process service with one client process per request
-#      (acceptance: 4 client processes reach >= 0.9 of the embedded aggregate).
+#      (acceptance: 4 client processes reach >= 0.9 of the embedded aggregate);
+#   4. optional service-only runs with the clients' read threads / banks sized down
+#      (SERVICE_CLIENT_RUNS).
 # Tables to <name>.txt, progress to <name>.err, JSON to <name>.json, packed into
 # $OUT/service-logs.tar.gz; $OUT/summary.txt collects the key lines.
 set -uo pipefail
@@ -26,14 +28,16 @@ rm -rf $shm && mkdir -p $shm
 t concurrent 300 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode both \
   --n "${SERVICE_N:-1,4,8}" --size "${SERVICE_SIZE:-4GiB}" --reps 3 --json "$out/concurrent.json"
 tail -40 "$out/concurrent.txt" | sed "s/^/  /" | tee -a "$sum"
-# The node's read threads split among the clients (each client's read_io_threads = 16 / N)
-# against each client taking what one process alone would (the run above).
-for ct in ${SERVICE_CLIENT_THREADS:-}; do
+# Client engines sized down (SERVICE_CLIENT_RUNS="threads:banks ...", 0 = the engine's own):
+# each client's read I/O threads and read banks, e.g. the node's 16 threads or 8 banks split
+# four ways, against each client taking what one process alone would (the run above).
+for run in ${SERVICE_CLIENT_RUNS:-}; do
+  ct=${run%%:*} cb=${run##*:}
   rm -rf $shm && mkdir -p $shm
-  t concurrent-ct$ct 200 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode service \
+  t concurrent-ct$ct-b$cb 200 $rkv bench concurrent --device ${SERVICE_DEVICE:-cuda} --dir $shm --buffered --mode service \
     --n "${SERVICE_N:-1,4,8}" --size "${SERVICE_SIZE:-4GiB}" --reps 3 --client-read-threads $ct \
-    --json "$out/concurrent-ct$ct.json"
-  tail -26 "$out/concurrent-ct$ct.txt" | sed "s/^/  /" | tee -a "$sum"
+    --client-read-banks $cb --json "$out/concurrent-ct$ct-b$cb.json"
+  tail -26 "$out/concurrent-ct$ct-b$cb.txt" | sed "s/^/  /" | tee -a "$sum"
 done
 rm -rf $shm
 note "total: $(( $(date +%s) - start )) s"

@@ -120,6 +120,7 @@ class Engine:
         direct_io: bool = True,
         checksum: Literal["always", "off"] = "always",
         durability: str = "periodic:200",
+        checkpoint_interval_ms: int = 60000,
         ablations: str = "",
         read_banks: int = 8,
         read_bank_bytes: int = 0,

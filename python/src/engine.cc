@@ -622,8 +622,8 @@ void RegisterEngine(nb::module_& m) {
              std::string semantic_config, uint32_t tp_size, uint32_t tp_rank,
              std::vector<std::string> tags, uint64_t stripe_bytes, uint64_t capacity_bytes,
              std::string device, uint32_t cuda_device, std::string io_engine, bool direct_io,
-             std::string checksum, std::string durability, std::string ablations,
-             uint32_t read_banks,
+             std::string checksum, std::string durability, uint64_t checkpoint_interval_ms,
+             std::string ablations, uint32_t read_banks,
              uint64_t read_bank_bytes, uint32_t read_workers, uint32_t prefetch_banks,
              uint32_t lookahead_layers, uint32_t max_inflight_restores, uint32_t store_banks,
              uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
@@ -656,6 +656,7 @@ void RegisterEngine(nb::module_& m) {
                       &v);
             o.checksum = static_cast<ChecksumPolicy>(v);
             ThrowIfError(o.durability.Set(durability));
+            o.durability.checkpoint_interval_ms = checkpoint_interval_ms;
             size_t pos = 0;
             while (pos < ablations.size()) {
               size_t comma = ablations.find(',', pos);
@@ -694,7 +695,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("capacity_bytes") = 16ull << 30, nb::arg("device") = "auto",
           nb::arg("cuda_device") = 0, nb::arg("io_engine") = "auto", nb::arg("direct_io") = true,
           nb::arg("checksum") = "always", nb::arg("durability") = "periodic:200",
-          nb::arg("ablations") = "", nb::arg("read_banks") = 8,
+          nb::arg("checkpoint_interval_ms") = 60000, nb::arg("ablations") = "", nb::arg("read_banks") = 8,
           nb::arg("read_bank_bytes") = 0, nb::arg("read_workers") = 4,
           nb::arg("prefetch_banks") = 7, nb::arg("lookahead_layers") = 2,
           nb::arg("max_inflight_restores") = 16, nb::arg("store_banks") = 8,

@@ -71,6 +71,9 @@ KEYS: dict[str, _Key] = {
     "durability": _Key("periodic:200", "durability", "what a crash may lose (docs/fault-model.md): "
                        "'every_publish' (nothing published), 'periodic:<ms>' (at most that "
                        "window of publications), 'none' (the whole index)"),
+    "checkpoint_interval_ms": _Key(60000, "int", "fold a journal that has held records this long "
+                                   "into a new snapshot, bounding a dirty reopen's replay (ms; 0: "
+                                   "only past 256 MiB and at shutdown; at most a day)", minimum=0),
     "lookup_timeout_ms": _Key(2000, "int", "bound on the scheduler's wait for a rank's lookup "
                               "answer (ms); no answer = no hit", minimum=1),
     "min_hit_tokens": _Key(0, "int_or_auto", "break-even gate: restores shorter than this many "
@@ -123,6 +126,7 @@ class ConnectorConfig:
     layerwise: bool
     checksum: str
     durability: str
+    checkpoint_interval_ms: int
     lookup_timeout_ms: int
     min_hit_tokens: int | str      # tokens, or "auto" (gate.py derives it at start-up)
     gate_prefill_tokens_per_s: int
@@ -151,7 +155,8 @@ class ConnectorConfig:
         return dict(
             stripe_bytes=self.stripe_bytes, capacity_bytes=self.capacity,
             io_engine=self.io_engine, direct_io=self.direct_io, checksum=self.checksum,
-            durability=self.durability, ablations=self.ablations, read_banks=self.read_banks,
+            durability=self.durability, checkpoint_interval_ms=self.checkpoint_interval_ms,
+            ablations=self.ablations, read_banks=self.read_banks,
             read_bank_bytes=self.read_bank_bytes, read_workers=self.read_workers,
             prefetch_banks=self.prefetch_banks, lookahead_layers=self.lookahead_layers,
             max_inflight_restores=self.max_inflight_restores, store_banks=self.store_banks,

@@ -31,6 +31,7 @@ def test_defaults_and_sizes():
     ({"store_dir": "/x", "lookup_timeout_ms": 0}, "lookup_timeout_ms: must be >= 1"),
     ({"store_dir": "/x", "durability": "periodic:0"}, "durability: expected every_publish"),
     ({"store_dir": "/x", "durability": "always"}, "durability: expected every_publish"),
+    ({"store_dir": "/x", "checkpoint_interval_ms": -1}, "checkpoint_interval_ms: must be >= 0"),
     ({"store_dir": "/x", "read_banks": 4, "prefetch_banks": 4}, "prefetch_banks: must be <"),
     ({"store_dir": "/x", "store": "tcp://host:1"}, "store: expected 'embedded' or 'unix://"),
     ({"store": "unix://"}, "store: expected"),

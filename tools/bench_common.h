@@ -248,6 +248,7 @@ struct SweepReport {
   std::string best_ceiling_config;  // "8 threads x 1 MiB requests"
   uint32_t best_ceiling_threads = 0;
   uint64_t best_ceiling_request_bytes = 0;
+  std::string durability;        // the default configuration's ("periodic:200")
   std::string engine_split;      // the engine's byte split as DescribeBackends reports it
   double h2d_ceiling_gib_s = 0;  // 0 when the device is the host
   std::vector<SweepResult> results;

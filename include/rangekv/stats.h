@@ -43,6 +43,7 @@ namespace rangekv {
   X(journal_durable_publications, "publish records made durable (one per new pack)")           \
   X(journal_checkpoints, "journal checkpoints folded into a new snapshot mid-session")         \
   X(journal_failures, "journal appends or fsyncs that failed (journaling ended)")               \
+  X(journal_wait_ns, "ns stores waited on the journal (durable publish, slot reuse)")           \
   X(native_read_calls, "read syscalls/SQEs issued by the I/O engine (engine-wide)")             \
   X(native_write_calls, "write syscalls/SQEs issued by the I/O engine (engine-wide)")           \
   X(store_gather_ns, "store: ns in gather + digest + copy-out per batch, summed over batches")  \

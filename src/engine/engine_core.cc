@@ -488,6 +488,7 @@ EngineStats EngineCore::GetStats() const {
       s.journal_durable_publications = js.durable_publications;
       s.journal_checkpoints = js.checkpoints;
       s.journal_failures = js.failures;
+      s.journal_wait_ns = js.wait_ns;
     }
     if (const RemovalLog* r = store_->removals(); r != nullptr) {
       s.removed_events_dropped = r->dropped();

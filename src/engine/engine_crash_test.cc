@@ -479,7 +479,9 @@ TEST(EngineCrashTest, PublicationsOlderThanThePeriodSurviveEveryKillPoint) {
         }
       }
     }
-    if (run.killed) ASSERT_NE(kill_ns, 0u) << kp.label << ": no kill time";
+    if (run.killed) {
+      ASSERT_NE(kill_ns, 0u) << kp.label << ": no kill time";
+    }
     if (!std::filesystem::exists(dir)) continue;
     const Recovered r = CheckStore(w, dir, kp.label, kAllPacks);
     if (!r.opened) break;

@@ -697,7 +697,9 @@ TEST_P(EngineJournalFaultTest, NeverAcknowledgedDurableAndNothingWrongServed) {
       const Status closed = e->Close();
       EXPECT_EQ(closed.ok(), !crash) << closed.ToString();
     }
-    if (crash) ASSERT_TRUE(faults.DropUnsyncedData().ok());
+    if (crash) {
+      ASSERT_TRUE(faults.DropUnsyncedData().ok());
+    }
     auto e = open(DefaultEnv());
     ASSERT_NE(e, nullptr);
     const uint64_t hit_a = restore(*e, a), hit_b = restore(*e, b), hit_c = restore(*e, c);
@@ -719,7 +721,7 @@ INSTANTIATE_TEST_SUITE_P(EnospcAndEio, EngineJournalFaultTest,
                          ::testing::Values(JournalFault{"NoSpaceWhileAppending",
                                                         StatusCode::kNoSpace},
                                            JournalFault{"IoErrorOnFsync", StatusCode::kIoError}),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& p) { return std::string(p.param.name); });
 
 // Power loss (FaultInjectingEnv::DropUnsyncedData for file contents, DirJournalEnv::Crash for
 // every surviving subset of unsynced directory entries) in a second session: before it writes,

@@ -414,5 +414,27 @@ TEST_F(JournalRecoveryTest, CheckpointAfterTheIntervalFoldsTheJournalIntoTheSnap
   EXPECT_EQ(Hit(*t, c_), c_.size() - 1);  // from the journal after it
 }
 
+// A removal is committed at once, whatever the period (JournalWriter "Group commit"): the slot
+// it frees is about to be reused, and the reusing store's first write waits for the removal to
+// be durable, so the commit must start at the eviction rather than at that write. Here the
+// period is a minute and nothing waits; the commit still comes.
+TEST_F(JournalRecoveryTest, ARemovalIsCommittedAtOnceWithoutAWaiter) {
+  PersistenceOptions o = Journaled(DurabilityMode::kPeriodic);
+  o.journal.period_ms = 60000;
+  Result<TinyStore> s = TinyStore::Open(env_, dir_.path(), true, o, /*pack_count=*/4);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  JournalWriter* journal = s->index.persistence->journal();
+  ASSERT_TRUE(s->Store(ns_, a_).ok());  // 3 of the 4 slots
+  ASSERT_TRUE(journal->Flush().ok());
+  const uint64_t commits = journal->stats().commits;
+  const std::vector<int32_t> d = Tokens(200, 20000);  // 2 packs: evicts one of a_'s
+  ASSERT_TRUE(s->Store(ns_, d).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (journal->stats().commits == commits && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_GT(journal->stats().commits, commits) << "the removal waited for the period";
+}
+
 }  // namespace
 }  // namespace rangekv::persist

@@ -7,7 +7,14 @@
 #include "base/log.h"
 
 namespace rangekv::persist {
+
 namespace {
+
+uint64_t ElapsedNs(std::chrono::steady_clock::time_point t0) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count());
+}
 
 namespace jf = journal_format;
 
@@ -184,11 +191,17 @@ void JournalWriter::OnRemoved(const RemovedPack& pack) {
   r.remove = {pack.slot, pack.generation};
   MutexLock l(mu_);
   Enqueue(std::move(r), RecordBytes(r), 0);
+  // A removed pack's slot is about to be reused (an eviction happens for a store's
+  // reservation), and its first write waits for this record (BeforeOverwrite): commit now, so
+  // the fsyncs overlap the store's gather instead of stalling its first write.
+  urgent_ = true;
+  work_cv_.NotifyAll();
 }
 
 Status JournalWriter::WaitDurable(uint64_t lsn) {
   MutexLock l(mu_);
   if (lsn <= durable_lsn_) return OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
   if (abandoned_ || broken_) return error_;
   if (!started_ || stopping_)
     return error_.ok() ? FailedPrecondition("journal: not running") : error_;
@@ -196,6 +209,7 @@ Status JournalWriter::WaitDurable(uint64_t lsn) {
   work_cv_.NotifyAll();
   // A failure is reported once journaling has ended (the file is gone or known broken).
   durable_cv_.Wait(l, [&]() REQUIRES(mu_) { return lsn <= durable_lsn_ || abandoned_ || broken_; });
+  stats_.wait_ns += ElapsedNs(t0);
   return lsn <= durable_lsn_ ? OkStatus() : error_;
 }
 
@@ -218,6 +232,7 @@ Status JournalWriter::BeforeOverwrite(uint32_t slot) {
   if (broken_) return error_;
   if (abandoned_ || (error_.ok() && lsn <= durable_lsn_)) return OkStatus();
   if (!started_) return FailedPrecondition("journal: not started");
+  const auto t0 = std::chrono::steady_clock::now();
   urgent_ = true;
   work_cv_.NotifyAll();
   // A failing journal is waited out until its file is gone: until then a removal it dropped
@@ -225,6 +240,7 @@ Status JournalWriter::BeforeOverwrite(uint32_t slot) {
   durable_cv_.Wait(l, [&]() REQUIRES(mu_) {
     return abandoned_ || broken_ || (error_.ok() && lsn <= durable_lsn_);
   });
+  stats_.wait_ns += ElapsedNs(t0);
   return broken_ ? error_ : OkStatus();
 }
 

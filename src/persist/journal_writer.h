@@ -12,8 +12,10 @@
 // Group commit. One committing thread takes every queued record at once, makes the pack file
 // durable when the batch holds a publication (fsync: the payload every queued publication names
 // was completely written before it was published), then appends the records and fsyncs the
-// journal: at most one pair of fsyncs per batch, whatever the number of records. It commits when a caller waits (AwaitPublished,
-// BeforeOverwrite), at once after a publication under kEveryPublish, and at least every
+// journal: at most one pair of fsyncs per batch, whatever the number of records. It commits when
+// a caller waits (AwaitPublished, BeforeOverwrite), at once after a publication under
+// kEveryPublish, at once after a removal (its slot is about to be reused: the commit then runs
+// while the reusing store gathers, not in front of its first write), and at least every
 // period_ms under kPeriodic.
 //
 // Write-ahead rule for reused slots. A slot that held a published pack is overwritten only after
@@ -83,6 +85,9 @@ struct JournalStats {
   uint64_t failures = 0;     // failed commits (journaling ended)
   uint64_t checkpoints = 0;  // the journal was folded into a new snapshot
   uint64_t durable_publications = 0;
+  // ns callers spent blocked in AwaitPublished and BeforeOverwrite (the store path's wait on
+  // the journal), summed over callers.
+  uint64_t wait_ns = 0;
 };
 
 class JournalWriter final : public DirectoryObserver {

@@ -240,12 +240,10 @@ uint64_t ServiceStore::CurrentGeneration(uint32_t slot) const {
 
 Result<Reservation> ServiceStore::Reserve(const NamespaceId& ns, std::span<const int32_t> tokens) {
   if (!(ns == options_.ns)) return Status(StatusCode::kNamespaceMismatch, "reserve: namespace");
-  service::ReserveRequest m;
-  m.tokens.assign(tokens.begin(), tokens.end());
   std::vector<uint8_t> body, out;
-  service::Encode(m, &body);
+  const std::span<const uint8_t> tail = service::EncodeReserveHead(tokens, &body);
   MutexLock c(call_mu_);
-  RANGEKV_RETURN_IF_ERROR(CallLocked(MessageType::kReserve, body, &out));
+  RANGEKV_RETURN_IF_ERROR(CallLocked(MessageType::kReserve, body, &out, tail));
   service::ReserveReply r;
   RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
   Learn(r.reservation.records);
@@ -357,14 +355,10 @@ Result<ClaimedRange> ServiceStore::ClaimBytes(const NamespaceId& ns,
   if (!(ns == options_.ns)) {
     return Status(StatusCode::kNamespaceMismatch, "claim: namespace of another store");
   }
-  service::ClaimRequest m;
-  m.ticket.assign(ticket_bytes.begin(), ticket_bytes.end());
-  m.envelope = envelope;
-  m.endpoint_tokens = endpoint_tokens;
-  m.tokens.assign(tokens.begin(), tokens.end());
   std::vector<uint8_t> body, out;
-  service::Encode(m, &body);
-  Status s = Call(MessageType::kClaim, body, &out);
+  const std::span<const uint8_t> tail =
+      service::EncodeClaimHead(ticket_bytes, envelope, endpoint_tokens, tokens, &body);
+  Status s = Call(MessageType::kClaim, body, &out, tail);
   MutexLock l(mu_);
   ++counters_.claims;
   if (!s.ok()) {

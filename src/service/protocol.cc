@@ -344,15 +344,13 @@ Status Decode(std::span<const uint8_t> body, HelloReply* m) {
   return r.Finish();
 }
 
-std::span<const uint8_t> EncodeLookupHead(const Envelope& envelope, uint64_t granularity_tokens,
-                                          std::span<const int32_t> tokens,
-                                          std::vector<uint8_t>* out) {
-  ByteWriter w;
-  w.Reserve(64 + envelope.request_id.size());
-  PutEnvelope(w, envelope);
-  w.U64(granularity_tokens);
+namespace {
+
+// Ends a head whose last field is a token array: on little-endian hosts the array's wire bytes
+// are the tokens as they lie in memory, returned as the tail; elsewhere they go to `out` too.
+std::span<const uint8_t> EndWithTokens(ByteWriter& w, std::span<const int32_t> tokens,
+                                       std::vector<uint8_t>* out) {
   if constexpr (std::endian::native == std::endian::little) {
-    // The array's wire bytes are the tokens as they lie in memory.
     w.U32(static_cast<uint32_t>(tokens.size()));
     Append(w, out);
     return {reinterpret_cast<const uint8_t*>(tokens.data()), tokens.size_bytes()};
@@ -361,10 +359,24 @@ std::span<const uint8_t> EncodeLookupHead(const Envelope& envelope, uint64_t gra
   Append(w, out);
   return {};
 }
-void Encode(const LookupRequest& m, std::vector<uint8_t>* out) {
-  const std::span<const uint8_t> tail =
-      EncodeLookupHead(m.envelope, m.granularity_tokens, m.tokens, out);
+
+void AppendTail(std::span<const uint8_t> tail, std::vector<uint8_t>* out) {
   out->insert(out->end(), tail.begin(), tail.end());
+}
+
+}  // namespace
+
+std::span<const uint8_t> EncodeLookupHead(const Envelope& envelope, uint64_t granularity_tokens,
+                                          std::span<const int32_t> tokens,
+                                          std::vector<uint8_t>* out) {
+  ByteWriter w;
+  w.Reserve(64 + envelope.request_id.size());
+  PutEnvelope(w, envelope);
+  w.U64(granularity_tokens);
+  return EndWithTokens(w, tokens, out);
+}
+void Encode(const LookupRequest& m, std::vector<uint8_t>* out) {
+  AppendTail(EncodeLookupHead(m.envelope, m.granularity_tokens, m.tokens, out), out);
 }
 Status Decode(std::span<const uint8_t> body, LookupRequest* m) {
   Reader r(body);
@@ -387,14 +399,18 @@ Status Decode(std::span<const uint8_t> body, LookupReply* m) {
   return r.Finish();
 }
 
-void Encode(const ClaimRequest& m, std::vector<uint8_t>* out) {
+std::span<const uint8_t> EncodeClaimHead(std::span<const uint8_t> ticket, const Envelope& envelope,
+                                         uint64_t endpoint_tokens, std::span<const int32_t> tokens,
+                                         std::vector<uint8_t>* out) {
   ByteWriter w;
-  w.Reserve(m.ticket.size() + 64 + 4 * m.tokens.size());
-  PutBytes(w, m.ticket);
-  PutEnvelope(w, m.envelope);
-  w.U64(m.endpoint_tokens);
-  PutTokens(w, m.tokens);
-  Append(w, out);
+  w.Reserve(ticket.size() + 64 + envelope.request_id.size());
+  PutBytes(w, ticket);
+  PutEnvelope(w, envelope);
+  w.U64(endpoint_tokens);
+  return EndWithTokens(w, tokens, out);
+}
+void Encode(const ClaimRequest& m, std::vector<uint8_t>* out) {
+  AppendTail(EncodeClaimHead(m.ticket, m.envelope, m.endpoint_tokens, m.tokens, out), out);
 }
 Status Decode(std::span<const uint8_t> body, ClaimRequest* m) {
   Reader r(body);
@@ -465,11 +481,13 @@ Status Decode(std::span<const uint8_t> body, InFlightReply* m) {
   return r.Finish();
 }
 
-void Encode(const ReserveRequest& m, std::vector<uint8_t>* out) {
+std::span<const uint8_t> EncodeReserveHead(std::span<const int32_t> tokens,
+                                           std::vector<uint8_t>* out) {
   ByteWriter w;
-  w.Reserve(4 + 4 * m.tokens.size());
-  PutTokens(w, m.tokens);
-  Append(w, out);
+  return EndWithTokens(w, tokens, out);
+}
+void Encode(const ReserveRequest& m, std::vector<uint8_t>* out) {
+  AppendTail(EncodeReserveHead(m.tokens, out), out);
 }
 Status Decode(std::span<const uint8_t> body, ReserveRequest* m) {
   Reader r(body);

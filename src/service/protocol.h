@@ -178,6 +178,12 @@ void Encode(const LookupRequest& m, std::vector<uint8_t>* out);
 std::span<const uint8_t> EncodeLookupHead(const Envelope& envelope, uint64_t granularity_tokens,
                                           std::span<const int32_t> tokens,
                                           std::vector<uint8_t>* out);
+// The same split for the other bodies that end with a query's tokens.
+std::span<const uint8_t> EncodeClaimHead(std::span<const uint8_t> ticket, const Envelope& envelope,
+                                         uint64_t endpoint_tokens, std::span<const int32_t> tokens,
+                                         std::vector<uint8_t>* out);
+std::span<const uint8_t> EncodeReserveHead(std::span<const int32_t> tokens,
+                                           std::vector<uint8_t>* out);
 void Encode(const LookupReply& m, std::vector<uint8_t>* out);
 void Encode(const ClaimRequest& m, std::vector<uint8_t>* out);
 void Encode(const ClaimReply& m, std::vector<uint8_t>* out);

@@ -48,9 +48,12 @@ struct StoreService::Session {
   std::set<uint64_t> claimed;      // claimed ticket ids not yet released
   std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
   bool goodbye = false;
-  // Reused from request to request, so a large lookup allocates (and faults in) nothing.
+  // Reused from request to request, so a large lookup, claim or reservation allocates (and
+  // faults in) nothing: their token arrays are the largest bodies on the hot path.
   ReceivedFrame frame;
   LookupRequest lookup;
+  ClaimRequest claim;
+  ReserveRequest reserve;
 
   bool HasLeftovers() const {
     return !requests.empty() || !claimed.empty() || !reservations.empty();
@@ -214,7 +217,9 @@ void StoreService::RunSession(Session* session) {
     // to the 32 MiB cap, times every session).
     constexpr size_t kKeepBytes = 2u << 20;
     if (s.frame.body.capacity() > kKeepBytes) std::vector<uint8_t>().swap(s.frame.body);
-    if (s.lookup.tokens.capacity() > kKeepBytes / 4) std::vector<int32_t>().swap(s.lookup.tokens);
+    for (std::vector<int32_t>* t : {&s.lookup.tokens, &s.claim.tokens, &s.reserve.tokens}) {
+      if (t->capacity() > kKeepBytes / 4) std::vector<int32_t>().swap(*t);
+    }
   }
   ::shutdown(s.fd, SHUT_RDWR);
   if (!s.goodbye && s.HasLeftovers()) ReclaimAfterExit(s);
@@ -398,14 +403,22 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
     Reply(s, type, FailedPrecondition("the first message of a session must be hello"), {});
     return false;
   }
-  // Validate the whole body before anything is applied.
-  if (Status v = DecodeRequestBody(type, body); !v.ok()) {
+  // Validate the whole body before anything is applied. Lookups, claims and reservations are
+  // decoded once, straight into the session's reused request, before anything is applied (a
+  // second, validating decode of their token arrays cost a 512 KiB allocation and copy per
+  // 128K-token request); a bad body ends the session the same way.
+  auto bad_body = [&](const Status& v) {
     {
       MutexLock l(mu_);
       ++stats_.bad_frames;
     }
     Reply(s, type, v, {});
     return false;
+  };
+  const bool decoded_in_place =
+      t == MessageType::kLookup || t == MessageType::kClaim || t == MessageType::kReserve;
+  if (!decoded_in_place) {
+    if (Status v = DecodeRequestBody(type, body); !v.ok()) return bad_body(v);
   }
   StoreState& st = *s.store->state;
   Directory& d = st.directory();
@@ -413,8 +426,8 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   switch (t) {
     case MessageType::kLookup: {
       LookupRequest& m = s.lookup;  // its token vector keeps its capacity
-      status = Decode(body, &m);
-      if (status.ok()) status = WithPrefix(s.prefix, &m.envelope);
+      if (Status v = Decode(body, &m); !v.ok()) return bad_body(v);
+      status = WithPrefix(s.prefix, &m.envelope);
       if (!status.ok()) break;
       auto ticket = d.Lookup(st.ns(), m.tokens, m.envelope, m.granularity_tokens);
       if (!ticket.ok()) {
@@ -430,9 +443,9 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       break;
     }
     case MessageType::kClaim: {
-      ClaimRequest m;
-      status = Decode(body, &m);
-      if (status.ok()) status = WithPrefix(s.prefix, &m.envelope);
+      ClaimRequest& m = s.claim;
+      if (Status v = Decode(body, &m); !v.ok()) return bad_body(v);
+      status = WithPrefix(s.prefix, &m.envelope);
       if (!status.ok()) break;
       auto claim = d.ClaimBytes(st.ns(), m.ticket, m.envelope, m.tokens, m.endpoint_tokens);
       if (!claim.ok()) {
@@ -470,9 +483,8 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       break;
     }
     case MessageType::kReserve: {
-      ReserveRequest m;
-      status = Decode(body, &m);
-      if (!status.ok()) break;
+      ReserveRequest& m = s.reserve;
+      if (Status v = Decode(body, &m); !v.ok()) return bad_body(v);
       if (Clock::now() < s.store->fence_until) {
         status = Unavailable("store service: restart fence (stores resume shortly)");
         break;

@@ -190,6 +190,15 @@ Recovered CheckStore(const CrashWorkload& w, const std::string& dir, const std::
   return r;
 }
 
+// A driver's arguments: `extra` (the kill point), then `common`, then --acks FILE.
+std::vector<std::string> WithAcks(std::vector<std::string> extra,
+                                  const std::vector<std::string>& common, const std::string& acks) {
+  extra.insert(extra.end(), common.begin(), common.end());
+  extra.push_back("--acks");
+  extra.push_back(acks);
+  return extra;
+}
+
 struct KillPoint {
   std::vector<std::string> args;  // --kill X --at K, or empty for an outside kill
   uint64_t kill_after_us = 0;
@@ -313,10 +322,7 @@ TEST(EngineCrashTest, EveryAcknowledgedPublicationSurvivesEveryKillPoint) {
   const std::vector<std::string> common = {"--durability", "every_publish", "--packs",
                                            std::to_string(kAllPacks)};
   auto with = [&](std::vector<std::string> extra, const std::string& acks) {
-    extra.insert(extra.end(), common.begin(), common.end());
-    extra.push_back("--acks");
-    extra.push_back(acks);
-    return extra;
+    return WithAcks(std::move(extra), common, acks);
   };
   DriverRun dry = RunDriver(root.path() + "/dry", seed,
                             with({"--kill", "none"}, root.path() + "/dry.acks"));
@@ -412,14 +418,16 @@ TEST(EngineCrashTest, PublicationsOlderThanThePeriodSurviveEveryKillPoint) {
   const CrashWorkload w = CrashWorkload::Make(seed, kSessions, kOps);
   const std::string parent = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "";
   testing::TempDir root(parent);
-  const std::vector<std::string> common = {
-      "--durability", "periodic:" + std::to_string(kPeriodMs), "--checkpoint-ms", "100",
-      "--pace-us",    "15000",                                  "--packs",         std::to_string(kAllPacks)};
+  const std::vector<std::string> common = {"--durability",
+                                           "periodic:" + std::to_string(kPeriodMs),
+                                           "--checkpoint-ms",
+                                           "100",
+                                           "--pace-us",
+                                           "15000",
+                                           "--packs",
+                                           std::to_string(kAllPacks)};
   auto with = [&](std::vector<std::string> extra, const std::string& acks) {
-    extra.insert(extra.end(), common.begin(), common.end());
-    extra.push_back("--acks");
-    extra.push_back(acks);
-    return extra;
+    return WithAcks(std::move(extra), common, acks);
   };
   DriverRun dry = RunDriver(root.path() + "/dry", seed,
                             with({"--kill", "none"}, root.path() + "/dry.acks"));

@@ -612,6 +612,36 @@ TEST_F(EngineFaultTest, NoSpaceForTheSnapshotFailsCloseAndTheNextOpenReplaysTheJ
 // every store bit for bit; the journal file is gone (a crash from here on discards the index
 // rather than replay a journal that no longer describes the store) and a power loss before the
 // snapshot then reopens to misses or exact bytes; a clean shutdown keeps everything.
+// An engine over `dir` with the small test geometry, `packs` packs and `durability`; null (and a
+// test failure) when it does not open.
+std::unique_ptr<Engine> OpenSmall(Env* env, const std::string& dir, uint64_t packs,
+                                  std::string_view durability,
+                                  engine_internal::EngineTestHooks hooks = {}) {
+  EngineOptions o = SmallOptions(dir, SmallModel(8, 2, 16), kW, packs);
+  o.env = env;
+  EXPECT_TRUE(o.durability.Set(durability).ok());
+  engine_internal::EngineInternalConfig config;
+  config.hooks = std::move(hooks);
+  auto e = engine_internal::OpenEngineForTesting(o, config);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// Restores `tokens` (stored with payload `seed`) into a fresh paged KV and checks every byte:
+// the tokens restored, 0 on a miss or on anything wrong (which also fails the test).
+uint64_t RestoreExact(Engine& e, std::span<const int32_t> tokens, uint64_t seed) {
+  auto kv = KvFixture::Make(e, KvCacheLayout::kFlashAttnNhd, 64);
+  EXPECT_TRUE(kv.ok());
+  if (!kv.ok()) return 0;
+  auto r = RestoreAndVerify(e, **kv, Envelope("r"), tokens, 1, seed, 5);
+  EXPECT_TRUE(r.ok());
+  if (!r.ok()) return 0;
+  EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_EQ(r->outcome.work.checksum_failures, 0u);
+  EXPECT_EQ(r->mismatches, 0u);
+  return r->mismatches == 0 && r->outcome.status.ok() ? r->lookup.hit_tokens : 0;
+}
+
 struct JournalFault {
   const char* name;
   StatusCode code;
@@ -625,28 +655,15 @@ TEST_P(EngineJournalFaultTest, NeverAcknowledgedDurableAndNothingWrongServed) {
     testing::TempDir root;
     const std::string dir = root.path() + "/store";
     const persist::StorePaths paths(dir);
-    const auto a = RandomTokens(kT + 9, 40), b = RandomTokens(kT + 9, 41), c = RandomTokens(kT + 9, 42);
+    const auto a = RandomTokens(kT + 9, 40);
+    const auto b = RandomTokens(kT + 9, 41);
+    const auto c = RandomTokens(kT + 9, 42);
     rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
     auto open = [&](Env* env, engine_internal::EngineTestHooks hooks = {}) {
-      EngineOptions o = SmallOptions(dir, SmallModel(8, 2, 16), kW, /*packs=*/8);
-      o.env = env;
-      EXPECT_TRUE(o.durability.Set("every_publish").ok());
-      engine_internal::EngineInternalConfig config;
-      config.hooks = std::move(hooks);
-      auto e = engine_internal::OpenEngineForTesting(o, config);
-      EXPECT_TRUE(e.ok()) << e.status().ToString();
-      return e.ok() ? std::move(e).value() : nullptr;
+      return OpenSmall(env, dir, 8, "every_publish", std::move(hooks));
     };
-    auto restore = [](Engine& e, std::span<const int32_t> tokens) -> uint64_t {
-      auto kv = KvFixture::Make(e, KvCacheLayout::kFlashAttnNhd, 64);
-      EXPECT_TRUE(kv.ok());
-      auto r = RestoreAndVerify(e, **kv, Envelope("r"), tokens, 1, 43, 5);
-      EXPECT_TRUE(r.ok());
-      if (!r.ok()) return 0;
-      EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
-      EXPECT_EQ(r->outcome.work.checksum_failures, 0u);
-      EXPECT_EQ(r->mismatches, 0u);
-      return r->mismatches == 0 && r->outcome.status.ok() ? r->lookup.hit_tokens : 0;
+    auto restore = [](Engine& e, std::span<const int32_t> tokens) {
+      return RestoreExact(e, tokens, 43);
     };
     {
       engine_internal::EngineTestHooks hooks;
@@ -850,25 +867,10 @@ TEST(EnginePowerLossTest, AcknowledgedDurablePublicationSurvivesEveryPowerLoss) 
   testing::TempDir root;
   int cases = 0, acknowledged = 0, survived = 0;
   auto open = [](Env* env, const std::string& dir, engine_internal::EngineTestHooks hooks = {}) {
-    EngineOptions o = SmallOptions(dir, SmallModel(8, 2, 16), kW, /*packs=*/4);
-    o.env = env;
-    EXPECT_TRUE(o.durability.Set("every_publish").ok());
-    engine_internal::EngineInternalConfig config;
-    config.hooks = std::move(hooks);
-    auto e = engine_internal::OpenEngineForTesting(o, config);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return e.ok() ? std::move(e).value() : nullptr;
+    return OpenSmall(env, dir, 4, "every_publish", std::move(hooks));
   };
-  auto restore = [](Engine& e, std::span<const int32_t> tokens, uint64_t seed) -> uint64_t {
-    auto kv = KvFixture::Make(e, KvCacheLayout::kFlashAttnNhd, 64);
-    EXPECT_TRUE(kv.ok());
-    auto r = RestoreAndVerify(e, **kv, Envelope("r"), tokens, 1, seed, 5);
-    EXPECT_TRUE(r.ok());
-    if (!r.ok()) return 0;
-    EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
-    EXPECT_EQ(r->outcome.work.checksum_failures, 0u);
-    EXPECT_EQ(r->mismatches, 0u);
-    return r->mismatches == 0 && r->outcome.status.ok() ? r->lookup.hit_tokens : 0;
+  auto restore = [](Engine& e, std::span<const int32_t> tokens, uint64_t seed) {
+    return RestoreExact(e, tokens, seed);
   };
   for (int point = kBeforeWrite; point < persist::kShutdownStepCount; ++point) {
     for (uint64_t mask = 0;; ++mask) {
@@ -952,21 +954,13 @@ TEST(EnginePowerLossTest, PublicationOlderThanThePeriodSurvivesEveryPowerLoss) {
   testing::TempDir root;
   int cases = 0, survived = 0;
   double slowest_ms = 0;
-  auto open = [](Env* env, const std::string& dir) {
-    EngineOptions o = SmallOptions(dir, SmallModel(8, 2, 16), kW, /*packs=*/8);
-    o.env = env;
-    EXPECT_TRUE(o.durability.Set("periodic:20").ok());
-    auto e = engine_internal::OpenEngineForTesting(o, {});
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return e.ok() ? std::move(e).value() : nullptr;
-  };
   for (uint64_t mask = 0;; ++mask) {
     SCOPED_TRACE("surviving entries mask " + std::to_string(mask));
     const std::string dir = root.path() + "/" + std::to_string(cases++);
     rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
     persist::testing::DirJournalEnv journal(&faults);
     {
-      auto e = open(&journal, dir);
+      auto e = OpenSmall(&journal, dir, 8, "periodic:20");
       ASSERT_NE(e, nullptr);
       auto kv = KvFixture::Make(*e, KvCacheLayout::kFlashAttnNhd, 64);
       ASSERT_TRUE(kv.ok());

@@ -100,7 +100,23 @@ Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
     return s;
   };
   Status sent = service::SendFrame(fd, static_cast<uint16_t>(MessageType::kHello), body);
-  if (!sent.ok()) return fail(sent.WithContext("store service hello"));
+  if (!sent.ok()) {
+    // A service that refuses a connection (peer credentials, too many sessions) replies at
+    // accept and closes; when that close came first, the hello fails with EPIPE/ECONNRESET
+    // (kUnavailable) but the refusal is still queued here: report it rather than the pipe.
+    if (sent.code() == StatusCode::kUnavailable) {
+      auto refusal = service::ReceiveFrame(fd);
+      if (refusal.ok()) {
+        if (refusal->passed_fd >= 0) ::close(refusal->passed_fd);
+        Status remote;
+        std::span<const uint8_t> rest;
+        if (service::DecodeStatus(refusal->body, &remote, &rest).ok() && !remote.ok()) {
+          return fail(remote.WithContext("store service"));
+        }
+      }
+    }
+    return fail(sent.WithContext("store service hello"));
+  }
   auto frame = service::ReceiveFrame(fd);
   if (!frame.ok()) return fail(frame.status().WithContext("store service hello"));
   Status remote;

@@ -40,7 +40,7 @@ cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DRANGEKV_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix/usr" \
   -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "${pc_arg[@]}" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; fail "configure"; }
-cmake --build "$build" -j "$(nproc)" --target _core rangekv >"$out/build.log" 2>&1 ||
+cmake --build "$build" -j "$(nproc)" --target _core _baseline rangekv >"$out/build.log" 2>&1 ||
   { grep -E -A6 "error|FAILED" "$out/build.log" | tail -40; fail "build"; }
 echo "build: ok ($(( $(date +%s) - start ))s)"
 
@@ -48,7 +48,7 @@ echo "build: ok ($(( $(date +%s) - start ))s)"
 rm -rf "$pkg" && mkdir -p "$pkg/rangekv/_bin"
 cp python/rangekv/*.py python/rangekv/*.pyi python/rangekv/py.typed "$pkg/rangekv/"
 cp -r python/rangekv/hf python/rangekv/bench python/rangekv/vllm "$pkg/rangekv/"
-cp "$build"/python/_core*.so "$pkg/rangekv/"
+cp "$build"/python/_core*.so "$build"/python/_baseline*.so "$pkg/rangekv/"
 cp "$build/tools/rangekv" "$pkg/rangekv/_bin/"
 cd python/tests
 PYTHONPATH="$pkg" "$py" -m pytest -q -rs -p no:cacheprovider "$@" test_*.py >"$out/pytest.log" 2>&1

@@ -13,8 +13,11 @@ cached prefix plus a new suffix, 2 output tokens. Arms:
   ablation X @ P     one of the engine's four ablations (index=scalar, read_issue=object,
                      delivery=barrier, prefetch=dispatch) at the coarse plain point and at the
                      layerwise point, stock objects named as that point names them
-  per-object         the stock per-object baseline (src/baseline): not exposed to Python, so
-                     not measured here (the JSON says so)
+  per-object G       the per-object model of the stock path (src/baseline, through the private
+                     module rangekv._baseline): the prefix stored as prefix / G objects of one
+                     chunk each, restored by one synchronous get (one key, index probe,
+                     allocation, native read and transfer call per object) before the suffix's
+                     forward, as the stock non-layerwise path retrieves before the model runs
 
 Every RangeKV and ablation run is paired with a resident run of the same prompt right before
 it (the paired difference is what the table's last row shows), and its generated tokens and
@@ -54,7 +57,7 @@ ABLATIONS = ("index=scalar", "read_issue=object", "delivery=barrier", "prefetch=
 @dataclass
 class Arm:
     name: str
-    kind: str  # recompute | resident | rangekv | ablation
+    kind: str  # recompute | resident | rangekv | ablation | per_object
     granularity: int = 0
     layerwise: bool = False
     ablation: str = ""
@@ -89,7 +92,12 @@ def build_model(shape: dict, device: str, seed: int):
         max_position_embeddings=max(4096, shape["prefix"] + shape["suffix"] + 16),
         initializer_range=0.05, dtype=dtype,
     )
-    cfg._attn_implementation = "sdpa"
+    # A suffix over a cached prefix without transformers' materialised q x kv mask (it kept
+    # SDPA off the flash kernel and made the 8B suffix's forward 2x slower); the same function
+    # for every arm, so restored and resident runs stay bitwise comparable.
+    from rangekv.hf import attention
+
+    cfg._attn_implementation = attention.register() if shape.get("attention", "rangekv") == "rangekv" else "sdpa"
     torch.manual_seed(seed)
     with torch.device(device):
         model = LlamaForCausalLM(cfg)  # random weights initialised where they will run
@@ -173,6 +181,7 @@ def run(args) -> dict:
     for k in ("layers", "prefix", "suffix"):
         if getattr(args, k) is not None:
             shape[k] = getattr(args, k)
+    shape["attention"] = args.attention
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device")
@@ -206,6 +215,9 @@ def run(args) -> dict:
                 objs = prefix_n // coarse * (shape["layers"] if lw else 1)
                 arms.append(Arm(f"{ab} @ {objs}{' LW' if lw else ''}", "ablation", granularity=coarse,
                                 layerwise=lw, ablation=ab, engine_key=f"{ab}|{'lw' if lw else 'plain'}"))
+    if not args.no_per_object:
+        for g in grans:
+            arms.append(Arm(f"per-object {prefix_n // g}", "per_object", granularity=g, engine_key="per_object"))
     if args.arms:
         keep = set(args.arms.split(","))
         arms = [a for a in arms if a.kind in keep or a.name in keep]
@@ -214,15 +226,34 @@ def run(args) -> dict:
     own_dir = args.store_dir is None
     store_dir = args.store_dir or tempfile.mkdtemp(prefix="rangekv-ttft-hf-", dir=args.tmp_dir)
     geometry_bytes = pool.token_bytes() * shape["layers"]
-    runs = sum(1 for a in arms if a.kind in ("rangekv", "ablation")) * args.reps
+    # The prefix plus room for a few suffixes: older suffixes are evicted (least recently used,
+    # never the prefix every run restores). On tmpfs the pack file is RAM, so it is kept small.
     capacity = int(args.capacity_gib * (1 << 30)) if args.capacity_gib else \
-        geometry_bytes * (prefix_n + (runs + 2) * (suffix_n + 8192)) + (256 << 20)
+        geometry_bytes * (prefix_n + 6 * (suffix_n + 8192)) + (256 << 20)
     engine_opts = dict(device="cuda" if device == "cuda" else "host", checksum=args.checksum,
                        capacity_bytes=capacity, max_request_tokens=max(total, 8192),
                        direct_io=not args.buffered)
     engine_opts["stripe_bytes"] = int((args.stripe_mib or shape["stripe_mib"]) * (1 << 20))
 
+    def open_per_object():
+        from rangekv import _baseline
+
+        most = max(prefix_n // g for g in grans)  # the most objects: the most alignment slack
+        po_dir = os.path.join(store_dir, "per-object")
+        os.makedirs(po_dir, exist_ok=True)
+        size = geometry_bytes * prefix_n + most * (64 << 10)
+        po = _baseline.PerObjectStore(
+            po_dir, layers=shape["layers"], kv_heads=shape["kv_heads"], head_size=shape["head_size"],
+            dtype=dtype, block_size=B, device="cuda" if device == "cuda" else "host",
+            direct_io=not args.buffered, file_bytes=size, pool_bytes=size, max_tokens=total + 16)
+        need = max(po.footprint("chunk", prefix_n, prefix_n // g) for g in grans)
+        if need > size:
+            raise RuntimeError(f"per-object footprint {need} B exceeds the {size} B allocated")
+        return po
+
     def open_engine(key: str):
+        if key == "per_object":
+            return open_per_object()
         opts = dict(engine_opts)
         if key != "full":
             ab, point = key.split("|")
@@ -238,8 +269,9 @@ def run(args) -> dict:
                           "granularities": grans, "checksum": args.checksum, "store_dir": store_dir,
                           "capacity_bytes": capacity, "direct_io": not args.buffered,
                           "check": args.check, "stripe_bytes": engine_opts["stripe_bytes"], "prefix_bytes": geometry_bytes * prefix_n},
-               "per_object_baseline": "not measured: the stock per-object store (src/baseline) has no "
-                                      "Python binding; `rangekv bench restore` measures it in C++"}
+               "per_object_baseline": "plain (chunk) objects at every granularity, restored by one "
+                                      "synchronous get before the forward; no layerwise per-object arm "
+                                      "(the model's layerwise delivery is not exposed to Python)"}
     try:
         with torch.no_grad():
             # Setup: compute the prefix once; its KV stays resident in the pool (the resident
@@ -254,7 +286,13 @@ def run(args) -> dict:
             resident_blocks = setup.blocks[: prefix_n // B]
             pool.free(setup.blocks[prefix_n // B:])
 
+            resident_slots = pool.slot_mapping(resident_blocks, prefix_n)
+
             def one(arm: Arm, prompt, eng, rid: str):
+                if arm.kind == "per_object":
+                    chunks = prefix_n // arm.granularity
+                    return generate(model, prompt, pool=pool, max_new_tokens=out_tokens, load_prefix=(
+                        prefix_n, lambda toks, sl: eng.get(toks, "chunk", chunks, pool.kv_layers, sl)))
                 if arm.kind == "recompute":
                     return generate(model, prompt, pool=pool, max_new_tokens=out_tokens)
                 if arm.kind == "resident":
@@ -272,7 +310,7 @@ def run(args) -> dict:
             by_engine: dict[str, list[Arm]] = {}
             for a in arms:
                 by_engine.setdefault(a.engine_key, []).append(a)
-            total_runs = sum((3 if a.kind in ("rangekv", "ablation") else 1) for a in arms) * args.reps
+            total_runs = sum((3 if a.kind in ("rangekv", "ablation", "per_object") else 1) for a in arms) * args.reps
             done = 0
             t_loop = time.time()
 
@@ -283,49 +321,62 @@ def run(args) -> dict:
                 eta = el / done * (total_runs - done)
                 log(f"[ttft-hf] {done}/{total_runs} {label} (elapsed {el:.0f}s, ETA {eta:.0f}s)")
 
+            def schedule(key, group):
+                """(rep, arm, first) in run order: rep-major, so arms sharing an engine interleave;
+                the per-object arms arm-major, each storing its own naming of the prefix first."""
+                if key != "per_object":
+                    return [(rep, arm, False) for rep in range(args.reps) for arm in group]
+                return [(rep, arm, rep == 0) for arm in group for rep in range(args.reps)]
+
             for key, group in by_engine.items():
                 eng = open_engine(key) if key else None
                 try:
-                    for rep in range(args.reps):
-                        for ai, arm in enumerate(group):
-                            seed = zlib.crc32(f"{arm.name}|{rep}".encode()) & 0x7FFFFFFF
-                            prompt = torch.cat([prefix, _tokens(seed, suffix_n, shape["vocab"])])
-                            if arm.kind in ("recompute", "resident"):
-                                g = one(arm, prompt, None, "")
-                                arm.samples.append(g.ttft_s)
-                                progress(f"{arm.name}: {g.ttft_s * 1e3:.1f} ms")
-                                continue
-                            ref = None
-                            if args.check == "all" or rep == 0:
-                                ref = one(Arm("", "recompute"), prompt, None, "")
-                                arm.recompute.append(ref.ttft_s)
-                            progress(f"{arm.name} check: recompute")
-                            res = one(Arm("", "resident"), prompt, None, "")
-                            arm.paired_resident.append(res.ttft_s)
-                            progress(f"{arm.name} pair: resident {res.ttft_s * 1e3:.1f} ms")
-                            g = one(arm, prompt, eng, f"{arm.name}-{rep}")
+                    for rep, arm, first in schedule(key, group):
+                        if first:
+                            eng.clear()
+                            put = eng.put(prefix, "chunk", prefix_n // arm.granularity, pool.kv_layers,
+                                          resident_slots)
+                            arm.store_work = put["work"]
+                            log(f"[ttft-hf] {arm.name}: {put['objects']} objects stored in "
+                                f"{put['elapsed_s']:.2f} s ({eng.backends})")
+                        seed = zlib.crc32(f"{arm.name}|{rep}".encode()) & 0x7FFFFFFF
+                        prompt = torch.cat([prefix, _tokens(seed, suffix_n, shape["vocab"])])
+                        if arm.kind in ("recompute", "resident"):
+                            g = one(arm, prompt, None, "")
                             arm.samples.append(g.ttft_s)
-                            arm.hits.append(g.hit_tokens)
-                            arm.phases.append(g.phases_ms)
-                            arm.restore_work = arm.restore_work or g.restore_work
-                            arm.store_work = arm.store_work or g.store_work
-                            # Exact against resident (the same prefix KV, restored vs kept): the
-                            # bytes must be identical, so tokens and logits are bitwise equal.
-                            # Recompute computes the prefix inside the whole prompt's forward
-                            # (other GEMM shapes, other bf16 rounding): reported, not required.
-                            diff = _logit_diff(g, res)
-                            arm.exact.append(g.tokens == res.tokens and diff == 0.0)
-                            arm.max_logit_diff_resident.append(diff)
-                            if ref is not None:
-                                arm.tokens_match.append(g.tokens == ref.tokens)
-                                arm.max_logit_diff.append(_logit_diff(g, ref))
-                            if g.hit_tokens != prefix_n or not g.restore_ok:
-                                arm.errors.append(f"rep {rep}: hit {g.hit_tokens}, restore_ok {g.restore_ok}, "
-                                                  f"{g.restore_error}")
-                            if g.store_ok is False:
-                                arm.errors.append(f"rep {rep}: store {g.store_error}")
-                            progress(f"{arm.name}: {g.ttft_s * 1e3:.1f} ms "
-                                     f"(minus resident {(g.ttft_s - res.ttft_s) * 1e3:+.1f} ms)")
+                            progress(f"{arm.name}: {g.ttft_s * 1e3:.1f} ms")
+                            continue
+                        ref = None
+                        if args.check == "all" or rep == 0:
+                            ref = one(Arm("", "recompute"), prompt, None, "")
+                            arm.recompute.append(ref.ttft_s)
+                        progress(f"{arm.name} check: recompute")
+                        res = one(Arm("", "resident"), prompt, None, "")
+                        arm.paired_resident.append(res.ttft_s)
+                        progress(f"{arm.name} pair: resident {res.ttft_s * 1e3:.1f} ms")
+                        g = one(arm, prompt, eng, f"{arm.name}-{rep}")
+                        arm.samples.append(g.ttft_s)
+                        arm.hits.append(g.hit_tokens)
+                        arm.phases.append(g.phases_ms)
+                        arm.restore_work = arm.restore_work or g.restore_work
+                        arm.store_work = arm.store_work or g.store_work
+                        # Exact against resident (the same prefix KV, restored vs kept): the
+                        # bytes must be identical, so tokens and logits are bitwise equal.
+                        # Recompute computes the prefix inside the whole prompt's forward
+                        # (other GEMM shapes, other bf16 rounding): reported, not required.
+                        diff = _logit_diff(g, res)
+                        arm.exact.append(g.tokens == res.tokens and diff == 0.0)
+                        arm.max_logit_diff_resident.append(diff)
+                        if ref is not None:
+                            arm.tokens_match.append(g.tokens == ref.tokens)
+                            arm.max_logit_diff.append(_logit_diff(g, ref))
+                        if g.hit_tokens != prefix_n or (arm.kind != "per_object" and not g.restore_ok):
+                            arm.errors.append(f"rep {rep}: hit {g.hit_tokens}, restore_ok {g.restore_ok}, "
+                                              f"{g.restore_error}")
+                        if g.store_ok is False:
+                            arm.errors.append(f"rep {rep}: store {g.store_error}")
+                        progress(f"{arm.name}: {g.ttft_s * 1e3:.1f} ms "
+                                 f"(minus resident {(g.ttft_s - res.ttft_s) * 1e3:+.1f} ms)")
                 finally:
                     if eng is not None:
                         eng.close()
@@ -361,7 +412,7 @@ def run(args) -> dict:
     results["arms"] = rows
     ceiling = (results.get("prefix_read_ceiling") or {}).get("seconds")
     for row in rows:
-        if row["kind"] not in ("rangekv", "ablation") or row["median_s"] is None:
+        if row["kind"] not in ("rangekv", "ablation", "per_object") or row["median_s"] is None:
             continue
         res_med = _median(row["paired_resident_s"])
         rec_med = row["median_recompute_s"] or _median(next((a.samples for a in arms if a.kind == "recompute"), []))
@@ -421,6 +472,15 @@ def table(results: dict) -> str:
     line("Speedup kept vs resident", [_fmt_ratio(c.get("speedup_kept")) for c in cols])
     line("Bit-exact vs resident", [f"{sum(c['exact_vs_resident'])}/{len(c['exact_vs_resident'])}" for c in cols])
     line("Tokens = recompute", [f"{sum(c['tokens_match'])}/{len(c['tokens_match'])}" for c in cols])
+    # The per-object model at the same object counts (plain columns only).
+    po = {r["granularity"]: r for r in rows if r["kind"] == "per_object"}
+    if po:
+        def po_val(c, key, fmt):
+            r = po.get(c["granularity"]) if not c["layerwise"] else None
+            return fmt(r[key]) if r else "-"
+
+        line("Per-object model", [po_val(c, "median_s", _fmt_s) for c in cols])
+        line("Per-object - resident (ms)", [po_val(c, "median_minus_resident_ms", _fmt_ms) for c in cols])
     out = "\n".join(lines)
     extra = [f"Unpaired arms: recompute median {_fmt_s(rec and rec['median_s'])} s, "
              f"resident median {_fmt_s(resident and resident['median_s'])} s."]
@@ -441,7 +501,7 @@ def table(results: dict) -> str:
             extra.append(f"| {r['arm']} | {_fmt_s(r['median_s'])} | {_fmt_ms(r['median_minus_resident_ms'])} | "
                          f"{_fmt_ms(d)} | {sum(r['tokens_match'])}/{len(r['tokens_match'])} |")
     extra.append("")
-    extra.append("Per-object baseline: " + results["per_object_baseline"] + ".")
+    extra.append("Per-object model: " + results["per_object_baseline"] + ".")
     errs = [f"{r['arm']}: {e}" for r in rows for e in r["errors"]]
     if errs:
         extra.append("Errors: " + "; ".join(errs))
@@ -460,8 +520,12 @@ def add_parser(sub) -> None:
                    help="reuse granularities in tokens, coarse first (objects = prefix / G)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--output-tokens", type=int, default=2)
+    p.add_argument("--attention", choices=("rangekv", "sdpa"), default="rangekv",
+                   help="the model's attention: rangekv_sdpa (a suffix over the cached prefix without a "
+                        "materialised mask; rangekv.hf.attention) or transformers' sdpa")
     p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep (default all)")
     p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--no-per-object", action="store_true", help="leave out the per-object model's arms")
     p.add_argument("--check", choices=("all", "first"), default="all",
                    help="recompute every RangeKV run's prompt to check its tokens (all), or only at rep 0 "
                         "(first; later reps are checked against the paired resident run)")

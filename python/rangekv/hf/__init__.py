@@ -6,9 +6,13 @@
 
 ``RangeKVCache`` is the ``Cache`` a forward pass runs with: paged KV memory in the
 ``flash_attn_nhd`` layout that RangeKV's scatter fills and its gather reads, per-layer waits for
-the restored prefix, and per-layer hand-off to the store. See docs/integrations/hf.md.
+the restored prefix, and per-layer hand-off to the store. ``attention.register()`` names an
+attention implementation that computes a suffix over a cached prefix without a materialised
+mask: load the model with ``attn_implementation=attention.register()``. See
+docs/integrations/hf.md.
 """
 
+from . import attention
 from .cache import LAYOUT, PagedKvPool, RangeKVCache, RestoreFailed, model_kv_geometry
 from .generate import Generation, generate, reference_generate
 
@@ -39,6 +43,7 @@ def engine_for_model(config, store_dir, *, block_size: int = 16, dtype=None, dev
 
 __all__ = [
     "LAYOUT",
+    "attention",
     "Generation",
     "PagedKvPool",
     "RangeKVCache",

@@ -75,6 +75,7 @@ def generate(
     keep_blocks: bool = False,
     wait_store: bool = True,
     use_stream: bool | None = None,
+    load_prefix=None,
 ) -> Generation:
     """Greedy generation of `prompt` (1-D ints) with RangeKV restore/store when `engine` is set.
 
@@ -88,6 +89,10 @@ def generate(
     keep_blocks      return with the request's blocks still allocated (``Generation`` then
                      carries them as ``.blocks``), e.g. to make them resident for a later run
     use_stream       CUDA: wait and hand over on the current stream (default: on CUDA)
+    load_prefix      (tokens, fn): another loader of the first `tokens` tokens, timed like a
+                     restore: fn(prompt, slots) must have written their KV into the slots when
+                     it returns (the per-object model's synchronous get; a returned dict's
+                     "work" becomes restore_work); no engine is used
     """
     import rangekv  # the engine's package; only needed with an engine
 
@@ -99,7 +104,9 @@ def generate(
     if use_stream is None:
         use_stream = device.type == "cuda"
     stream = torch.cuda.current_stream(device) if use_stream else None
-    prompt_list = prompt_t.tolist()
+    # The engine takes the CPU tensor as it is (a 64K-token Python list cost milliseconds to
+    # build and again to convert, three times per request).
+    prompt_cpu = prompt_t.cpu()
     total = n + max_new_tokens
     B = pool.block_size
     phases: dict[str, float] = {}
@@ -127,14 +134,23 @@ def generate(
     cache = None
     past = resident_tokens
     try:
+        if load_prefix is not None:
+            loaded, fn = load_prefix
+            got = fn(prompt_cpu, slots[:loaded])
+            if isinstance(got, dict) and isinstance(got.get("work"), dict):
+                gen.restore_work = dict(got["work"])
+            _sync(device)
+            mark("prefix_loaded")
+            past = loaded
+            gen.hit_tokens = loaded
         if engine is not None and restore and resident_blocks is None:
-            hit, ticket = engine.lookup(prompt_list, env, granularity)
+            hit, ticket = engine.lookup(prompt_cpu, env, granularity)
             mark("lookup")
             if endpoint_tokens is not None:
                 hit = min(hit, endpoint_tokens)
             gen.hit_tokens = hit
             if hit > 0:
-                handle = engine.start_restore(ticket, env, prompt_list, endpoint_tokens=hit)
+                handle = engine.start_restore(ticket, env, prompt_cpu, endpoint_tokens=hit)
                 mark("claim")
                 handle.bind_slots(pool.kv_layers, slots[:hit])
                 mark("bind")
@@ -143,7 +159,7 @@ def generate(
                 engine.release_request(env)
         store_h = None
         if engine is not None and store:
-            store_h = engine.begin_store(env, prompt_list, pool.kv_layers, slots[:n])
+            store_h = engine.begin_store(env, prompt_cpu, pool.kv_layers, slots[:n])
             gen.store_disposition = store_h.disposition
             mark("store_admitted")
 
@@ -175,7 +191,7 @@ def generate(
             first_bad = min([f[0] for f in gen.restore_failed] or [0])
             if store_h is not None:
                 store_h.finish()  # aborted: not every layer was produced
-                store_h = engine.begin_store(env, prompt_list, pool.kv_layers, slots[:n])
+                store_h = engine.begin_store(env, prompt_cpu, pool.kv_layers, slots[:n])
                 gen.store_disposition = store_h.disposition
             cache.rewind(first_bad)
             cache.set_store(store_h)
@@ -184,7 +200,7 @@ def generate(
             ids = prompt_t[past:].to(device).unsqueeze(0)
             logits = _forward(model, ids, cache)
             mark("recomputed")
-        gen.restored_tokens = past if resident_blocks is None else 0
+        gen.restored_tokens = past if resident_blocks is None and load_prefix is None else 0
         if store_h is not None and store_mode == "forward":
             cache.produce_all()
         nxt = int(torch.argmax(logits).item())  # synchronises the device

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 rangekv = pytest.importorskip("rangekv")
 pytest.importorskip("rangekv._core")
 
-from rangekv.hf import PagedKvPool, engine_for_model, generate, reference_generate  # noqa: E402
+from rangekv.hf import PagedKvPool, attention, engine_for_model, generate, reference_generate  # noqa: E402
 
 VOCAB = 512
 BLOCK = 16
@@ -25,7 +25,7 @@ BLOCK = 16
 STRIPE = 64 << 10
 
 
-def tiny_llama():
+def tiny_llama(attn="sdpa"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(1234)
@@ -40,14 +40,16 @@ def tiny_llama():
         max_position_embeddings=4096,
         initializer_range=0.05,
     )
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attention.register() if attn == "rangekv" else attn
     return LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
 
 
-@pytest.fixture(scope="module")
-def model():
+# Every test under transformers' sdpa and under rangekv_sdpa (the suffix over the cached prefix
+# without a materialised mask): both must reproduce the recomputed generation.
+@pytest.fixture(scope="module", params=["sdpa", "rangekv"])
+def model(request):
     with torch.no_grad():
-        yield tiny_llama()
+        yield tiny_llama(request.param)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,102 @@
+"""An attention implementation for a suffix computed over a cached prefix: ``"rangekv_sdpa"``.
+
+A request served from a cache computes only its new tokens: ``q`` queries attend to ``kv =
+past + q`` keys, causally with the queries aligned to the END of the keys (query ``i`` sees
+keys ``[0, past + i]``, "lower-right" alignment). PyTorch's ``is_causal`` aligns to the start,
+so transformers' ``sdpa`` implementation handles ``past > 0, q > 1`` by materialising a
+``q x kv`` boolean mask (1 GiB for the paper's 16,128 new tokens over 65,280) and calling
+SDPA with it, which rules out the flash kernel and repeats the KV heads for grouped-query
+models. On the 8B shape that made the suffix's forward twice as slow as the same FLOPs
+without a mask, for the resident control and for every restored request alike.
+
+``rangekv_sdpa`` computes the same function without the mask: SDPA with
+``torch.nn.attention.bias.causal_lower_right`` (the flash kernel's own causal mode on CUDA;
+PyTorch's reference path elsewhere), ``is_causal`` when ``q == kv``, no mask for one query,
+and grouped-query heads passed as they are (``enable_gqa``). Whatever needs a real mask
+(padding, batches with different lengths, sliding windows) goes to transformers' ``sdpa``
+unchanged: the mask function answers ``None`` only for an unpadded batch, and the attention
+function hands any mask it is given to ``sdpa``.
+
+    from rangekv.hf import attention
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attention.register())
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAME = "rangekv_sdpa"
+
+
+def _unpadded(attention_mask) -> bool:
+    """The 2-D padding mask transformers passes (1/True: a real token) masks nothing."""
+    return attention_mask is None or bool(attention_mask.all())
+
+
+def _mask(*, batch_size, q_length, kv_length, q_offset=0, kv_offset=0, attention_mask=None,
+          local_size=None, **kwargs):
+    """No mask when causality alone describes the attention (see the module docstring)."""
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    plain = (kwargs.get("mask_function", causal_mask_function) is causal_mask_function and local_size is None
+             and kv_offset == 0 and kv_length == q_offset + q_length and _unpadded(attention_mask))
+    if plain:
+        return None
+    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                     kv_offset=kv_offset, attention_mask=attention_mask, local_size=local_size, **kwargs)
+
+
+def attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                      is_causal=None, **kwargs):
+    """transformers' attention signature: query [B, Hq, q, D], key/value [B, Hkv, kv, D];
+    returns ([B, q, Hq, D], None)."""
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if attention_mask is not None or not causal or kwargs.get("position_bias") is not None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    q_len, kv_len = query.shape[2], key.shape[2]
+    gqa = query.shape[1] != key.shape[1]
+    if q_len == kv_len or q_len == 1:
+        # Square: start and end alignment agree. One query: it sees every key.
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout, scale=scaling, is_causal=q_len > 1, enable_gqa=gqa)
+    else:
+        from torch.nn.attention.bias import causal_lower_right
+
+        if q_len > kv_len:
+            raise ValueError(f"{q_len} queries over {kv_len} keys: the keys must include the queries")
+        if gqa and query.is_cuda and not _fused_lower_right_takes_gqa(query, key, value, dropout):
+            # Without a fused kernel for grouped heads PyTorch would materialise the mask (and a
+            # q x kv score matrix per head); repeated KV heads keep the fused kernels.
+            groups = query.shape[1] // key.shape[1]
+            key = key.repeat_interleave(groups, dim=1)
+            value = value.repeat_interleave(groups, dim=1)
+            gqa = False
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=causal_lower_right(q_len, kv_len), dropout_p=dropout, scale=scaling,
+            enable_gqa=gqa)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _fused_lower_right_takes_gqa(query, key, value, dropout) -> bool:
+    """Whether PyTorch's flash kernel (the one fused kernel with lower-right causality that takes
+    grouped KV heads) accepts these inputs."""
+    try:
+        from torch.backends.cuda import SDPAParams, can_use_flash_attention
+
+        return bool(can_use_flash_attention(SDPAParams(query, key, value, None, dropout, False, True)))
+    except (ImportError, TypeError, RuntimeError):
+        return False
+
+
+def register() -> str:
+    """Registers ``rangekv_sdpa`` with transformers (idempotent); returns its name for
+    ``attn_implementation=``."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, attention_forward)
+    AttentionMaskInterface.register(NAME, _mask)
+    return NAME

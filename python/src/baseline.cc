@@ -1,0 +1,239 @@
+// rangekv._baseline: the per-object MODEL of the stock KV storage path (src/baseline), for
+// `rangekv bench ttft-hf`'s per-object arm. It is a benchmark instrument, not part of the
+// public door: this file alone in python/ reaches internal headers (src/baseline, src/device,
+// src/engine/paged_views.h), and it is a module of its own so that rangekv._core keeps to
+// include/rangekv. Restores and stores are synchronous, one call per request, as the stock
+// non-layerwise path's retrieve and store are; the GIL is released around them.
+//
+// Thread-safety: one call at a time per store (the model's own rule); calls are serialised by
+// a mutex here so a misuse from two threads waits instead of racing.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "baseline/object_naming.h"
+#include "baseline/per_object_store.h"
+#include "binding.h"
+#include "device/device.h"
+#include "engine/paged_views.h"
+
+namespace rangekv::py {
+namespace {
+
+baseline::ObjectShape ParseShape(const std::string& name) {
+  if (name == "chunk") return baseline::ObjectShape::kChunk;
+  if (name == "chunk-layer") return baseline::ObjectShape::kChunkLayer;
+  if (name == "chunk-layer-slice") return baseline::ObjectShape::kChunkLayerSlice;
+  Throw(StatusCode::kInvalidArgument,
+        "shape must be chunk, chunk-layer or chunk-layer-slice, got \"" + name + "\"");
+}
+
+nb::dict WorkDict(const baseline::PerObjectStats& w) {
+  nb::dict d;
+#define RANGEKV_PY_WORK_(name, doc) d[#name] = w.name;
+  RANGEKV_PER_OBJECT_STATS_FIELDS(RANGEKV_PY_WORK_)
+#undef RANGEKV_PY_WORK_
+  return d;
+}
+
+class PyPerObjectStore {
+ private:
+  // The store, or rangekv.ClosedError. Close() is not expected to race a call (one call at a
+  // time per store); a call already running holds the mutex and Close() waits for it.
+  baseline::PerObjectStore& Open(const char* what) {
+    if (store_ == nullptr) ThrowClosed(std::string("PerObjectStore.") + what);
+    return *store_;
+  }
+
+  template <typename F>
+  auto WithoutGil(F&& f) {
+    nb::gil_scoped_release release;
+    std::lock_guard lock(mu_);
+    return f();
+  }
+
+ public:
+  PyPerObjectStore(std::string dir, uint32_t layers, uint32_t kv_heads, uint32_t head_size,
+                   nb::handle dtype, uint32_t block_size, std::string layout, std::string device,
+                   uint32_t cuda_device, bool direct_io, uint64_t file_bytes, uint64_t pool_bytes,
+                   uint64_t max_tokens, std::string model_id) {
+    const DtypeSpec dt = ParseDtype(dtype);
+    ModelSpec spec;
+    spec.model_id = model_id;
+    spec.kv_dtype = dt.canonical;
+    spec.dtype_bytes = dt.bytes;
+    spec.layers = layers;
+    spec.kv_heads = kv_heads;
+    spec.head_size = head_size;
+    spec.block_size = block_size;
+    Result<Geometry> g = DeriveGeometry(spec);
+    ThrowIfError(g.status());
+    info_.geometry = *g;
+    info_.layout = &LayoutByName(layout);
+    if (!info_.layout->value || info_.layout->mla) {
+      Throw(StatusCode::kInvalidArgument,
+            "the per-object model takes a non-MLA layout of this build, got " + layout);
+    }
+    info_.dtype = dt.canonical;
+    if (device != "host" && device != "cuda") {
+      Throw(StatusCode::kInvalidArgument, "device must be host or cuda, got \"" + device + "\"");
+    }
+    info_.cuda = device == "cuda";
+    info_.cuda_device = static_cast<int32_t>(cuda_device);
+    Result<std::unique_ptr<Device>> dev =
+        MakeDevice(info_.cuda ? DeviceKind::kCuda : DeviceKind::kHost, info_.cuda_device);
+    ThrowIfError(dev.status());
+    device_ = std::move(dev).value();
+    baseline::PerObjectOptions po;
+    po.dir = dir;
+    po.model_name = model_id;
+    po.kv_dtype = dt.canonical;
+    po.geometry = info_.geometry;
+    po.device = device_.get();
+    po.direct = direct_io ? DirectIo::kPreferred : DirectIo::kOff;
+    po.file_bytes = file_bytes;
+    po.pool_bytes = pool_bytes;
+    po.max_tokens = max_tokens;
+    Result<std::unique_ptr<baseline::PerObjectStore>> s = [&] {
+      nb::gil_scoped_release release;
+      return baseline::PerObjectStore::Open(po);
+    }();
+    ThrowIfError(s.status());
+    store_ = std::move(s).value();
+  }
+
+  ~PyPerObjectStore() { Close(); }
+
+  // Frees the file, the payload pool and the device; later calls raise rangekv.ClosedError.
+  void Close() {
+    nb::gil_scoped_release release;
+    std::lock_guard lock(mu_);
+    store_.reset();
+    device_.reset();
+  }
+
+  // Bytes the objects of a naming of `tokens` path tokens occupy (file and pool).
+  uint64_t Footprint(const std::string& shape, uint64_t tokens, uint32_t chunks) {
+    return baseline::PerObjectStore::FootprintBytes(Naming(shape, tokens, chunks),
+                                                    Open("footprint").alignment_bytes());
+  }
+
+  nb::dict Put(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
+               nb::handle slot_mapping) {
+    Call c = Prepare(tokens, shape, chunks, kv_layers, slot_mapping, /*writable=*/false);
+    baseline::PerObjectStore& store = Open("put");
+    baseline::PerObjectStoreReport r = WithoutGil([&] {
+      return store.Put(c.tokens, c.naming, {c.views, c.slots});
+    });
+    ThrowIfError(r.status);
+    nb::dict d;
+    d["objects"] = r.objects;
+    d["elapsed_s"] = static_cast<double>(r.elapsed_ns) / 1e9;
+    d["work"] = WorkDict(r.work);
+    return d;
+  }
+
+  nb::dict Get(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
+               nb::handle slot_mapping) {
+    Call c = Prepare(tokens, shape, chunks, kv_layers, slot_mapping, /*writable=*/true);
+    baseline::PerObjectStore& store = Open("get");
+    baseline::PerObjectRestoreReport r = WithoutGil([&] {
+      return store.Get(c.tokens, c.naming, {c.views, c.slots});
+    });
+    ThrowIfError(r.status);
+    nb::dict d;
+    d["objects"] = r.objects;
+    d["first_layer_s"] = static_cast<double>(r.first_layer_ready_ns) / 1e9;
+    d["last_layer_s"] = static_cast<double>(r.last_layer_ready_ns) / 1e9;
+    d["work"] = WorkDict(r.work);
+    return d;
+  }
+
+  void Clear() {
+    baseline::PerObjectStore& store = Open("clear");
+    WithoutGil([&] {
+      store.Clear();
+      return 0;
+    });
+  }
+
+  std::string Describe() { return Open("backends").Describe(); }
+
+ private:
+  struct Call {
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> slots;
+    baseline::ObjectNaming naming;
+    BoundLayers layers;
+    std::vector<kernels::PagedKvView> views;
+  };
+
+  baseline::ObjectNaming Naming(const std::string& shape, uint64_t tokens, uint32_t chunks) const {
+    Result<baseline::ObjectNaming> n =
+        baseline::MakeObjectNaming(info_.geometry, ParseShape(shape), 0, tokens, chunks);
+    ThrowIfError(n.status());
+    return *n;
+  }
+
+  // The naming covers path tokens [0, len(slot_mapping)); tokens may run past it.
+  Call Prepare(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
+               nb::handle slot_mapping, bool writable) {
+    Call c;
+    c.tokens = ToTokens(tokens);
+    c.slots = ToInt64s(slot_mapping, "slot_mapping");
+    if (c.slots.empty() || c.slots.size() > c.tokens.size()) {
+      Throw(StatusCode::kInvalidArgument, "slot_mapping has " + std::to_string(c.slots.size()) +
+                                              " entries for " + std::to_string(c.tokens.size()) +
+                                              " tokens (1..len(tokens) expected)");
+    }
+    c.naming = Naming(shape, c.slots.size(), chunks);
+    c.layers = ToLayers(info_, kv_layers, writable);
+    CheckSlots(info_, c.layers.kv, c.slots, c.slots.size(), /*unique=*/writable, "slot_mapping");
+    ThrowIfError(engine_internal::MakeLayerViews(info_.geometry, *info_.layout->value, c.layers.kv,
+                                                 &c.views));
+    return c;
+  }
+
+  EngineInfo info_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<baseline::PerObjectStore> store_;
+  std::mutex mu_;
+};
+
+}  // namespace
+}  // namespace rangekv::py
+
+NB_MODULE(_baseline, m) {
+  using rangekv::py::PyPerObjectStore;
+  namespace nb = nanobind;
+  m.doc() =
+      "The per-object model of the stock KV storage path (benchmarks only; private: see "
+      "rangekv.bench.ttft_hf).";
+  nb::class_<PyPerObjectStore>(m, "PerObjectStore",
+                               "One object per chunk (or chunk x layer): one key, one index "
+                               "probe, one allocation, one native I/O and one transfer call "
+                               "per object. A benchmark model, not a cache.")
+      .def(nb::init<std::string, uint32_t, uint32_t, uint32_t, nb::handle, uint32_t, std::string,
+                    std::string, uint32_t, bool, uint64_t, uint64_t, uint64_t, std::string>(),
+           nb::arg("dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
+           nb::arg("head_size"), nb::arg("dtype"), nb::arg("block_size"),
+           nb::arg("layout") = "flash_attn_nhd", nb::arg("device") = "host",
+           nb::arg("cuda_device") = 0, nb::arg("direct_io") = true, nb::arg("file_bytes"),
+           nb::arg("pool_bytes"), nb::arg("max_tokens"),
+           nb::arg("model_id") = "rangekv-per-object-model")
+      .def("footprint", &PyPerObjectStore::Footprint, nb::arg("shape"), nb::arg("tokens"),
+           nb::arg("chunks"), "Bytes the objects of that naming take in the file and the pool.")
+      .def("put", &PyPerObjectStore::Put, nb::arg("tokens"), nb::arg("shape"), nb::arg("chunks"),
+           nb::arg("kv_layers"), nb::arg("slot_mapping"),
+           "Stores path tokens [0, len(slot_mapping)) as `chunks` objects of `shape`.")
+      .def("get", &PyPerObjectStore::Get, nb::arg("tokens"), nb::arg("shape"), nb::arg("chunks"),
+           nb::arg("kv_layers"), nb::arg("slot_mapping"),
+           "Restores them into kv_layers; returns when every object is delivered.")
+      .def("clear", &PyPerObjectStore::Clear, "Forgets every object.")
+      .def("close", &PyPerObjectStore::Close, "Frees the file, the pool and the device.")
+      .def_prop_ro("backends", &PyPerObjectStore::Describe);
+}

@@ -117,19 +117,31 @@ def single_results():
     arms.append({"name": "rangekv LW", "kind": "rangekv", "granularity": 256, "layerwise": True,
                  "ttft_s": [0.44, 0.46], "median_s": 0.45, "error": None,
                  "tokens_match": [True, False], "median_minus_resident_ms": 40.0})
+    # The tmpfs arm, with resident runs paired in its own server.
+    arms.append({"name": "rangekv 32 shm", "kind": "rangekv", "granularity": 256, "layerwise": False,
+                 "medium": "shm", "ttft_s": [0.43, 0.43], "median_s": 0.43, "error": None,
+                 "paired_resident_s": [0.40, 0.42], "tokens_match": [True, True],
+                 "median_minus_resident_ms": 20.0, "minus_resident_over_ceiling_read": 0.25,
+                 "speedup_kept": 0.953})
     return {"config": {"layers": 4, "kv_heads": 8, "head_size": 128, "prefix": 8192},
-            "arms": arms}
+            "arms": arms,
+            "prefix_read_ceiling": {"shm": {"seconds": 0.08, "threads": 4, "block_bytes": 8 << 20}}}
 
 
 def test_table3_has_the_papers_rows_one_column_per_object_count():
     t = st.table3(single_results()).splitlines()
-    assert t[0] == "| Objects | 32 | 256 | 128 LW |"   # coarse first, then layerwise
-    assert t[2] == "| Object size | 4 MiB | 512 KiB | 1 MiB |"  # G x 4 KiB x 4 layers; LW: G x 4 KiB
-    assert t[3] == "| Recompute | 1.100 | 1.100 | 1.100 |"
-    assert t[4] == "| Resident | 0.410 | 0.410 | 0.410 |"
-    assert t[5] == "| RangeKV | 0.450 | 0.470 | 0.450 |"
-    assert t[6] == "| RangeKV - resident (ms) | 40 | 60 | 40 |"
-    assert t[7] == "| Tokens = recompute | 2/2 | 2/2 | 1/2 |"
+    # Coarse first, then layerwise, then the tmpfs point.
+    assert t[0] == "| Objects | 32 | 256 | 128 LW | 32 shm |"
+    assert t[2] == "| Object size | 4 MiB | 512 KiB | 1 MiB | 4 MiB |"  # G x 4 KiB x 4 layers; LW: G x 4 KiB
+    assert t[3] == "| Recompute | 1.100 | 1.100 | 1.100 | 1.100 |"
+    # Paired resident runs where an arm has them, else the unpaired resident arm.
+    assert t[4] == "| Resident (paired, same server) | 0.410 | 0.410 | 0.410 | 0.410 |"
+    assert t[5] == "| RangeKV | 0.450 | 0.470 | 0.450 | 0.430 |"
+    assert t[6] == "| RangeKV - resident (ms) | 40 | 60 | 40 | 20 |"
+    assert t[7] == "| (RangeKV - resident) / prefix read at best ceiling | - | - | - | 0.25 |"
+    assert t[8] == "| Speedup kept (resident / RangeKV) | - | - | - | 0.95 |"
+    assert t[9] == "| Tokens = recompute | 2/2 | 2/2 | 1/2 | 2/2 |"
+    assert "shm: 80.0 ms (4 threads x 8 MiB)" in t[11]
     assert st.table3({"arms": [], "config": {}}) == ""
 
 

@@ -23,8 +23,8 @@ import sys
 
 def objects_series(results: dict) -> dict:
     """{"arms": {name: [(objects, [samples s])]}, "refs": {name: [samples s]}} of the fixed
-    request: RangeKV plain arms join into one line over object counts; layerwise and each
-    ablation are their own points."""
+    request: RangeKV plain arms on the disk join into one line over object counts; layerwise,
+    the tmpfs point and each ablation are their own points."""
     cfg = results.get("config", {})
     prefix, layers = cfg.get("prefix", 0), cfg.get("layers", 1)
     arms: dict[str, list] = {}
@@ -37,7 +37,8 @@ def objects_series(results: dict) -> dict:
         if not samples or not r.get("granularity"):
             continue
         n = prefix // r["granularity"] * (layers if r.get("layerwise") else 1)
-        key = "rangekv" if r["kind"] == "rangekv" and not r.get("layerwise") else r["name"]
+        plain_disk = r["kind"] == "rangekv" and not r.get("layerwise") and r.get("medium", "disk") == "disk"
+        key = "rangekv" if plain_disk else r["name"]
         arms.setdefault(key, []).append((n, samples))
     for v in arms.values():
         v.sort()

@@ -178,22 +178,32 @@ def arm_configs(args, store_root: str) -> list[dict]:
 
     # The connector looks up at vLLM's block size: the reuse granularity (and so the prefix's
     # logical object count) is the server's --block-size.
-    def connector(name, extra, kind="rangekv", gran=32, layerwise=False):
-        tokens = args.prefix + (args.suffix + 64) * (args.reps + 3)
+    # Each connector arm's server keeps vLLM's prefix cache on (the realistic deployment) and
+    # runs with VLLM_SERVER_DEV_MODE=1 for POST /reset_prefix_cache: every repetition measures
+    # the request restored by RangeKV (vLLM's own cache emptied first) and, back to back in the
+    # same server, the same shape with the prefix resident in vLLM's cache (run_single).
+    def connector(name, extra, kind="rangekv", gran=32, layerwise=False, medium="disk"):
+        tokens = args.prefix + (args.suffix + 64) * (2 * args.reps + 3)
+        # The shm arm's store lives on tmpfs (RAM), outside the work dir: run_single removes it.
+        root = store_root if medium == "disk" else os.path.join(
+            args.shm_dir, os.path.basename(os.path.dirname(os.path.abspath(store_root))) + "-single")
         cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                "kv_connector_extra_config": connector_extra(
-                   args, os.path.join(store_root, name.replace(" ", "_").replace("=", "-")), tokens,
+                   args, os.path.join(root, name.replace(" ", "_").replace("=", "-")), tokens,
                    **extra)}
         arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise, "block_size": gran,
-                     "extra": cfg["kv_connector_extra_config"],
-                     "args": ["--no-enable-prefix-caching", "--kv-transfer-config", json.dumps(cfg)]})
+                     "medium": medium, "extra": cfg["kv_connector_extra_config"],
+                     "env": {"VLLM_SERVER_DEV_MODE": "1"},
+                     "args": ["--kv-transfer-config", json.dumps(cfg)]})
 
     if not args.skip_rangekv:
         for g in grans:
             connector(f"rangekv {args.prefix // g}", {}, gran=g)
         connector(f"rangekv {args.prefix // grans[0] * args.layers} LW", {"layerwise": True}, gran=grans[0],
                   layerwise=True)
+        if args.shm_arm:
+            connector(f"rangekv {args.prefix // grans[0]} shm", {}, gran=grans[0], medium="shm")
         if not args.no_ablations:
             for ab in ABLATIONS:
                 connector(f"{ab} @ {args.prefix // grans[0]}", {"ablations": f"{ab},object_tokens={grans[0]}"},
@@ -340,15 +350,20 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
     prefix = torch.randint(0, args.vocab, (args.prefix,), generator=g).tolist()
     suffixes = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist() for _ in range(args.reps)]
     other = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist() for _ in range(args.reps + 1)]
+    # The paired resident measurement's own suffixes (same length, never stored before).
+    resident_suffixes = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist()
+                         for _ in range(args.reps)]
     prompts = [prefix + s for s in suffixes]
     kv_cache_bytes = max(1, int(args.kv_cache_gib)) << 30
     reference = None
+    ceilings = results.setdefault("prefix_read_ceiling", {})
     for ai, arm in enumerate(arms):
         ctx.progress.step(f"single: {arm['name']}")
         row = {"name": arm["name"], "kind": arm["kind"], "granularity": arm.get("granularity"),
                "layerwise": arm.get("layerwise", False), "ttft_s": [], "error": None}
-        server = Server(ctx.model_dir, arm["args"], {}, os.path.join(ctx.work, f"server-{ai}.log"),
+        server = Server(ctx.model_dir, arm["args"], arm.get("env", {}), os.path.join(ctx.work, f"server-{ai}.log"),
                         ctx.max_len, args.kv_cache_gib, ctx.python, block_size=arm.get("block_size", 32))
+        paired = arm["kind"] in ("rangekv", "ablation")
         try:
             err = server.wait_ready(args.start_timeout)
             if err:
@@ -362,12 +377,42 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
             for r, p in enumerate(prompts):
                 if arm["kind"] == "resident":
                     reqs.append({"id": f"prime-{r}", "prompt": prefix + other[r], "max_tokens": 1})
-                reqs.append({"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens})
+                if not paired:
+                    reqs.append({"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens})
+                    continue
+                # RangeKV first in even repetitions, the resident run first in odd ones; vLLM's
+                # own cache is emptied before every RangeKV run, and primed (by a restore)
+                # before a resident run that comes first.
+                res_req = {"id": f"resident-{r}", "prompt": prefix + resident_suffixes[r],
+                           "max_tokens": args.output_tokens}
+                if r % 2:
+                    reqs += [{"id": f"reset-{r}a", "action": "reset"},
+                             {"id": f"prime-{r}", "prompt": prefix + other[r], "max_tokens": 1}, res_req]
+                reqs += [{"id": f"reset-{r}", "action": "reset"},
+                         {"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens}]
+                if not r % 2:
+                    reqs.append(res_req)
             out = run_client(server.port, reqs, ctx.work, ctx.python)
             res = arm_resources(server, arm.get("extra"), args.layers, kv_cache_bytes)
             results["resources"].append({"workload": "single", "name": arm["name"], **res})
         finally:
             server.stop()
+        medium = arm.get("medium")
+        try:
+            if arm["kind"] == "rangekv" and medium and medium not in ceilings:
+                # The medium's ceiling for the prefix's bytes, on the arm's own pack file, right
+                # after its server stopped (nothing else reading or writing).
+                pack = os.path.join(arm["extra"]["store_dir"], "rank-0", "packs.rkv")
+                try:
+                    ceilings[medium] = best_read_ceiling(pack, args.prefix * kv_bytes_per_token(args),
+                                                         direct=medium == "disk")
+                    log(f"[serve]   {medium} ceiling for the prefix: {ceilings[medium]['seconds'] * 1e3:.1f} ms "
+                        f"({ceilings[medium]['threads']} threads x {ceilings[medium]['block_bytes'] >> 20} MiB)")
+                except OSError as e:
+                    ceilings[medium] = {"error": str(e)}
+        finally:
+            if medium == "shm":
+                shutil.rmtree(arm["extra"]["store_dir"], ignore_errors=True)
         measured = [o for o in out if o["id"].startswith("measure-")]
         row["ttft_s"] = [o["ttft_s"] for o in measured]
         row["token_ids"] = [o["token_ids"] for o in measured]
@@ -375,6 +420,12 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
         row["cached_tokens"] = [o.get("cached_tokens") for o in measured]
         row["request_errors"] = [o["error"] for o in out if o.get("error")]
         row["median_s"] = _median(row["ttft_s"])
+        if paired:
+            pr = [o for o in out if o["id"].startswith("resident-")]
+            row["paired_resident_s"] = [o["ttft_s"] for o in pr]
+            row["paired_resident_cached_tokens"] = [o.get("cached_tokens") for o in pr]
+            row["resets_failed"] = [o["id"] for o in out if o.get("reset") is False]
+            row["medium"] = arm.get("medium")
         if arm["kind"] == "recompute":
             reference = row
         elif reference is not None:
@@ -385,11 +436,36 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
         results["arms"].append(row)
         log(f"[serve]   {arm['name']}: median {row['median_s']} s, samples {row['ttft_s']}")
     resident = next((r for r in results["arms"] if r["kind"] == "resident"), None)
+    recompute = next((r for r in results["arms"] if r["kind"] == "recompute"), None)
     for r in results["arms"]:
-        if resident and r["kind"] in ("rangekv", "ablation", "peer") and r["ttft_s"]:
-            diffs = [(a - b) * 1e3 for a, b in zip(r["ttft_s"], resident["ttft_s"]) if a is not None and b is not None]
-            r["minus_resident_ms"] = diffs
-            r["median_minus_resident_ms"] = _median(diffs)
+        if r["kind"] not in ("rangekv", "ablation", "peer") or not r["ttft_s"]:
+            continue
+        # Paired arms: the resident run of the same server, back to back; peers: the resident
+        # arm's repetition of the same index (another server).
+        base = r.get("paired_resident_s") or (resident or {}).get("ttft_s") or []
+        diffs = [(a - b) * 1e3 for a, b in zip(r["ttft_s"], base) if a is not None and b is not None]
+        r["minus_resident_ms"] = diffs
+        r["median_minus_resident_ms"] = _median(diffs)
+        ceil = ceilings.get(r.get("medium") or "disk", {}).get("seconds")
+        if ceil and r["median_minus_resident_ms"] is not None:
+            # Acceptance: RangeKV - resident <= 30% of the prefix's read time at the ceiling.
+            r["minus_resident_over_ceiling_read"] = r["median_minus_resident_ms"] / 1e3 / ceil
+        rec, res_med = (recompute or {}).get("median_s"), _median(base)
+        if rec and res_med and r.get("median_s"):
+            # (recompute / RangeKV) / (recompute / resident): the share of the ideal speedup kept.
+            r["speedup_kept"] = res_med / r["median_s"]
+
+
+def best_read_ceiling(path: str, nbytes: int, direct: bool) -> dict:
+    """The fastest of plain-pread configurations (threads x request size) reading `nbytes` of
+    the pack file: the medium's best ceiling for the prefix (ttft_hf.read_ceiling per cell)."""
+    from .ttft_hf import read_ceiling
+
+    cells = [read_ceiling(path, nbytes, direct, threads=t, block=b << 20, reps=3)
+             for t in (1, 2, 4, 8) for b in (1, 8, 32)]
+    best = min(cells, key=lambda c: c["seconds"])
+    return {**best, "grid": [{"threads": c["threads"], "block_bytes": c["block_bytes"], "seconds": c["seconds"]}
+                             for c in cells]}
 
 
 def table(results: dict) -> str:
@@ -423,6 +499,8 @@ def add_parser(sub) -> None:
                    help="vLLM block sizes of the RangeKV arms (the connector's reuse granularity), coarse first")
     p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep")
     p.add_argument("--no-ablations", action="store_true")
+    p.add_argument("--no-shm-arm", dest="shm_arm", action="store_false",
+                   help="leave out the coarse RangeKV arm with its store on --shm-dir (tmpfs)")
     p.add_argument("--skip-rangekv", action="store_true", help="only the recompute and resident arms")
     p.add_argument("--peers", action="store_true", help="also try LMCache's and vLLM's offloading connectors")
     p.add_argument("--connector-module", default="rangekv.vllm")

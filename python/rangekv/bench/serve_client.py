@@ -3,7 +3,9 @@
     python -m rangekv.bench.serve_client --port P --model NAME --requests FILE
 
 FILE is JSON, either a list of {"id": str, "prompt": [token ids], "max_tokens": int}, sent one
-at a time, or {"phases": [{"name": str, "concurrency": int, "metrics": bool, "requests": [...]},
+at a time (an entry {"id": str, "action": "reset"} instead empties vLLM's own prefix cache
+through ``POST /reset_prefix_cache``, which a server started with VLLM_SERVER_DEV_MODE=1 has;
+its result is {"id", "reset": bool, "error"}), or {"phases": [{"name": str, "concurrency": int, "metrics": bool, "requests": [...]},
 ...]}: each phase's requests are sent in order by `concurrency` threads (each takes the next
 request when its previous one finished), and with "metrics" the server's /metrics is read before
 and after the phase. Every request goes to ``/v1/completions`` with streaming; TTFT is the time
@@ -83,6 +85,26 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
     return out
 
 
+def reset_prefix_cache(host: str, port: int, timeout: float = 30.0, tries: int = 20) -> dict:
+    """Empties vLLM's local prefix cache (not the connector's). vLLM refuses while blocks are
+    held (a request still finishing): retried a few times."""
+    err = None
+    for _ in range(tries):
+        try:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+            conn.request("POST", "/reset_prefix_cache")
+            resp = conn.getresponse()
+            body = resp.read().decode(errors="replace")
+            conn.close()
+            if resp.status == 200 and json.loads(body).get("success"):
+                return {"reset": True, "error": None}
+            err = f"HTTP {resp.status}: {body[:200]}"
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"
+        time.sleep(0.25)
+    return {"reset": False, "error": err}
+
+
 def scrape(host: str, port: int, timeout: float = 10.0) -> dict | None:
     """The server's /metrics as {name: value summed over labels}; None when unreadable."""
     try:
@@ -156,6 +178,9 @@ def main(argv=None) -> int:
         return 0
     results = []
     for r in reqs:
+        if r.get("action") == "reset":
+            results.append({"id": r["id"], **reset_prefix_cache(a.host, a.port)})
+            continue
         res = complete(a.host, a.port, a.model, r["prompt"], r.get("max_tokens", 2), a.timeout)
         res["id"] = r["id"]
         results.append(res)

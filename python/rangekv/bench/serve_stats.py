@@ -210,39 +210,61 @@ def _mib(n):
 
 def table3(results: dict) -> str:
     """The fixed-request arms in the form of the paper's Table 3: one column per object count
-    (RangeKV plain at each granularity, then layerwise), rows Object size, Recompute, Resident,
-    RangeKV, RangeKV - resident (ms, median of paired differences), tokens = recompute.
-    Recompute and resident are one arm each here (block 32), repeated in every column."""
+    (RangeKV plain at each granularity, then layerwise, then the coarse point on tmpfs), rows
+    Object size, Recompute, Resident (the median of the resident runs paired with that arm in
+    its server; the unpaired arm when there are none), RangeKV, RangeKV - resident (ms, median of
+    the paired differences), that difference over the prefix's read time at the medium's best
+    ceiling, the share of the ideal speedup kept, and tokens = recompute."""
     rows = results.get("arms", [])
     cfg = results.get("config", {})
     layers = cfg.get("layers", 1)
     per_token_layer = 2 * cfg.get("kv_heads", 8) * cfg.get("head_size", 128) * 2
-    cols = [r for r in rows if r["kind"] == "rangekv" and not r.get("layerwise")]
+    rk_rows = [r for r in rows if r["kind"] == "rangekv"]
+    cols = [r for r in rk_rows if not r.get("layerwise") and r.get("medium", "disk") == "disk"]
     cols.sort(key=lambda r: -(r.get("granularity") or 0))
-    cols += [r for r in rows if r["kind"] == "rangekv" and r.get("layerwise")]
+    cols += [r for r in rk_rows if r.get("layerwise")]
+    cols += [r for r in rk_rows if r.get("medium") == "shm"]
     if not cols:
         return ""
     rec = next((r for r in rows if r["kind"] == "recompute"), {})
     res = next((r for r in rows if r["kind"] == "resident"), {})
     prefix = cfg.get("prefix", 0)
-    heads, sizes, rk, diff, tm = [], [], [], [], []
+    heads, sizes, resid, rk, diff, ratio, kept, tm = [], [], [], [], [], [], [], []
     for r in cols:
         g = r.get("granularity") or 32
         n = prefix // g * (layers if r.get("layerwise") else 1)
-        heads.append(f"{n:,}" + (" LW" if r.get("layerwise") else ""))
+        heads.append(f"{n:,}" + (" LW" if r.get("layerwise") else "") + (" shm" if r.get("medium") == "shm" else ""))
         sizes.append(_mib(g * per_token_layer * (1 if r.get("layerwise") else layers)))
+        paired = [x for x in r.get("paired_resident_s") or [] if x is not None]
+        resid.append(_f(statistics.median(paired) if paired else res.get("median_s")))
         rk.append(_f(r.get("median_s")))
         diff.append(_f(r.get("median_minus_resident_ms"), "{:.0f}"))
+        ratio.append(_f(r.get("minus_resident_over_ceiling_read"), "{:.2f}"))
+        kept.append(_f(r.get("speedup_kept"), "{:.2f}"))
         m = r.get("tokens_match")
         tm.append("-" if m is None else f"{sum(m)}/{len(m)}")
     n = len(cols)
     lines = ["| Objects | " + " | ".join(heads) + " |", "| --- " * (n + 1) + "|",
              "| Object size | " + " | ".join(sizes) + " |",
              "| Recompute | " + " | ".join([_f(rec.get("median_s"))] * n) + " |",
-             "| Resident | " + " | ".join([_f(res.get("median_s"))] * n) + " |",
+             "| Resident (paired, same server) | " + " | ".join(resid) + " |",
              "| RangeKV | " + " | ".join(rk) + " |",
              "| RangeKV - resident (ms) | " + " | ".join(diff) + " |",
+             "| (RangeKV - resident) / prefix read at best ceiling | " + " | ".join(ratio) + " |",
+             "| Speedup kept (resident / RangeKV) | " + " | ".join(kept) + " |",
              "| Tokens = recompute | " + " | ".join(tm) + " |"]
+    ceil = results.get("prefix_read_ceiling") or {}
+    notes = []
+    for medium in ("disk", "shm"):
+        c = ceil.get(medium) or {}
+        if "seconds" in c:
+            notes.append(f"{medium}: {c['seconds'] * 1e3:.1f} ms ({c['threads']} threads x "
+                         f"{c['block_bytes'] >> 20} MiB{', O_DIRECT' if c.get('direct') else ''})")
+    if notes:
+        lines.append("")
+        lines.append("Prefix read at the medium's best ceiling (plain preads, same run): " + "; ".join(notes) + ".")
+    if res.get("median_s") is not None:
+        lines.append(f"vLLM alone (no connector), prefix resident: median {res['median_s']:.3f} s.")
     return "\n".join(lines)
 
 

@@ -8,7 +8,8 @@
 // Each variant runs in a fresh store (O_DIRECT in a scratch directory); its prefixes are stored
 // untimed first. A repetition is timed from the common start to the last request's end;
 // aggregate GiB/s = bytes moved / that time. Per-request latency: Lookup -> last layer ready
-// (restore), BeginStore -> visible (store). Every restore is verified bit for bit outside the
+// (restore), BeginStore -> visible (store), with percentiles per kind (a mixed row prints its
+// restores' and its stores' apart). Every restore is verified bit for bit outside the
 // timed region. The read ceiling is the one `bench restore` measures (MeasureReadCeiling: the
 // engine's read I/O thread count of threads of plain pread of the same stripe extents), taken on
 // the distinct variant's prefixes of each N.
@@ -109,8 +110,13 @@ struct RunResult {
   uint64_t bytes_per_rep = 0;
   std::vector<double> aggregate_gib_s;  // per timed repetition
   double aggregate_median = 0;
-  std::vector<double> latencies_s;  // every request of every timed repetition
+  // Per-request latency of every timed repetition, by kind: a mixed row's restores and stores
+  // are two distributions (tens of ms against hundreds), so their percentiles are kept apart.
+  // p50/p90/p99 are the restores' (the stores' in a row without restores).
+  std::vector<double> latencies_s;
+  std::vector<double> store_latencies_s;
   double p50 = 0, p90 = 0, p99 = 0;
+  double store_p50 = 0, store_p99 = 0;  // a mixed row's stores
   double ceiling_gib_s = 0;
   double embedded_gib_s = 0;  // service rows under --mode both: the embedded row's aggregate
   uint64_t verify_failures = 0;
@@ -340,8 +346,11 @@ class Bench {
              r.n, round, wall, gib_s, round < f_.warmups ? " (warm-up)" : "");
     if (round < f_.warmups) return;
     r.aggregate_gib_s.push_back(gib_s);
-    for (const Timeline& t : timelines) {
-      r.latencies_s.push_back(t.latency());
+    for (size_t i = 0; i < timelines.size(); ++i) {
+      const Timeline& t = timelines[i];
+      // Requests [0, restores) restore, the rest store (RunRequest).
+      const bool store = i >= r.restores && r.restores > 0;
+      (store ? r.store_latencies_s : r.latencies_s).push_back(t.latency());
       r.timelines.push_back(t.Minus(t0));
     }
   }
@@ -363,6 +372,8 @@ class Bench {
     r.p50 = Percentile(r.latencies_s, 0.50);
     r.p90 = Percentile(r.latencies_s, 0.90);
     r.p99 = Percentile(r.latencies_s, 0.99);
+    r.store_p50 = Percentile(r.store_latencies_s, 0.50);
+    r.store_p99 = Percentile(r.store_latencies_s, 0.99);
     r.ceiling_gib_s = ceiling_.count(r.n) != 0 ? ceiling_[r.n] : 0;
   }
 
@@ -601,18 +612,21 @@ class Bench {
                 "stripe %s, device %s\n",
                 FormatBytes(total_tokens_ * row_bytes_).c_str(), FormatBytes(row_bytes_).c_str(),
                 FormatBytes(geometry_.stripe_bytes).c_str(), device_->capabilities().name.c_str());
-    std::printf("%-9s %-12s %4s %4s %4s %10s %9s %10s %9s %9s %9s %9s %8s\n", "mode",
+    std::printf("%-9s %-12s %4s %4s %4s %10s %9s %10s %9s %9s %9s %9s %11s %11s %8s\n", "mode",
                 "variant", "N", "rst", "sto", "agg GiB/s", "x ceiling", "x embedded", "p50 ms",
-                "p90 ms", "p99 ms", "p99/p50", "verify");
+                "p90 ms", "p99 ms", "p99/p50", "sto p50 ms", "sto p99 ms", "verify");
     for (const RunResult& r : results_) {
       const std::string vs_embedded =
           r.embedded_gib_s > 0 ? Fixed(r.aggregate_median / r.embedded_gib_s) : "-";
-      std::printf("%-9s %-12s %4u %4u %4u %10.2f %9.2f %10s %9.1f %9.1f %9.1f %9.2f %8s\n",
+      const bool mixed = !r.store_latencies_s.empty();
+      std::printf("%-9s %-12s %4u %4u %4u %10.2f %9.2f %10s %9.1f %9.1f %9.1f %9.2f %11s %11s %8s\n",
                   ModeName(r.mode), VariantName(r.variant), r.n, r.restores, r.stores,
                   r.aggregate_median,
                   r.ceiling_gib_s > 0 ? r.aggregate_median / r.ceiling_gib_s : 0,
                   vs_embedded.c_str(), r.p50 * 1e3,
                   r.p90 * 1e3, r.p99 * 1e3, r.p50 > 0 ? r.p99 / r.p50 : 0,
+                  mixed ? Fixed(r.store_p50 * 1e3, 1).c_str() : "-",
+                  mixed ? Fixed(r.store_p99 * 1e3, 1).c_str() : "-",
                   r.verify_failures == 0 ? "ok" : "FAILED");
     }
     std::printf("phases, median ms from the round's start over every request (start: the request "
@@ -666,6 +680,13 @@ class Bench {
       x["latency_p90_s"] = r.p90;
       x["latency_p99_s"] = r.p99;
       x["p99_over_p50"] = r.p50 > 0 ? r.p99 / r.p50 : 0;
+      // p50/p90/p99 above are the restores' (the stores' in a store-only row); a mixed row's
+      // stores separately.
+      x["latency_kind"] = r.restores > 0 ? "restore" : "store";
+      if (!r.store_latencies_s.empty()) {
+        x["store_latency_p50_s"] = r.store_p50;
+        x["store_latency_p99_s"] = r.store_p99;
+      }
       x["verify_failures"] = r.verify_failures;
       const PhaseMedians m = Phases(r);
       x["phase_medians_s"] = {{"start", m.start},   {"lookup", m.looked_up}, {"bound", m.bound},
@@ -758,9 +779,9 @@ class Bench {
     return m;
   }
 
-  static std::string Fixed(double v) {
+  static std::string Fixed(double v, int decimals = 2) {
     char b[32];
-    std::snprintf(b, sizeof b, "%.2f", v);
+    std::snprintf(b, sizeof b, "%.*f", decimals, v);
     return b;
   }
 

@@ -103,9 +103,11 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   EngineCore() = default;
   Status Init(const EngineOptions& options, const EngineInternalConfig& config);
-  // `split_bytes`: IoEngineOptions::split_bytes (0: whole spans).
+  // `split_bytes`: IoEngineOptions::split_bytes (0: whole spans). `auto_posix`: why kAuto
+  // should take the posix pool here rather than uring (empty: uring when it works).
   Result<std::unique_ptr<IoEngine>> MakeIo(uint32_t workers, uint32_t max_queued_batches,
-                                           uint64_t split_bytes, std::string* description);
+                                           uint64_t split_bytes, const std::string& auto_posix,
+                                           std::string* description);
   // Settles options_.io_split_bytes to the read engine's split (probing the medium for
   // kIoSplitAuto, following `read_plan` for kIoSplitFillReads) and *write_split to the write
   // engine's (0: none); returns how, for DescribeBackends(). REQUIRES: options_.read_io_threads

@@ -574,12 +574,15 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkersOnABuffere
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
   o.io_split_bytes = kIoSplitFillReads;
   o.direct_io = DirectIoPreference::kOff;
+  o.io_engine = IoEngineSelection::kAuto;
   o.read_io_threads = 6;  // > read_workers (2)
   Open(o);
   EXPECT_EQ(engine_->options().read_io_threads, 6u);
   EXPECT_EQ(engine_->options().io_split_bytes, kFillSplitBytes);
   const std::string b = engine_->DescribeBackends();
   EXPECT_NE(b.find("read_io=6 threads (configured)"), std::string::npos) << b;
+  // Threads copying pieces from the page cache: auto takes the posix pool for reads.
+  EXPECT_NE(b.find("io=posix (auto: fill_reads"), std::string::npos) << b;
   EXPECT_NE(b.find("split=1048576 reads (fill_reads: 6 read I/O threads > 2 read workers, "
                    "buffered)"),
             std::string::npos)
@@ -604,6 +607,9 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkersOnABuffere
   EXPECT_NE(engine_->DescribeBackends().find(
                 "split=off (fill_reads: 2 read I/O threads, 2 read workers)"),
             std::string::npos)
+      << engine_->DescribeBackends();
+  // Whole spans: auto keeps its usual choice (uring where it works).
+  EXPECT_EQ(engine_->DescribeBackends().find("posix (auto: fill_reads"), std::string::npos)
       << engine_->DescribeBackends();
   engine_.reset();
 

@@ -304,8 +304,12 @@ def run(args) -> dict:
 
             # Warm-up (allocator, kernels): one resident and one recompute run.
             warm = torch.cat([prefix, _tokens(10**6, suffix_n, shape["vocab"])])
-            one(arms[0], warm, None, "warm")
-            one(arms[1], warm, None, "warm")
+            one(Arm("", "recompute"), warm, None, "warm")
+            one(Arm("", "resident"), warm, None, "warm")
+            if args.profile:
+                results["profile"] = profile_runs(
+                    {k: (lambda k=k: one(Arm("", k), warm, None, "profile")) for k in ("recompute", "resident")},
+                    device, log)
 
             by_engine: dict[str, list[Arm]] = {}
             for a in arms:
@@ -422,10 +426,42 @@ def run(args) -> dict:
         if rec_med and res_med:
             # recompute / RangeKV as a fraction of recompute / resident (acceptance: >= 0.9).
             row["speedup_kept"] = (rec_med / row["median_s"]) / (rec_med / res_med)
+    from rangekv.hf import attention
+
+    results["attention_paths"] = dict(attention.PATHS)
     results["all_exact"] = all(all(r["exact_vs_resident"]) for r in rows if r["exact_vs_resident"])
     results["all_tokens_match"] = all(all(r["tokens_match"]) for r in rows if r["tokens_match"])
     results["wall_s"] = time.time() - t_start
     return results
+
+
+def profile_runs(runs: dict, device: str, log, top: int = 15) -> dict:
+    """One run of each of `runs` ({name: callable}) under torch.profiler: the kernels (or CPU
+    ops) that took the most device time, as {name: [{"name", "ms", "calls"}]}; also logged."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    out = {}
+    for name, fn in runs.items():
+        with profile(activities=acts) as prof:
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+        key = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+        rows = []
+        for e in prof.key_averages():
+            t = getattr(e, key, None)
+            if t is None and device == "cuda":
+                t = getattr(e, "self_cuda_time_total", 0)
+            rows.append({"name": e.key[:100], "ms": (t or 0) / 1e3, "calls": e.count})
+        rows.sort(key=lambda r: -r["ms"])
+        total = sum(r["ms"] for r in rows)
+        out[name] = {"total_ms": total, "top": rows[:top]}
+        log(f"[ttft-hf] profile {name}: {total:.1f} ms of {'device' if device == 'cuda' else 'CPU'} time")
+        for r in rows[:top]:
+            log(f"[ttft-hf]   {r['ms']:9.1f} ms {r['calls']:6d}x  {r['name']}")
+    return out
 
 
 def _fmt_s(x):
@@ -538,6 +574,8 @@ def add_parser(sub) -> None:
     p.add_argument("--buffered", action="store_true", help="no O_DIRECT")
     p.add_argument("--detach-store", action="store_true", help="do not wait for stores to become visible")
     p.add_argument("--seed", type=int, default=2024)
+    p.add_argument("--profile", action="store_true",
+                   help="profile one recompute and one resident run (torch.profiler): top kernels by device time")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=main)

@@ -23,9 +23,13 @@ function hands any mask it is given to ``sdpa``.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 
 NAME = "rangekv_sdpa"
+# How many attention calls took each path (for benchmarks: which kernel a run relied on).
+PATHS: Counter = Counter()
 
 
 def _unpadded(attention_mask) -> bool:
@@ -54,12 +58,14 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     if attention_mask is not None or not causal or kwargs.get("position_bias") is not None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+        PATHS["sdpa (mask)"] += 1
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, is_causal=is_causal, **kwargs)
     q_len, kv_len = query.shape[2], key.shape[2]
     gqa = query.shape[1] != key.shape[1]
     if q_len == kv_len or q_len == 1:
         # Square: start and end alignment agree. One query: it sees every key.
+        PATHS["causal" if q_len > 1 else "one query"] += 1
         out = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, dropout_p=dropout, scale=scaling, is_causal=q_len > 1, enable_gqa=gqa)
     else:
@@ -74,6 +80,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
             key = key.repeat_interleave(groups, dim=1)
             value = value.repeat_interleave(groups, dim=1)
             gqa = False
+            PATHS["lower-right, KV heads repeated"] += 1
+        else:
+            PATHS["lower-right" + (" (grouped heads)" if gqa else "")] += 1
         out = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=causal_lower_right(q_len, kv_len), dropout_p=dropout, scale=scaling,
             enable_gqa=gqa)

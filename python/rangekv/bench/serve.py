@@ -372,11 +372,13 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
                 log(f"[serve]   {arm['name']} did not start: {err}")
                 continue
             reqs = [{"id": "warm", "prompt": other[-1][:64] + other[-1], "max_tokens": args.output_tokens}]
+            # Storing the prefix (and priming vLLM's cache below) needs the prefix in a prompt, not
+            # a long suffix: 32 more tokens keep those untimed requests short on a slow CPU.
             if arm["kind"] in ("rangekv", "ablation", "peer"):
-                reqs.append({"id": "store-prefix", "prompt": prefix + other[-1], "max_tokens": 1})
+                reqs.append({"id": "store-prefix", "prompt": prefix + other[-1][:32], "max_tokens": 1})
             for r, p in enumerate(prompts):
                 if arm["kind"] == "resident":
-                    reqs.append({"id": f"prime-{r}", "prompt": prefix + other[r], "max_tokens": 1})
+                    reqs.append({"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1})
                 if not paired:
                     reqs.append({"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens})
                     continue
@@ -387,7 +389,7 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
                            "max_tokens": args.output_tokens}
                 if r % 2:
                     reqs += [{"id": f"reset-{r}a", "action": "reset"},
-                             {"id": f"prime-{r}", "prompt": prefix + other[r], "max_tokens": 1}, res_req]
+                             {"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1}, res_req]
                 reqs += [{"id": f"reset-{r}", "action": "reset"},
                          {"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens}]
                 if not r % 2:
@@ -435,6 +437,9 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
                 for a, b in zip(row["logprobs"], reference["logprobs"])]
         results["arms"].append(row)
         log(f"[serve]   {arm['name']}: median {row['median_s']} s, samples {row['ttft_s']}")
+    shm_roots = {os.path.dirname(a["extra"]["store_dir"]) for a in arms if a.get("medium") == "shm"}
+    for root in shm_roots:
+        shutil.rmtree(root, ignore_errors=True)
     resident = next((r for r in results["arms"] if r["kind"] == "resident"), None)
     recompute = next((r for r in results["arms"] if r["kind"] == "recompute"), None)
     for r in results["arms"]:

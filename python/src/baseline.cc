@@ -56,6 +56,55 @@ class PyPerObjectStore {
     return f();
   }
 
+  struct Call {
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> slots;
+    baseline::ObjectNaming naming;
+    BoundLayers layers;
+    std::vector<kernels::PagedKvView> views;
+  };
+
+  baseline::ObjectNaming Naming(const std::string& shape, uint64_t tokens, uint32_t chunks) const {
+    Result<baseline::ObjectNaming> n =
+        baseline::MakeObjectNaming(info_.geometry, ParseShape(shape), 0, tokens, chunks);
+    ThrowIfError(n.status());
+    return *n;
+  }
+
+  // One put or get: the inputs checked, `f(store, call)` run without the GIL, its report's
+  // status raised, and {objects, work} for the caller to complete.
+  template <typename F>
+  auto Transfer(const char* what, nb::handle tokens, const std::string& shape, uint32_t chunks,
+                nb::handle kv_layers, nb::handle slot_mapping, bool writable, F&& f) {
+    Call c = Prepare(tokens, shape, chunks, kv_layers, slot_mapping, writable);
+    baseline::PerObjectStore& store = Open(what);
+    auto r = WithoutGil([&] { return f(store, c); });
+    ThrowIfError(r.status);
+    nb::dict d;
+    d["objects"] = r.objects;
+    d["work"] = WorkDict(r.work);
+    return std::pair{d, r};
+  }
+
+  // The naming covers path tokens [0, len(slot_mapping)); tokens may run past it.
+  Call Prepare(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
+               nb::handle slot_mapping, bool writable) {
+    Call c;
+    c.tokens = ToTokens(tokens);
+    c.slots = ToInt64s(slot_mapping, "slot_mapping");
+    if (c.slots.empty() || c.slots.size() > c.tokens.size()) {
+      Throw(StatusCode::kInvalidArgument, "slot_mapping has " + std::to_string(c.slots.size()) +
+                                              " entries for " + std::to_string(c.tokens.size()) +
+                                              " tokens (1..len(tokens) expected)");
+    }
+    c.naming = Naming(shape, c.slots.size(), chunks);
+    c.layers = ToLayers(info_, kv_layers, writable);
+    CheckSlots(info_, c.layers.kv, c.slots, c.slots.size(), /*unique=*/writable, "slot_mapping");
+    ThrowIfError(engine_internal::MakeLayerViews(info_.geometry, *info_.layout->value, c.layers.kv,
+                                                 &c.views));
+    return c;
+  }
+
  public:
   PyPerObjectStore(std::string dir, uint32_t layers, uint32_t kv_heads, uint32_t head_size,
                    nb::handle dtype, uint32_t block_size, std::string layout, std::string device,
@@ -124,32 +173,22 @@ class PyPerObjectStore {
 
   nb::dict Put(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
                nb::handle slot_mapping) {
-    Call c = Prepare(tokens, shape, chunks, kv_layers, slot_mapping, /*writable=*/false);
-    baseline::PerObjectStore& store = Open("put");
-    baseline::PerObjectStoreReport r = WithoutGil([&] {
-      return store.Put(c.tokens, c.naming, {c.views, c.slots});
-    });
-    ThrowIfError(r.status);
-    nb::dict d;
-    d["objects"] = r.objects;
+    auto [d, r] = Transfer("put", tokens, shape, chunks, kv_layers, slot_mapping,
+                           /*writable=*/false, [](baseline::PerObjectStore& s, const Call& c) {
+                             return s.Put(c.tokens, c.naming, {c.views, c.slots});
+                           });
     d["elapsed_s"] = static_cast<double>(r.elapsed_ns) / 1e9;
-    d["work"] = WorkDict(r.work);
     return d;
   }
 
   nb::dict Get(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
                nb::handle slot_mapping) {
-    Call c = Prepare(tokens, shape, chunks, kv_layers, slot_mapping, /*writable=*/true);
-    baseline::PerObjectStore& store = Open("get");
-    baseline::PerObjectRestoreReport r = WithoutGil([&] {
-      return store.Get(c.tokens, c.naming, {c.views, c.slots});
-    });
-    ThrowIfError(r.status);
-    nb::dict d;
-    d["objects"] = r.objects;
+    auto [d, r] = Transfer("get", tokens, shape, chunks, kv_layers, slot_mapping,
+                           /*writable=*/true, [](baseline::PerObjectStore& s, const Call& c) {
+                             return s.Get(c.tokens, c.naming, {c.views, c.slots});
+                           });
     d["first_layer_s"] = static_cast<double>(r.first_layer_ready_ns) / 1e9;
     d["last_layer_s"] = static_cast<double>(r.last_layer_ready_ns) / 1e9;
-    d["work"] = WorkDict(r.work);
     return d;
   }
 
@@ -164,40 +203,6 @@ class PyPerObjectStore {
   std::string Describe() { return Open("backends").Describe(); }
 
  private:
-  struct Call {
-    std::vector<int32_t> tokens;
-    std::vector<int64_t> slots;
-    baseline::ObjectNaming naming;
-    BoundLayers layers;
-    std::vector<kernels::PagedKvView> views;
-  };
-
-  baseline::ObjectNaming Naming(const std::string& shape, uint64_t tokens, uint32_t chunks) const {
-    Result<baseline::ObjectNaming> n =
-        baseline::MakeObjectNaming(info_.geometry, ParseShape(shape), 0, tokens, chunks);
-    ThrowIfError(n.status());
-    return *n;
-  }
-
-  // The naming covers path tokens [0, len(slot_mapping)); tokens may run past it.
-  Call Prepare(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
-               nb::handle slot_mapping, bool writable) {
-    Call c;
-    c.tokens = ToTokens(tokens);
-    c.slots = ToInt64s(slot_mapping, "slot_mapping");
-    if (c.slots.empty() || c.slots.size() > c.tokens.size()) {
-      Throw(StatusCode::kInvalidArgument, "slot_mapping has " + std::to_string(c.slots.size()) +
-                                              " entries for " + std::to_string(c.tokens.size()) +
-                                              " tokens (1..len(tokens) expected)");
-    }
-    c.naming = Naming(shape, c.slots.size(), chunks);
-    c.layers = ToLayers(info_, kv_layers, writable);
-    CheckSlots(info_, c.layers.kv, c.slots, c.slots.size(), /*unique=*/writable, "slot_mapping");
-    ThrowIfError(engine_internal::MakeLayerViews(info_.geometry, *info_.layout->value, c.layers.kv,
-                                                 &c.views));
-    return c;
-  }
-
   EngineInfo info_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<baseline::PerObjectStore> store_;

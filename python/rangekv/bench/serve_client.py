@@ -85,20 +85,27 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
     return out
 
 
+def _http(host: str, port: int, method: str, path: str, timeout: float) -> tuple[int, str]:
+    """(status, body) of one plain HTTP request."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
 def reset_prefix_cache(host: str, port: int, timeout: float = 30.0, tries: int = 20) -> dict:
     """Empties vLLM's local prefix cache (not the connector's). vLLM refuses while blocks are
     held (a request still finishing): retried a few times."""
     err = None
     for _ in range(tries):
         try:
-            conn = http.client.HTTPConnection(host, port, timeout=timeout)
-            conn.request("POST", "/reset_prefix_cache")
-            resp = conn.getresponse()
-            body = resp.read().decode(errors="replace")
-            conn.close()
-            if resp.status == 200 and json.loads(body).get("success"):
+            status, body = _http(host, port, "POST", "/reset_prefix_cache", timeout)
+            if status == 200 and json.loads(body).get("success"):
                 return {"reset": True, "error": None}
-            err = f"HTTP {resp.status}: {body[:200]}"
+            err = f"HTTP {status}: {body[:200]}"
         except Exception as e:
             err = f"{type(e).__name__}: {e}"
         time.sleep(0.25)
@@ -108,12 +115,8 @@ def reset_prefix_cache(host: str, port: int, timeout: float = 30.0, tries: int =
 def scrape(host: str, port: int, timeout: float = 10.0) -> dict | None:
     """The server's /metrics as {name: value summed over labels}; None when unreadable."""
     try:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        conn.request("GET", "/metrics")
-        resp = conn.getresponse()
-        text = resp.read().decode(errors="replace")
-        conn.close()
-        return parse_prometheus(text) if resp.status == 200 else None
+        status, text = _http(host, port, "GET", "/metrics", timeout)
+        return parse_prometheus(text) if status == 200 else None
     except Exception:
         return None
 

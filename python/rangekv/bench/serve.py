@@ -2,8 +2,9 @@
 
 What it does:
   1. writes a random-weight Llama checkpoint (transformers ``LlamaForCausalLM(config)``,
-     ``initializer_range`` 0.05, safetensors) with Llama-3.1-8B's per-layer KV geometry (8 KV
-     heads x 128, bf16: 4 KiB per token per layer) and ``--layers`` layers;
+     ``initializer_range`` 0.05, safetensors) with Llama-3.1-8B's per-layer KV bytes (4 KiB per
+     token per layer: 8 KV heads x 128 in bf16, or 4 x 128 in fp32 on a CPU without fast bf16,
+     ``--dtype``) and ``--layers`` layers;
   2. per server configuration, starts ``python -m vllm.entrypoints.openai.api_server`` on
      127.0.0.1 (no tokenizer, eager, block size 32), waits for ``/health``;
   3. runs a separate client process (``rangekv.bench.serve_client``) that sends token-id
@@ -15,8 +16,10 @@ Arms:
   resident    vLLM's own prefix cache on: before each measured prompt, a request sharing
               only the prefix puts the prefix in vLLM's cache (the paper's resident control)
   rangekv G   the RangeKV connector (``--connector-module`` / ``--connector-class``), vLLM's
-              prefix cache off: a setup request stores the prefix once, then every measured
-              prompt (the same prefix, a fresh suffix) restores it from RangeKV. The connector
+              prefix cache on: a setup request stores the prefix once, then every measured
+              prompt (the same prefix, a fresh suffix) restores it from RangeKV, vLLM's own cache
+              emptied first (POST /reset_prefix_cache), and the same shape is measured with the
+              prefix resident in vLLM's cache back to back in the same server. The connector
               looks up at vLLM's block size, so the reuse granularity G (prefix / G logical
               objects) is the server's ``--block-size`` (32..256 on the CPU backend; the resident
               and recompute arms run at 32); ``rangekv LW`` the connector's layerwise mode;
@@ -61,17 +64,57 @@ def _free_port() -> int:
 
 
 def write_model(path: str, *, layers: int, vocab: int, hidden: int, intermediate: int, max_len: int,
-                seed: int) -> None:
+                seed: int, dtype: str = "bfloat16", kv_heads: int = 8) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    dt = getattr(torch, dtype)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
-                      num_hidden_layers=layers, num_attention_heads=max(8, hidden // 128), num_key_value_heads=8,
-                      head_dim=128, max_position_embeddings=max_len, initializer_range=0.05,
-                      dtype=torch.bfloat16, tie_word_embeddings=False)
+                      num_hidden_layers=layers, num_attention_heads=max(8, hidden // 128),
+                      num_key_value_heads=kv_heads, head_dim=128, max_position_embeddings=max_len,
+                      initializer_range=0.05, dtype=dt, tie_word_embeddings=False)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model = LlamaForCausalLM(cfg).to(dt)
     model.save_pretrained(path, safe_serialization=True)
+
+
+def resolve_dtype(args) -> None:
+    """Sets args.dtype, args.kv_heads and args.dtype_bytes. The KV geometry is Llama-3.1-8B's
+    bytes per token per layer (4 KiB): 8 KV heads x 128 in bf16, or, where this CPU computes bf16
+    much slower than fp32 (no AVX-512 BF16 or AMX: a dev VM measured 0.8 against 72 GFLOP/s), 4
+    KV heads x 128 in fp32, the same bytes per token per layer for the storage path to move, with
+    a model the CPU can run at the issue's prefix length. `--dtype auto` measures which."""
+    if args.dtype == "auto":
+        args.dtype = "bfloat16" if bf16_speed_ratio() >= 0.25 else "float32"
+    args.kv_heads = 8 if args.dtype == "bfloat16" else 4
+    args.dtype_bytes = 2 if args.dtype == "bfloat16" else 4
+
+
+def bf16_speed_ratio() -> float:
+    """bf16 matmul throughput over fp32 on one thread of this CPU (a ~0.1 s probe)."""
+    import torch
+
+    rates = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for dt in (torch.float32, torch.bfloat16):
+            a, b = torch.randn(256, 512, dtype=dt), torch.randn(512, 512, dtype=dt)
+            a @ b
+            t0 = time.perf_counter()
+            n = 0
+            while time.perf_counter() - t0 < 0.05:
+                a @ b
+                n += 1
+            rates[dt] = n / (time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return rates[torch.bfloat16] / rates[torch.float32]
+
+
+# The model's dtype, passed to every server (vLLM's "auto" would run a float32 checkpoint in
+# 16 bits); set by run() from --dtype.
+MODEL_DTYPE = "auto"
 
 
 class Server:
@@ -86,7 +129,8 @@ class Server:
                "--served-model-name", "bench", "--skip-tokenizer-init", "--enforce-eager",
                "--block-size", str(block_size), "--host", "127.0.0.1", "--port", str(self.port),
                "--max-model-len", str(max_len), "--seed", "0", "--max-num-seqs", str(max_num_seqs),
-               "--max-num-batched-tokens", str(max_len), "--enable-prompt-tokens-details"]
+               "--max-num-batched-tokens", str(max_len), "--enable-prompt-tokens-details",
+               "--dtype", MODEL_DTYPE]
         if num_blocks:
             cmd += ["--num-gpu-blocks-override", str(num_blocks)]
         cmd += extra_args
@@ -284,7 +328,7 @@ def arm_resources(server: "Server", extra: dict | None, layers: int, kv_cache_by
 
 
 def kv_bytes_per_token(args) -> int:
-    return 2 * 8 * 128 * 2 * args.layers
+    return 2 * getattr(args, "kv_heads", 8) * 128 * getattr(args, "dtype_bytes", 2) * args.layers
 
 
 def run(args) -> dict:
@@ -311,14 +355,21 @@ def run(args) -> dict:
                   ([serve_workloads.docqa_max_len(args)] if "docqa" in workloads else []) +
                   ([serve_workloads.breakeven_max_len(args)] if "breakeven" in workloads else []))
     model_dir = os.path.join(work, "model")
-    log(f"[serve] writing a random {args.layers}-layer model to {model_dir}")
+    global MODEL_DTYPE
+    resolve_dtype(args)
+    MODEL_DTYPE = args.dtype
+    log(f"[serve] writing a random {args.layers}-layer {args.dtype} model ({args.kv_heads} KV heads x 128) "
+        f"to {model_dir}")
     write_model(model_dir, layers=args.layers, vocab=args.vocab, hidden=args.hidden,
-                intermediate=args.intermediate, max_len=max_len, seed=args.seed)
+                intermediate=args.intermediate, max_len=max_len, seed=args.seed, dtype=args.dtype,
+                kv_heads=args.kv_heads)
     results = {"workload": "serve", "workloads": workloads,
                "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                "machine": {"node": os.uname().nodename, "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
-               "config": {"layers": args.layers, "hidden": args.hidden, "kv_heads": 8, "head_size": 128,
-                          "dtype": "bfloat16", "prefix": args.prefix, "suffix": args.suffix,
+               "config": {"layers": args.layers, "hidden": args.hidden, "kv_heads": args.kv_heads,
+                          "head_size": 128, "dtype": args.dtype, "dtype_bytes": args.dtype_bytes,
+                          "kv_bytes_per_token_layer": kv_bytes_per_token(args) // args.layers,
+                          "prefix": args.prefix, "suffix": args.suffix,
                           "output_tokens": args.output_tokens, "reps": args.reps, "block_size": 32,
                           "connector": f"{args.connector_module}.{args.connector_class}",
                           "connector_extra": json.loads(args.connector_extra)},
@@ -496,6 +547,10 @@ def add_parser(sub) -> None:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--intermediate", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="model and KV dtype: bfloat16 (8 KV heads x 128) or float32 (4 KV heads x 128), the "
+                        "same 4 KiB per token per layer; auto: bfloat16 unless this CPU computes it at under "
+                        "a quarter of fp32's speed")
     p.add_argument("--prefix", type=int, default=8192, help="cached prefix tokens (multiple of 32)")
     p.add_argument("--suffix", type=int, default=2720, help="new tokens (about a third of the prefix)")
     p.add_argument("--output-tokens", type=int, default=2)

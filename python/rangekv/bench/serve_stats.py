@@ -218,7 +218,7 @@ def table3(results: dict) -> str:
     rows = results.get("arms", [])
     cfg = results.get("config", {})
     layers = cfg.get("layers", 1)
-    per_token_layer = 2 * cfg.get("kv_heads", 8) * cfg.get("head_size", 128) * 2
+    per_token_layer = 2 * cfg.get("kv_heads", 8) * cfg.get("head_size", 128) * cfg.get("dtype_bytes", 2)
     rk_rows = [r for r in rows if r["kind"] == "rangekv"]
     cols = [r for r in rk_rows if not r.get("layerwise") and r.get("medium", "disk") == "disk"]
     cols.sort(key=lambda r: -(r.get("granularity") or 0))

@@ -421,3 +421,18 @@ def test_store_capacity_is_bounded_by_the_workload_in_whole_packs():
     tokens = 100_000                                                 # 2 x 100k x 16 KiB = 3.05 GiB
     cap = store_capacity(a, tokens)
     assert cap % (2 << 20) == 0 and 2 * tokens * 2 * 8 * 128 * 2 * 2 <= cap < 2 * tokens * 16384 + (2 << 20)
+
+
+def test_both_dtypes_keep_the_8b_kv_bytes_per_token_layer():
+    from types import SimpleNamespace
+
+    from rangekv.bench import serve
+
+    for dtype, heads in (("bfloat16", 8), ("float32", 4)):
+        a = SimpleNamespace(dtype=dtype, layers=4)
+        serve.resolve_dtype(a)
+        assert (a.dtype, a.kv_heads) == (dtype, heads)
+        assert serve.kv_bytes_per_token(a) == 4 * 4096  # 4 KiB per token per layer, like Llama-3.1-8B
+    a = SimpleNamespace(dtype="auto", layers=1)
+    serve.resolve_dtype(a)
+    assert a.dtype in ("bfloat16", "float32") and serve.kv_bytes_per_token(a) == 4096

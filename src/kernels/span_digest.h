@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/paged_kv.h"  // RANGEKV_HD
 
@@ -59,6 +61,11 @@ uint64_t SpanDigestWordSum(const void* data, uint64_t bytes, uint64_t first_word
 // The portable (non-dispatched) implementation, so tests can check that the CPU-specific
 // variant SpanDigest picks gives identical results.
 uint64_t SpanDigestPortableForTesting(const void* data, uint64_t bytes, uint64_t seed);
+// The CPU-specific variants this machine can run ("avx512", "avx2"; fastest first, the one
+// SpanDigest uses), and one variant's word sum, so each is tested, not only the chosen one.
+std::vector<std::string> SpanDigestVariantsForTesting();
+uint64_t SpanDigestWordSumVariantForTesting(const std::string& variant, const void* data,
+                                            uint64_t bytes, uint64_t first_word, uint64_t seed);
 
 // A digest request batch: one digest per span, written to digests[i] (8 bytes each, memory the
 // executing device can write; a device buffer on CUDA). Spans may have any length and

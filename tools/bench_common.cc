@@ -1071,11 +1071,14 @@ class Sweep {
     const uint64_t T = geometry_.tokens_per_stripe;
     const uint64_t prefix_packs = (P_ + T - 1) / T;
     const uint64_t suffix_packs = (S_ + T - 1) / T;
-    // Restore: the prefix (plus a spare slot). Store: the prefix and one suffix, so from the
-    // second store on each store evicts the previous suffix (an LRU leaf of the prefix) and
-    // reuses its slots: the steady state of a full store, same as the write ceiling's file.
+    // Restore: the prefix (plus a spare slot). Store: the prefix, one suffix and a free reserve
+    // of one pack (EngineOptions::free_reserve_packs, set explicitly: the engine's auto reserve
+    // starts at 32 packs, this store stands in for such a full store with a few), so after the
+    // first few stores each one evicts the oldest suffix (an LRU leaf of the prefix) and reuses
+    // a freed slot whose eviction is durable: the steady state of a full store.
     uint64_t packs = prefix_packs + 1;
-    if (o_.workload == Workload::kStore) packs = prefix_packs + suffix_packs;
+    if (o_.workload == Workload::kStore)
+      packs = std::max<uint64_t>(4, prefix_packs + suffix_packs + 1);
     eo.capacity_bytes = packs * geometry_.pack_bytes;
     eo.device = o_.device == DeviceKind::kHost   ? DeviceSelection::kHost
                 : o_.device == DeviceKind::kCuda ? DeviceSelection::kCuda
@@ -1097,6 +1100,7 @@ class Sweep {
     if (o_.layer_group != 0) eo.layer_group = o_.layer_group;
     eo.checksum = c.checksum_off ? ChecksumPolicy::kOff : o_.checksum;
     eo.durability = c.durability;
+    if (o_.workload == Workload::kStore) eo.free_reserve_packs = 1;
     // auto probes once, in the first engine of the run; later engines reuse that choice, so
     // every configuration and point runs with the same split.
     eo.io_split_bytes = resolved_split_.value_or(o_.io_split_bytes);

@@ -30,6 +30,10 @@ enum class IoEngineSelection : uint8_t {
   kCuFile,
 };
 
+// EngineOptions::free_reserve_packs: chosen at Open from the durability and the pack count.
+inline constexpr uint32_t kFreeReserveAuto = UINT32_MAX;
+inline constexpr uint64_t kFreeReserveMinPacks = 32;
+
 // EngineOptions::io_split_bytes values besides a byte count.
 inline constexpr uint64_t kIoSplitAuto = 0;          // probe the medium at Open
 inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
@@ -204,6 +208,14 @@ struct EngineOptions {
   uint32_t write_workers = 32;
   uint32_t layer_group = 4;
   uint32_t max_inflight_stores = 16;  // store job slots, including detached write debt
+  // Pack slots kept free ahead of the stores by evicting early (DirectoryOptions::
+  // free_reserve_packs): a store then reuses a slot whose eviction is already durable instead
+  // of waiting for the journal to commit the eviction it just caused (the write-ahead rule; a
+  // wait the size of a disk flush, ~250 ms on a virtual disk with a write-back cache). Costs
+  // that many packs of capacity. kFreeReserveAuto: 1 when the store journals (durability other
+  // than none) and has at least kFreeReserveMinPacks packs (the pack is then at most 1/32 of
+  // the capacity), else 0. Otherwise [0, 64].
+  uint32_t free_reserve_packs = kFreeReserveAuto;
 
   // Largest token count of one lookup, restore or store (sizes the per-job slot-mapping
   // buffers allocated at Open).

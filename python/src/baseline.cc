@@ -6,12 +6,14 @@
 // non-layerwise path's retrieve and store are; the GIL is released around them.
 //
 // Thread-safety: one call at a time per store (the model's own rule); calls are serialised by
-// a mutex here so a misuse from two threads waits instead of racing.
+// a mutex here (the store is looked up under it), so a misuse from two threads, close()
+// included, waits instead of racing.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,18 +44,20 @@ nb::dict WorkDict(const baseline::PerObjectStats& w) {
 
 class PyPerObjectStore {
  private:
-  // The store, or rangekv.ClosedError. Close() is not expected to race a call (one call at a
-  // time per store); a call already running holds the mutex and Close() waits for it.
-  baseline::PerObjectStore& Open(const char* what) {
-    if (store_ == nullptr) ThrowClosed(std::string("PerObjectStore.") + what);
-    return *store_;
-  }
-
+  // Runs f(store) with the GIL released and the mutex held (calls from several threads take
+  // turns; Close() waits for a running call); rangekv.ClosedError once closed. The store is
+  // looked up under the mutex, so a Close() racing the call cannot free it underneath.
   template <typename F>
-  auto WithoutGil(F&& f) {
-    nb::gil_scoped_release release;
-    std::lock_guard lock(mu_);
-    return f();
+  auto WithStore(const char* what, F&& f) {
+    using R = decltype(f(std::declval<baseline::PerObjectStore&>()));
+    std::optional<R> r;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard lock(mu_);
+      if (store_ != nullptr) r.emplace(f(*store_));
+    }
+    if (!r) ThrowClosed(std::string("PerObjectStore.") + what);
+    return std::move(*r);
   }
 
   struct Call {
@@ -77,8 +81,7 @@ class PyPerObjectStore {
   auto Transfer(const char* what, nb::handle tokens, const std::string& shape, uint32_t chunks,
                 nb::handle kv_layers, nb::handle slot_mapping, bool writable, F&& f) {
     Call c = Prepare(tokens, shape, chunks, kv_layers, slot_mapping, writable);
-    baseline::PerObjectStore& store = Open(what);
-    auto r = WithoutGil([&] { return f(store, c); });
+    auto r = WithStore(what, [&](baseline::PerObjectStore& store) { return f(store, c); });
     ThrowIfError(r.status);
     nb::dict d;
     d["objects"] = r.objects;
@@ -167,8 +170,10 @@ class PyPerObjectStore {
 
   // Bytes the objects of a naming of `tokens` path tokens occupy (file and pool).
   uint64_t Footprint(const std::string& shape, uint64_t tokens, uint32_t chunks) {
-    return baseline::PerObjectStore::FootprintBytes(Naming(shape, tokens, chunks),
-                                                    Open("footprint").alignment_bytes());
+    const baseline::ObjectNaming naming = Naming(shape, tokens, chunks);
+    return WithStore("footprint", [&](baseline::PerObjectStore& store) {
+      return baseline::PerObjectStore::FootprintBytes(naming, store.alignment_bytes());
+    });
   }
 
   nb::dict Put(nb::handle tokens, const std::string& shape, uint32_t chunks, nb::handle kv_layers,
@@ -193,14 +198,15 @@ class PyPerObjectStore {
   }
 
   void Clear() {
-    baseline::PerObjectStore& store = Open("clear");
-    WithoutGil([&] {
+    WithStore("clear", [](baseline::PerObjectStore& store) {
       store.Clear();
       return 0;
     });
   }
 
-  std::string Describe() { return Open("backends").Describe(); }
+  std::string Describe() {
+    return WithStore("backends", [](baseline::PerObjectStore& store) { return store.Describe(); });
+  }
 
  private:
   EngineInfo info_;

@@ -120,7 +120,7 @@ def single_results():
     # The tmpfs arm, with resident runs paired in its own server.
     arms.append({"name": "rangekv 32 shm", "kind": "rangekv", "granularity": 256, "layerwise": False,
                  "medium": "shm", "ttft_s": [0.43, 0.43], "median_s": 0.43, "error": None,
-                 "paired_resident_s": [0.40, 0.42], "tokens_match": [True, True],
+                 "paired_resident_s": [0.39, 0.40], "tokens_match": [True, True],
                  "median_minus_resident_ms": 20.0, "minus_resident_over_ceiling_read": 0.25,
                  "speedup_kept": 0.953})
     return {"config": {"layers": 4, "kv_heads": 8, "head_size": 128, "prefix": 8192},
@@ -135,7 +135,7 @@ def test_table3_has_the_papers_rows_one_column_per_object_count():
     assert t[2] == "| Object size | 4 MiB | 512 KiB | 1 MiB | 4 MiB |"  # G x 4 KiB x 4 layers; LW: G x 4 KiB
     assert t[3] == "| Recompute | 1.100 | 1.100 | 1.100 | 1.100 |"
     # Paired resident runs where an arm has them, else the unpaired resident arm.
-    assert t[4] == "| Resident (paired, same server) | 0.410 | 0.410 | 0.410 | 0.410 |"
+    assert t[4] == "| Resident (paired, same server) | 0.410 | 0.410 | 0.410 | 0.395 |"
     assert t[5] == "| RangeKV | 0.450 | 0.470 | 0.450 | 0.430 |"
     assert t[6] == "| RangeKV - resident (ms) | 40 | 60 | 40 | 20 |"
     assert t[7] == "| (RangeKV - resident) / prefix read at best ceiling | - | - | - | 0.25 |"
@@ -436,3 +436,27 @@ def test_both_dtypes_keep_the_8b_kv_bytes_per_token_layer():
     a = SimpleNamespace(dtype="auto", layers=1)
     serve.resolve_dtype(a)
     assert a.dtype in ("bfloat16", "float32") and serve.kv_bytes_per_token(a) == 4096
+
+
+def test_single_requests_pair_every_restore_with_a_resident_run_and_alternate_their_order():
+    from rangekv.bench.serve import single_requests
+
+    prefix, prompts = [1, 2], [[1, 2, 10 + r] for r in range(4)]
+    other = [[100 + r] * 40 for r in range(5)]
+    resident = [[200 + r] for r in range(4)]
+    ids = [q["id"] for q in single_requests("rangekv", prefix, prompts, other, resident, 2)]
+    assert ids == ["warm", "store-prefix",
+                   "reset-0", "measure-0", "resident-0",                  # RangeKV first
+                   "reset-1a", "prime-1", "resident-1", "reset-1", "measure-1",  # resident first
+                   "reset-2", "measure-2", "resident-2",
+                   "reset-3a", "prime-3", "resident-3", "reset-3", "measure-3"]
+    reqs = {q["id"]: q for q in single_requests("rangekv", prefix, prompts, other, resident, 2)}
+    assert reqs["measure-1"]["prompt"] == prompts[1]
+    assert reqs["resident-1"]["prompt"] == prefix + resident[1]
+    assert reqs["prime-1"]["prompt"] == prefix + other[1][:32]  # short: the prefix plus 32 tokens
+    assert reqs["reset-1"] == {"id": "reset-1", "action": "reset"}
+    # Unpaired arms: no resets; vLLM alone primes its own cache before each measured prompt.
+    ids = [q["id"] for q in single_requests("resident", prefix, prompts, other, resident, 2)]
+    assert ids == ["warm"] + [x for r in range(4) for x in (f"prime-{r}", f"measure-{r}")]
+    ids = [q["id"] for q in single_requests("recompute", prefix, prompts, other, resident, 2)]
+    assert ids == ["warm"] + [f"measure-{r}" for r in range(4)]

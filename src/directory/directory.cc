@@ -198,6 +198,13 @@ void Directory::ApplyRemoval(std::vector<uint32_t>* affected, InvalidateResult* 
   }
 }
 
+bool Directory::SlotReusable(uint32_t slot) {
+  for (DirectoryObserver* o : observers_) {
+    if (!o->SlotReusable(slot)) return false;
+  }
+  return true;
+}
+
 bool Directory::EvictOne(uint32_t exclude_slot) {
   const SlotTable* slots = &slots_;
   const RadixTree* tree = &tree_;
@@ -298,10 +305,12 @@ Result<Reservation> Directory::Reserve(const NamespaceId& ns, std::span<const in
   };
   RANGEKV_RETURN_IF_ERROR(check_capacity());
 
-  // Slots: evict LRU packs as needed, never the pack the new tail continues.
+  // Slots: evict LRU packs as needed (and the free reserve's worth ahead of need), never the
+  // pack the new tail continues.
   const uint32_t exclude = steps_.empty() ? kNoSlot : tree_.node(steps_.back().node).slot;
   bool evicted = false;
-  while (slots_.Count(SlotState::kFree) < packs_needed && EvictOne(exclude)) evicted = true;
+  const uint64_t free_target = packs_needed + options_.free_reserve_packs;
+  while (slots_.Count(SlotState::kFree) < free_target && EvictOne(exclude)) evicted = true;
   const uint64_t packs = std::min<uint64_t>(packs_needed, slots_.Count(SlotState::kFree));
   if (packs == 0) {
     return ResourceExhausted(
@@ -334,8 +343,10 @@ Result<Reservation> Directory::Reserve(const NamespaceId& ns, std::span<const in
   out.reservation_id = id;
   out.begin_tokens = visible;
   out.end_tokens = end;
+  // The slot table calls this while Reserve holds mu_ (the analysis cannot see through it).
+  auto reusable = [this](uint32_t s) NO_THREAD_SAFETY_ANALYSIS { return SlotReusable(s); };
   for (uint64_t pos = visible; pos < end; pos += T) {
-    const uint32_t slot = *slots_.ReserveLowestFree();
+    const uint32_t slot = *slots_.ReserveLowestFreePreferring(reusable);
     const uint64_t len = std::min(T, end - pos);
     parent = tree_.Attach(parent, tokens.subspan(pos, len), slot, 0);
     slot_reservation_[slot] = id;

@@ -134,6 +134,13 @@ struct DirectoryOptions {
   // names a new pack. 0: generations continue from the slot's own (1 for a new directory).
   // Generations loaded by Deserialize keep their values (they may lie below the floor).
   uint64_t generation_floor = 0;
+  // Free slots Reserve() keeps beyond what a reservation takes, evicting least recently used
+  // packs ahead of need. A slot freed by an eviction can be rewritten only once the eviction is
+  // durable (the journal's write-ahead rule); with a reserve, a reservation takes a slot freed
+  // by an earlier one, whose removal has had time to commit, instead of waiting for the commit
+  // of the eviction it just made (observers' SlotReusable() says which slots are ready). The
+  // price is this many packs of capacity. 0: evict only on demand (the default).
+  uint32_t free_reserve_packs = 0;
 
   IndexMode index = IndexMode::kTree;
   uint64_t scalar_chunk_tokens = 256;  // LMCache's default chunk size
@@ -260,6 +267,11 @@ class DirectoryObserver {
   // Visible pack (slot, generation) left the index (retired, or clipped to a head: then the
   // tokens beyond its head left, and a later removal of the head is reported again).
   virtual void OnRemoved(const RemovedPack& pack) = 0;
+  // Whether free slot `slot` can be written at once: nothing this observer made durable still
+  // describes the slot's previous pack (the journal: its removal is committed). Reserve()
+  // prefers such slots (DirectoryOptions::free_reserve_packs). Called under the directory's
+  // mutex, with the rules above.
+  virtual bool SlotReusable(uint32_t /*slot*/) { return true; }
 };
 
 class Directory final : public RangeIndex {
@@ -395,6 +407,8 @@ class Directory final : public RangeIndex {
   void ApplyRemoval(std::vector<uint32_t>* affected, InvalidateResult* result) REQUIRES(mu_);
   // Evicts the LRU evictable pack other than `exclude_slot`; false when there is none.
   bool EvictOne(uint32_t exclude_slot) REQUIRES(mu_);
+  // Every observer's SlotReusable(slot).
+  bool SlotReusable(uint32_t slot) REQUIRES(mu_);
   void DropTicket(Outstanding& t) REQUIRES(mu_);
   void FinishReservation(uint64_t id) REQUIRES(mu_);
   Result<ClaimedRange> ClaimLocked(const NamespaceId& ns, const Ticket& ticket,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 #include <thread>
 
 namespace rangekv {
@@ -500,6 +501,50 @@ TEST(DirectoryTest, EvictionIsLruOverUnleasedLeafPacks) {
   EXPECT_EQ(rf.records, (std::vector<PackRecord>{Rec(1, 4, 0, 5)}));
   EXPECT_EQ(d->Stats().evictions, 4u);
   ExpectInvariants(*d);
+}
+
+// An observer whose removals become "durable" only when the test says so (the journal's
+// SlotReusable in miniature).
+class DurableRemovals final : public DirectoryObserver {
+ public:
+  void OnPublished(uint64_t, const NamespaceId&, std::span<const int32_t>,
+                   std::span<const PackRecord>) override {}
+  void OnRemoved(const RemovedPack& p) override { pending.insert(p.slot); }
+  bool SlotReusable(uint32_t slot) override { return pending.count(slot) == 0; }
+  std::set<uint32_t> pending;  // removed, not yet durable
+};
+
+// free_reserve_packs: a full store evicts one pack more than a reservation needs, and the next
+// reservation takes the slot freed earlier (its removal durable by then), not the one its own
+// eviction just freed; without the reserve every reservation reuses its own fresh eviction.
+TEST(DirectoryTest, FreeReserveEvictsAheadAndReusesSlotsWhoseRemovalIsDurable) {
+  for (uint32_t reserve : {0u, 1u}) {
+    DirectoryOptions o = SmallOptions(8, 8);
+    o.capacity_bytes = 4 * o.pack_bytes;  // 4 usable slots
+    o.free_reserve_packs = reserve;
+    auto d = Make(o);
+    DurableRemovals journal;
+    ASSERT_TRUE(d->AddObserver(&journal).ok());
+    uint32_t waits = 0;  // reservations that got a slot whose removal was still pending
+    for (int i = 0; i < 12; ++i) {
+      Result<Reservation> r = d->Reserve(kNs, Seq(8, 1000 * (i + 1)));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(r->records.size(), 1u);
+      if (journal.pending.count(r->records[0].pack_slot) != 0) ++waits;
+      ASSERT_TRUE(d->Publish(r->reservation_id).ok());
+      // A journal commit between two stores makes every removal queued so far durable; what a
+      // reservation evicts for itself is still pending when it picks its slot.
+      journal.pending.clear();
+      const DirectoryStats st = d->Stats();
+      if (i >= 4) {
+        EXPECT_EQ(st.free_slots, reserve) << "store " << i;  // the reserve stays free
+        EXPECT_EQ(st.visible_slots, 4u - reserve) << "store " << i;
+      }
+    }
+    // Without the reserve a full store's reservation reuses the slot it just evicted.
+    EXPECT_EQ(waits, reserve == 0 ? 8u : 0u) << "reserve " << reserve;
+    ExpectInvariants(*d);
+  }
 }
 
 TEST(DirectoryTest, ReserveTakesWhatFitsAndFailsWhenNothingCanBeFreed) {

@@ -37,8 +37,7 @@ class RangeIndex {
                                 const Envelope& envelope, uint64_t granularity_tokens) = 0;
   virtual Result<ClaimedRange> ClaimBytes(const NamespaceId& ns,
                                           std::span<const uint8_t> ticket_bytes,
-                                          const Envelope& envelope,
-                                          std::span<const int32_t> tokens,
+                                          const Envelope& envelope, std::span<const int32_t> tokens,
                                           uint64_t endpoint_tokens) = 0;
   virtual Status Release(uint64_t ticket_id) = 0;
   virtual CancelOutcome Cancel(std::string_view request_id) = 0;

@@ -27,8 +27,7 @@ void RemovalLog::Seed(const Directory& directory) {
 }
 
 void RemovalLog::OnPublished(uint64_t /*reservation_id*/, const NamespaceId& /*ns*/,
-                             std::span<const int32_t> /*path*/,
-                             std::span<const PackRecord> packs) {
+                             std::span<const int32_t> /*path*/, std::span<const PackRecord> packs) {
   if (capacity_ == 0) return;
   MutexLock l(mu_);
   for (const PackRecord& p : packs) {

@@ -52,13 +52,17 @@ void SlotTable::SetGenerationFloor(uint64_t floor) {
 std::optional<uint32_t> SlotTable::ReserveLowestFree() {
   for (size_t w = 0; w < free_bits_.size(); ++w) {
     if (free_bits_[w] == 0) continue;
-    uint32_t slot = static_cast<uint32_t>(w * 64 + __builtin_ctzll(free_bits_[w]));
-    free_bits_[w] &= free_bits_[w] - 1;
-    SetState(slot, SlotState::kReserved);
-    slots_[slot].generation = std::max(slots_[slot].generation + 1, generation_floor_);
-    return slot;
+    return ReserveFree(static_cast<uint32_t>(w * 64 + __builtin_ctzll(free_bits_[w])));
   }
   return std::nullopt;
+}
+
+uint32_t SlotTable::ReserveFree(uint32_t slot) {
+  RANGEKV_CHECK(Get(slot).state == SlotState::kFree);
+  free_bits_[slot / 64] &= ~(uint64_t{1} << (slot % 64));
+  SetState(slot, SlotState::kReserved);
+  slots_[slot].generation = std::max(slots_[slot].generation + 1, generation_floor_);
+  return slot;
 }
 
 void SlotTable::MakeVisible(uint32_t slot) {

@@ -63,6 +63,17 @@ class SlotTable {
   // Lowest-numbered free usable slot -> reserved, generation max(generation + 1, floor).
   // nullopt when none is free.
   std::optional<uint32_t> ReserveLowestFree();
+  // The same, taking the lowest-numbered free slot that `ready(slot)` accepts when there is one.
+  template <typename Ready>
+  std::optional<uint32_t> ReserveLowestFreePreferring(Ready ready) {
+    for (size_t w = 0; w < free_bits_.size(); ++w) {
+      for (uint64_t bits = free_bits_[w]; bits != 0; bits &= bits - 1) {
+        const uint32_t slot = static_cast<uint32_t>(w * 64 + __builtin_ctzll(bits));
+        if (ready(slot)) return ReserveFree(slot);
+      }
+    }
+    return ReserveLowestFree();
+  }
   // reserved -> visible, appended to the LRU order as the most recent.
   void MakeVisible(uint32_t slot);
   // reserved -> free (an aborted or doomed store; nobody can hold a lease on it).
@@ -95,6 +106,8 @@ class SlotTable {
   void RaiseGeneration(uint32_t slot, uint64_t generation);
 
  private:
+  // REQUIRES free: -> reserved, generation bumped (ReserveLowestFree's step).
+  uint32_t ReserveFree(uint32_t slot);
   void SetState(uint32_t slot, SlotState state);
   void LruAppend(uint32_t slot);
   void LruRemove(uint32_t slot);

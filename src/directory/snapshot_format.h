@@ -34,17 +34,17 @@ struct Field {
   constexpr uint32_t end() const { return offset + size; }
 };
 
-inline constexpr Field kMagicField{0, 4};          // u32
-inline constexpr Field kVersionField{4, 2};        // u16
-inline constexpr Field kFlagsField{6, 2};          // u16, 0
-inline constexpr Field kTotalBytesField{8, 8};     // u64
-inline constexpr Field kOwnerEpochField{16, 8};    // u64
-inline constexpr Field kPackSlotsField{24, 4};     // u32
-inline constexpr Field kTokensPerPackField{28, 8}; // u64
+inline constexpr Field kMagicField{0, 4};           // u32
+inline constexpr Field kVersionField{4, 2};         // u16
+inline constexpr Field kFlagsField{6, 2};           // u16, 0
+inline constexpr Field kTotalBytesField{8, 8};      // u64
+inline constexpr Field kOwnerEpochField{16, 8};     // u64
+inline constexpr Field kPackSlotsField{24, 4};      // u32
+inline constexpr Field kTokensPerPackField{28, 8};  // u64
 inline constexpr uint32_t kHeaderBytes = 36;
 
-inline constexpr uint32_t kGenerationBytes = 8;    // per slot
-inline constexpr uint32_t kSlotIdBytes = 4;        // per visible pack
+inline constexpr uint32_t kGenerationBytes = 8;  // per slot
+inline constexpr uint32_t kSlotIdBytes = 4;      // per visible pack
 inline constexpr uint32_t kNamespaceHeaderBytes = 8 + 8 + 4;
 inline constexpr uint32_t kNodeFixedBytes = 4 + 4 + 8 + 4;
 inline constexpr uint32_t kTokenBytes = 4;

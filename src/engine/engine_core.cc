@@ -180,6 +180,11 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.direct =
       options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred : DirectIo::kOff;
   so.directory = DirectoryOptions::ForGeometry(geometry_, static_cast<uint32_t>(so.pack_count));
+  if (options_.free_reserve_packs == kFreeReserveAuto) {
+    const bool journaled = options_.durability.mode != Durability::Mode::kNone;
+    options_.free_reserve_packs = journaled && so.pack_count >= kFreeReserveMinPacks ? 1 : 0;
+  }
+  so.directory.free_reserve_packs = options_.free_reserve_packs;
   so.directory.index =
       options_.ablations.index == Ablations::Index::kScalar ? IndexMode::kScalar : IndexMode::kTree;
   so.directory.scalar_chunk_tokens = options_.ablations.object_tokens;

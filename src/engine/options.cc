@@ -218,6 +218,9 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   RANGEKV_RETURN_IF_ERROR(CheckCount("write_workers", o.write_workers, 1, kMaxWorkers));
   RANGEKV_RETURN_IF_ERROR(
       CheckCount("max_inflight_stores", o.max_inflight_stores, 1, kMaxJobSlots));
+  if (o.free_reserve_packs != kFreeReserveAuto) {
+    RANGEKV_RETURN_IF_ERROR(CheckCount("free_reserve_packs", o.free_reserve_packs, 0, 64));
+  }
   RANGEKV_RETURN_IF_ERROR(
       CheckCount("max_request_tokens", o.max_request_tokens, 1, kMaxRequestTokens));
   if (o.max_removed_ranges > RemovalLog::kMaxCapacity) {

@@ -64,7 +64,7 @@ TEST(SpanDigestTest, DispatchedImplementationMatchesPortable) {
 }
 
 // Every CPU-specific build this machine can run (not only the one SpanDigest picks) agrees with
-// the portable loop bit for bit: sizes around its 8-word blocks, odd alignments, word offsets.
+// the portable loop bit for bit: sizes around its 16-word blocks, odd alignments, word offsets.
 TEST(SpanDigestTest, EveryVariantMatchesPortable) {
   const std::vector<std::string> variants = SpanDigestVariantsForTesting();
   if (variants.empty()) GTEST_SKIP() << "no CPU-specific digest build on this machine";

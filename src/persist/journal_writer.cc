@@ -225,6 +225,12 @@ Status JournalWriter::AwaitPublished(uint64_t reservation_id) {
   return WaitDurable(lsn);
 }
 
+bool JournalWriter::SlotReusable(uint32_t slot) {
+  MutexLock l(mu_);
+  auto it = remove_lsn_.find(slot);
+  return it == remove_lsn_.end() || it->second <= durable_lsn_ || abandoned_;
+}
+
 Status JournalWriter::BeforeOverwrite(uint32_t slot) {
   MutexLock l(mu_);
   auto it = remove_lsn_.find(slot);

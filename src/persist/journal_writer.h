@@ -123,6 +123,9 @@ class JournalWriter final : public DirectoryObserver {
                    std::span<const PackRecord> packs) override EXCLUDES(mu_);
   // A clipped pack is journaled as removed (see directory.h "Observers").
   void OnRemoved(const RemovedPack& pack) override EXCLUDES(mu_);
+  // True unless the slot's last removal is queued but not yet durable (BeforeOverwrite would
+  // wait for it).
+  bool SlotReusable(uint32_t slot) override EXCLUDES(mu_);
 
   // Blocks until the publication of `reservation_id` is durable (OK), or returns the journal's
   // error. For a reservation it has no entry for (committed already, or a store that joined

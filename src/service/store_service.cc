@@ -18,6 +18,7 @@
 #include "engine/store_state.h"
 #include "pack/pack_layout.h"
 #include "persist/payload_digests.h"
+#include "rangekv/options.h"
 #include "service/unix_socket.h"
 
 namespace rangekv::service {
@@ -331,6 +332,10 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       so.directory = DirectoryOptions::ForGeometry(h.geometry, static_cast<uint32_t>(so.pack_count));
       so.directory.max_query_tokens = kMaxTokensPerMessage;
       so.directory.max_tickets = 1u << 16;
+      // As an engine's own store (EngineOptions::free_reserve_packs, auto): a reservation takes
+      // a slot whose eviction is already durable, so Reserve's BeforeOverwrite does not wait.
+      const bool journaled = options_.journal.mode != persist::DurabilityMode::kNone;
+      so.directory.free_reserve_packs = journaled && so.pack_count >= kFreeReserveMinPacks ? 1 : 0;
       so.digest_block_tokens = h.digest_block_tokens;
       so.permissions = options_.group_access ? persist::StorePermissions::Group()
                                              : persist::StorePermissions::Owner();

@@ -112,17 +112,12 @@ def bf16_speed_ratio() -> float:
     return rates[torch.bfloat16] / rates[torch.float32]
 
 
-# The model's dtype, passed to every server (vLLM's "auto" would run a float32 checkpoint in
-# 16 bits); set by run() from --dtype.
-MODEL_DTYPE = "auto"
-
-
 class Server:
     """One vLLM OpenAI server process; its log goes to `log_path`."""
 
     def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str, max_len: int,
                  kv_gib: float, python: str, block_size: int = 32, max_num_seqs: int = 1,
-                 num_blocks: int | None = None):
+                 num_blocks: int | None = None, dtype: str = "auto"):
         self.port = _free_port()
         self.log_path = log_path
         cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
@@ -130,7 +125,8 @@ class Server:
                "--block-size", str(block_size), "--host", "127.0.0.1", "--port", str(self.port),
                "--max-model-len", str(max_len), "--seed", "0", "--max-num-seqs", str(max_num_seqs),
                "--max-num-batched-tokens", str(max_len), "--enable-prompt-tokens-details",
-               "--dtype", MODEL_DTYPE]
+               # The model's dtype: vLLM's "auto" would run a float32 checkpoint in 16 bits.
+               "--dtype", dtype]
         if num_blocks:
             cmd += ["--num-gpu-blocks-override", str(num_blocks)]
         cmd += extra_args
@@ -200,7 +196,7 @@ def run_client(port: int, requests, workdir: str, python: str):
     if out.returncode != 0:
         def failed(rs):
             return [{"id": r["id"], "error": f"client failed: {out.stderr[-800:]}", "ttft_s": None,
-                     "token_ids": [], "logprobs": [], "prompt_tokens": len(r["prompt"]),
+                     "token_ids": [], "logprobs": [], "prompt_tokens": len(r.get("prompt", [])),
                      "cached_tokens": None} for r in rs]
         if isinstance(requests, dict):
             return {"phases": [{"name": p.get("name", ""), "concurrency": p.get("concurrency", 1),
@@ -215,7 +211,7 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def arm_configs(args, store_root: str) -> list[dict]:
+def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict]:
     grans = [int(g) for g in args.granularities.split(",")]
     arms = [{"name": "recompute", "kind": "recompute", "args": ["--no-enable-prefix-caching"]},
             {"name": "resident", "kind": "resident", "args": []}]
@@ -228,9 +224,10 @@ def arm_configs(args, store_root: str) -> list[dict]:
     # same server, the same shape with the prefix resident in vLLM's cache (run_single).
     def connector(name, extra, kind="rangekv", gran=32, layerwise=False, medium="disk"):
         tokens = args.prefix + (args.suffix + 64) * (2 * args.reps + 3)
-        # The shm arm's store lives on tmpfs (RAM), outside the work dir: run_single removes it.
-        root = store_root if medium == "disk" else os.path.join(
-            args.shm_dir, os.path.basename(os.path.dirname(os.path.abspath(store_root))) + "-single")
+        # The shm arm's store lives on tmpfs (RAM), outside the work dir, under a name of this
+        # run's own: run_single removes it.
+        root = store_root if medium == "disk" else (
+            shm_root or os.path.join(args.shm_dir, os.path.basename(os.path.dirname(store_root)) + "-single"))
         cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                "kv_connector_extra_config": connector_extra(
@@ -343,7 +340,9 @@ def run(args) -> dict:
     bad = set(workloads) - {"single", "docqa", "breakeven"}
     if bad:
         raise SystemExit(f"--workload: unknown {', '.join(sorted(bad))} (single, docqa, breakeven, all)")
-    arms = arm_configs(args, store_root) if "single" in workloads else []
+    resolve_dtype(args)
+    shm_root = os.path.join(args.shm_dir, os.path.basename(work) + "-single")
+    arms = arm_configs(args, store_root, shm_root) if "single" in workloads else []
     steps = len(arms)
     if "docqa" in workloads:
         steps += len(serve_workloads.docqa_arms(args, store_root))
@@ -355,9 +354,6 @@ def run(args) -> dict:
                   ([serve_workloads.docqa_max_len(args)] if "docqa" in workloads else []) +
                   ([serve_workloads.breakeven_max_len(args)] if "breakeven" in workloads else []))
     model_dir = os.path.join(work, "model")
-    global MODEL_DTYPE
-    resolve_dtype(args)
-    MODEL_DTYPE = args.dtype
     log(f"[serve] writing a random {args.layers}-layer {args.dtype} model ({args.kv_heads} KV heads x 128) "
         f"to {model_dir}")
     write_model(model_dir, layers=args.layers, vocab=args.vocab, hidden=args.hidden,
@@ -392,8 +388,49 @@ def run(args) -> dict:
     return results
 
 
+def single_requests(kind: str, prefix: list[int], prompts: list[list[int]], other: list[list[int]],
+                    resident_suffixes: list[list[int]], output_tokens: int) -> list[dict]:
+    """The client's request list for one arm of the fixed request. `other` holds reps + 1 unrelated
+    suffixes (warm-up, stores, primes). A paired arm (rangekv, ablation) measures per
+    repetition r the restored request "measure-r" (vLLM's own cache emptied first: "reset-r") and
+    the same shape with the prefix in vLLM's cache, "resident-r"; RangeKV first in even
+    repetitions, the resident run first in odd ones (after a reset and a prime, a short request
+    that restores the prefix into vLLM's cache)."""
+    reqs = [{"id": "warm", "prompt": other[-1][:64] + other[-1], "max_tokens": output_tokens}]
+    # Storing the prefix (and priming vLLM's cache) needs the prefix in a prompt, not a long
+    # suffix: 32 more tokens keep those untimed requests short on a slow CPU.
+    if kind in ("rangekv", "ablation", "peer"):
+        reqs.append({"id": "store-prefix", "prompt": prefix + other[-1][:32], "max_tokens": 1})
+    paired = kind in ("rangekv", "ablation")
+    for r, p in enumerate(prompts):
+        if kind == "resident":
+            reqs.append({"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1})
+        if not paired:
+            reqs.append({"id": f"measure-{r}", "prompt": p, "max_tokens": output_tokens})
+            continue
+        res_req = {"id": f"resident-{r}", "prompt": prefix + resident_suffixes[r], "max_tokens": output_tokens}
+        if r % 2:
+            reqs += [{"id": f"reset-{r}a", "action": "reset"},
+                     {"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1}, res_req]
+        reqs += [{"id": f"reset-{r}", "action": "reset"},
+                 {"id": f"measure-{r}", "prompt": p, "max_tokens": output_tokens}]
+        if not r % 2:
+            reqs.append(res_req)
+    return reqs
+
+
 def run_single(ctx, arms: list[dict], results: dict) -> None:
     """The fixed request (prefix + a fresh suffix per repetition), one server per arm."""
+    shm_roots = {os.path.dirname(a["extra"]["store_dir"]) for a in arms if a.get("medium") == "shm"}
+    try:
+        _run_single(ctx, arms, results)
+    finally:
+        # The tmpfs arm's store is RAM: never left behind, whatever stopped the run.
+        for root in shm_roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_single(ctx, arms: list[dict], results: dict) -> None:
     import torch
 
     args, log = ctx.args, ctx.progress.log
@@ -413,7 +450,8 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
         row = {"name": arm["name"], "kind": arm["kind"], "granularity": arm.get("granularity"),
                "layerwise": arm.get("layerwise", False), "ttft_s": [], "error": None}
         server = Server(ctx.model_dir, arm["args"], arm.get("env", {}), os.path.join(ctx.work, f"server-{ai}.log"),
-                        ctx.max_len, args.kv_cache_gib, ctx.python, block_size=arm.get("block_size", 32))
+                        ctx.max_len, args.kv_cache_gib, ctx.python, block_size=arm.get("block_size", 32),
+                        dtype=args.dtype)
         paired = arm["kind"] in ("rangekv", "ablation")
         try:
             err = server.wait_ready(args.start_timeout)
@@ -422,29 +460,7 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
                 results["arms"].append(row)
                 log(f"[serve]   {arm['name']} did not start: {err}")
                 continue
-            reqs = [{"id": "warm", "prompt": other[-1][:64] + other[-1], "max_tokens": args.output_tokens}]
-            # Storing the prefix (and priming vLLM's cache below) needs the prefix in a prompt, not
-            # a long suffix: 32 more tokens keep those untimed requests short on a slow CPU.
-            if arm["kind"] in ("rangekv", "ablation", "peer"):
-                reqs.append({"id": "store-prefix", "prompt": prefix + other[-1][:32], "max_tokens": 1})
-            for r, p in enumerate(prompts):
-                if arm["kind"] == "resident":
-                    reqs.append({"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1})
-                if not paired:
-                    reqs.append({"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens})
-                    continue
-                # RangeKV first in even repetitions, the resident run first in odd ones; vLLM's
-                # own cache is emptied before every RangeKV run, and primed (by a restore)
-                # before a resident run that comes first.
-                res_req = {"id": f"resident-{r}", "prompt": prefix + resident_suffixes[r],
-                           "max_tokens": args.output_tokens}
-                if r % 2:
-                    reqs += [{"id": f"reset-{r}a", "action": "reset"},
-                             {"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1}, res_req]
-                reqs += [{"id": f"reset-{r}", "action": "reset"},
-                         {"id": f"measure-{r}", "prompt": p, "max_tokens": args.output_tokens}]
-                if not r % 2:
-                    reqs.append(res_req)
+            reqs = single_requests(arm["kind"], prefix, prompts, other, resident_suffixes, args.output_tokens)
             out = run_client(server.port, reqs, ctx.work, ctx.python)
             res = arm_resources(server, arm.get("extra"), args.layers, kv_cache_bytes)
             results["resources"].append({"workload": "single", "name": arm["name"], **res})
@@ -466,7 +482,13 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
         finally:
             if medium == "shm":
                 shutil.rmtree(arm["extra"]["store_dir"], ignore_errors=True)
+        # A repetition whose reset failed was served from vLLM's own cache: not a RangeKV sample.
+        failed_resets = {o["id"].removeprefix("reset-") for o in out if o.get("reset") is False}
         measured = [o for o in out if o["id"].startswith("measure-")]
+        for o in measured:
+            if o["id"].removeprefix("measure-") in failed_resets:
+                o["ttft_s"] = None
+                o["error"] = o.get("error") or "vLLM's prefix cache could not be emptied before this run"
         row["ttft_s"] = [o["ttft_s"] for o in measured]
         row["token_ids"] = [o["token_ids"] for o in measured]
         row["logprobs"] = [o["logprobs"] for o in measured]
@@ -477,7 +499,7 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
             pr = [o for o in out if o["id"].startswith("resident-")]
             row["paired_resident_s"] = [o["ttft_s"] for o in pr]
             row["paired_resident_cached_tokens"] = [o.get("cached_tokens") for o in pr]
-            row["resets_failed"] = [o["id"] for o in out if o.get("reset") is False]
+            row["resets_failed"] = sorted(failed_resets)
             row["medium"] = arm.get("medium")
         if arm["kind"] == "recompute":
             reference = row
@@ -488,9 +510,6 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
                 for a, b in zip(row["logprobs"], reference["logprobs"])]
         results["arms"].append(row)
         log(f"[serve]   {arm['name']}: median {row['median_s']} s, samples {row['ttft_s']}")
-    shm_roots = {os.path.dirname(a["extra"]["store_dir"]) for a in arms if a.get("medium") == "shm"}
-    for root in shm_roots:
-        shutil.rmtree(root, ignore_errors=True)
     resident = next((r for r in results["arms"] if r["kind"] == "resident"), None)
     recompute = next((r for r in results["arms"] if r["kind"] == "recompute"), None)
     for r in results["arms"]:

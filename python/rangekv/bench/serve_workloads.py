@@ -55,7 +55,7 @@ def _start(ctx: Context, name: str, args: list[str], max_len: int, **kw):
 
     a = ctx.args
     server = Server(ctx.model_dir, args, {}, os.path.join(ctx.work, f"server-{name.replace(' ', '_').replace('+', '')}.log"),
-                    max_len, a.kv_cache_gib, ctx.python, **kw)
+                    max_len, a.kv_cache_gib, ctx.python, dtype=getattr(a, "dtype", "auto"), **kw)
     err = server.wait_ready(a.start_timeout)
     if err:
         server.stop()

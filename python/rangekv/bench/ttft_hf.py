@@ -175,7 +175,9 @@ def run(args) -> dict:
     import torch
 
     import rangekv
-    from rangekv.hf import PagedKvPool, engine_for_model, generate
+    from rangekv.hf import PagedKvPool, attention, engine_for_model, generate
+
+    attention.PATHS.clear()  # this run's attention paths only
 
     shape = dict(SHAPES[args.shape])
     for k in ("layers", "prefix", "suffix"):
@@ -248,6 +250,7 @@ def run(args) -> dict:
             direct_io=not args.buffered, file_bytes=size, pool_bytes=size, max_tokens=total + 16)
         need = max(po.footprint("chunk", prefix_n, prefix_n // g) for g in grans)
         if need > size:
+            po.close()
             raise RuntimeError(f"per-object footprint {need} B exceeds the {size} B allocated")
         return po
 
@@ -426,8 +429,6 @@ def run(args) -> dict:
         if rec_med and res_med:
             # recompute / RangeKV as a fraction of recompute / resident (acceptance: >= 0.9).
             row["speedup_kept"] = (rec_med / row["median_s"]) / (rec_med / res_med)
-    from rangekv.hf import attention
-
     results["attention_paths"] = dict(attention.PATHS)
     results["all_exact"] = all(all(r["exact_vs_resident"]) for r in rows if r["exact_vs_resident"])
     results["all_tokens_match"] = all(all(r["tokens_match"]) for r in rows if r["tokens_match"])

@@ -38,16 +38,19 @@ def _unpadded(attention_mask) -> bool:
 
 
 def _mask(*, batch_size, q_length, kv_length, q_offset=0, kv_offset=0, attention_mask=None,
-          local_size=None, **kwargs):
-    """No mask when causality alone describes the attention (see the module docstring)."""
+          local_size=None, allow_is_causal_skip=True, **kwargs):
+    """No mask when causality alone describes the attention (see the module docstring), unless
+    the caller asked for a real mask (allow_is_causal_skip=False)."""
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
-    plain = (kwargs.get("mask_function", causal_mask_function) is causal_mask_function and local_size is None
-             and kv_offset == 0 and kv_length == q_offset + q_length and _unpadded(attention_mask))
+    plain = (allow_is_causal_skip and kwargs.get("mask_function", causal_mask_function) is causal_mask_function
+             and local_size is None and kv_offset == 0 and kv_length == q_offset + q_length
+             and _unpadded(attention_mask))
     if plain:
         return None
     return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                     kv_offset=kv_offset, attention_mask=attention_mask, local_size=local_size, **kwargs)
+                     kv_offset=kv_offset, attention_mask=attention_mask, local_size=local_size,
+                     allow_is_causal_skip=allow_is_causal_skip, **kwargs)
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,

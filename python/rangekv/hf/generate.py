@@ -39,6 +39,7 @@ class Generation:
     restore_ok: bool | None = None
     restore_failed: list[tuple[int, int]] = field(default_factory=list)
     restore_error: str | None = None
+    claim_retried: bool = False  # the first claim was stale: looked up again
     store_disposition: str | None = None
     store_ok: bool | None = None
     store_error: str | None = None
@@ -101,6 +102,10 @@ def generate(
     n = int(prompt_t.numel())
     if n < 2:
         raise ValueError("prompt needs at least 2 tokens")
+    if load_prefix is not None and not (engine is None and resident_blocks is None
+                                        and 0 < load_prefix[0] < n):
+        raise ValueError("load_prefix loads tokens [0, loaded) of a prompt of more than `loaded` "
+                         "tokens, without an engine or resident blocks")
     if use_stream is None:
         use_stream = device.type == "cuda"
     stream = torch.cuda.current_stream(device) if use_stream else None
@@ -148,9 +153,21 @@ def generate(
             mark("lookup")
             if endpoint_tokens is not None:
                 hit = min(hit, endpoint_tokens)
-            gen.hit_tokens = hit
             if hit > 0:
-                handle = engine.start_restore(ticket, env, prompt_cpu, endpoint_tokens=hit)
+                try:
+                    handle = engine.start_restore(ticket, env, prompt_cpu, endpoint_tokens=hit)
+                except rangekv.StaleTicket as e:
+                    # The index changed since the lookup (a pack failed verification during the
+                    # lookup's prefetch, or was evicted): the lookup is asked again, once.
+                    gen.restore_error, gen.claim_retried = repr(e), True
+                    engine.release_request(env)
+                    hit, ticket = engine.lookup(prompt_cpu, env, granularity)
+                    if endpoint_tokens is not None:
+                        hit = min(hit, endpoint_tokens)
+                    if hit > 0:
+                        handle = engine.start_restore(ticket, env, prompt_cpu, endpoint_tokens=hit)
+            gen.hit_tokens = hit
+            if handle is not None:
                 mark("claim")
                 handle.bind_slots(pool.kv_layers, slots[:hit])
                 mark("bind")

@@ -33,6 +33,10 @@ enum class IoEngineSelection : uint8_t {
 // EngineOptions::free_reserve_packs: chosen at Open from the durability and the pack count.
 inline constexpr uint32_t kFreeReserveAuto = UINT32_MAX;
 inline constexpr uint64_t kFreeReserveMinPacks = 32;
+// The auto rule (an engine's own store and the store service's stores alike).
+inline uint32_t AutoFreeReservePacks(bool journaled, uint64_t pack_count) {
+  return journaled && pack_count >= kFreeReserveMinPacks ? 1 : 0;
+}
 
 // EngineOptions::io_split_bytes values besides a byte count.
 inline constexpr uint64_t kIoSplitAuto = 0;          // probe the medium at Open

@@ -181,8 +181,8 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred : DirectIo::kOff;
   so.directory = DirectoryOptions::ForGeometry(geometry_, static_cast<uint32_t>(so.pack_count));
   if (options_.free_reserve_packs == kFreeReserveAuto) {
-    const bool journaled = options_.durability.mode != Durability::Mode::kNone;
-    options_.free_reserve_packs = journaled && so.pack_count >= kFreeReserveMinPacks ? 1 : 0;
+    options_.free_reserve_packs = AutoFreeReservePacks(
+        options_.durability.mode != Durability::Mode::kNone, so.pack_count);
   }
   so.directory.free_reserve_packs = options_.free_reserve_packs;
   so.directory.index =

@@ -334,8 +334,8 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       so.directory.max_tickets = 1u << 16;
       // As an engine's own store (EngineOptions::free_reserve_packs, auto): a reservation takes
       // a slot whose eviction is already durable, so Reserve's BeforeOverwrite does not wait.
-      const bool journaled = options_.journal.mode != persist::DurabilityMode::kNone;
-      so.directory.free_reserve_packs = journaled && so.pack_count >= kFreeReserveMinPacks ? 1 : 0;
+      so.directory.free_reserve_packs = AutoFreeReservePacks(
+          options_.journal.mode != persist::DurabilityMode::kNone, so.pack_count);
       so.digest_block_tokens = h.digest_block_tokens;
       so.permissions = options_.group_access ? persist::StorePermissions::Group()
                                              : persist::StorePermissions::Owner();

@@ -184,6 +184,7 @@ def run(args) -> dict:
         if getattr(args, k) is not None:
             shape[k] = getattr(args, k)
     shape["attention"] = args.attention
+    attention.SPLIT = shape["attention_split"] = getattr(args, "attention_split", attention.SPLIT)
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device")
@@ -560,6 +561,10 @@ def add_parser(sub) -> None:
     p.add_argument("--attention", choices=("rangekv", "sdpa"), default="rangekv",
                    help="the model's attention: rangekv_sdpa (a suffix over the cached prefix without a "
                         "materialised mask; rangekv.hf.attention) or transformers' sdpa")
+    p.add_argument("--attention-split", choices=("auto", "on", "off"), default="auto",
+                   help="rangekv_sdpa's suffix over a cached prefix as two attentions merged by log-sum-exp "
+                        "(prefix keys unmasked + square causal; cuDNN's kernels on CUDA): auto = on CUDA with "
+                        "cuDNN attention enabled")
     p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep (default all)")
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--no-per-object", action="store_true", help="leave out the per-object model's arms")

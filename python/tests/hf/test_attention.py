@@ -60,3 +60,40 @@ def test_padding_mask_is_kept():
 
 def test_register_is_idempotent():
     assert attention.register() == attention.register() == "rangekv_sdpa"
+
+
+@pytest.mark.parametrize("heads,kv_heads,past,q", [(8, 2, 40, 24), (4, 4, 1, 7), (6, 3, 100, 2)])
+def test_split_attention_is_lower_right_causal_attention(heads, kv_heads, past, q):
+    from torch.nn.attention.bias import causal_lower_right
+
+    g = torch.Generator().manual_seed(past + q)
+    query = torch.randn(2, heads, q, 16, generator=g)
+    key = torch.randn(2, kv_heads, past + q, 16, generator=g)
+    value = torch.randn(2, kv_heads, past + q, 16, generator=g)
+    rep = heads // kv_heads
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        query, key.repeat_interleave(rep, 1), value.repeat_interleave(rep, 1),
+        attn_mask=causal_lower_right(q, past + q))
+    got = attention.split_attention(query, key, value)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    # A wrong weighting of the two parts (here: the prefix alone) is far off.
+    prefix_only = torch.nn.functional.scaled_dot_product_attention(
+        query, key[:, :, :past].repeat_interleave(rep, 1), value[:, :, :past].repeat_interleave(rep, 1))
+    assert (prefix_only - ref).abs().max() > 1e-2
+
+
+def test_split_attention_needs_a_prefix():
+    x = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="needs a prefix"):
+        attention.split_attention(x, x, x)
+
+
+def test_model_with_split_attention_matches(monkeypatch):
+    ids = torch.randint(0, 512, (2, 300), generator=torch.Generator().manual_seed(5))
+    ref = run(llama(attention.register()), ids, 200)
+    monkeypatch.setattr(attention, "SPLIT", "on")
+    attention.PATHS.clear()
+    got = run(llama(attention.register()), ids, 200)
+    assert attention.PATHS["split: prefix + square causal, merged"] == 2  # the suffix, both layers
+    for what, a, b in zip(("whole prompt", "suffix over cache", "decode step"), ref, got):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=what)

@@ -460,3 +460,34 @@ def test_single_requests_pair_every_restore_with_a_resident_run_and_alternate_th
     assert ids == ["warm"] + [x for r in range(4) for x in (f"prime-{r}", f"measure-{r}")]
     ids = [q["id"] for q in single_requests("recompute", prefix, prompts, other, resident, 2)]
     assert ids == ["warm"] + [f"measure-{r}" for r in range(4)]
+
+
+def test_gate_fitted_at_the_short_end_finds_the_crossing_of_a_superlinear_prefill():
+    # Prefill grows quadratically with the prefix (attention); restoring is 30 ms of fixed cost
+    # plus 1 GiB/s. A line through every length puts the crossing far too long (a large fitted
+    # "overhead"); lines through the three shortest lengths put it within a block.
+    lengths = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    bpt = 16384
+    rec = [0.005 + n * 300e-6 + n * n * 2.5e-7 for n in lengths]
+    rk = [0.035 + n * bpt / (1 << 30) for n in lengths]
+    crossed = st.crossing(lengths, rec, rk)
+    assert 64 < crossed < 128
+
+    def threshold(inputs):
+        from rangekv.bench.serve_workloads import gate_config
+        cfg = gate_config(inputs, lengths)
+        return gate.break_even_tokens(prefill_tokens_per_s=cfg["gate_prefill_tokens_per_s"],
+                                      restore_bytes_per_s=cfg["gate_restore_bandwidth"],
+                                      bytes_per_token=bpt, overhead_s=cfg["gate_overhead_us"] * 1e-6,
+                                      block_size=32, never=10**6)
+
+    whole = gate.gate_inputs_from_fits(gate.fit_line(lengths, rec), gate.fit_line(lengths, rk), bpt)
+    assert threshold(whole) > 4 * crossed  # what the full-range fit did
+    short = gate.gate_inputs_from_short_end(lengths, rec, rk, bpt, points=3)
+    assert short["fit_lengths"] == [32, 64, 128]
+    h = threshold(short)
+    assert crossed - 32 <= h <= crossed + 32
+    # Lengths with a missing median are skipped; fewer than two usable ones cannot be fitted.
+    assert gate.gate_inputs_from_short_end(lengths, [None] + rec[1:], rk, bpt)["fit_lengths"] == [64, 128, 256]
+    with pytest.raises(ValueError):
+        gate.gate_inputs_from_short_end([32, 64], [None, 1.0], [1.0, 1.0], bpt)

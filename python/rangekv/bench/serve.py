@@ -604,7 +604,10 @@ def add_parser(sub) -> None:
                    help="documents vLLM's KV cache holds (--num-gpu-blocks-override); < --docs")
     w.add_argument("--docqa-arms", default="", help="comma list of arm kinds to keep (prefix, rangekv)")
     b = p.add_argument_group("breakeven")
-    b.add_argument("--be-lengths", default="128,256,512,1024,2048,4096,8192", help="prefix lengths")
+    b.add_argument("--be-lengths", default="32,64,128,256,512,1024,2048,4096,8192", help="prefix lengths")
+    b.add_argument("--be-fit-points", type=int, default=3,
+                   help="the gate's lines are fitted to this many shortest lengths (gate.py "
+                        "gate_inputs_from_short_end)")
     b.add_argument("--be-suffix", type=int, default=32, help="new tokens after each prefix")
     b.add_argument("--be-reps", type=int, default=5)
     b.add_argument("--be-media", default="shm,disk", help="store media: shm (buffered), disk (O_DIRECT)")

@@ -12,8 +12,9 @@ docqa (LMCache's long-document QA shape): N documents of D tokens, each asked Q 
 
 breakeven: TTFT of recompute and of RangeKV against the cached prefix length (a short fixed
   suffix), with the store on /dev/shm (buffered: tmpfs has no O_DIRECT) and on a disk directory
-  (O_DIRECT). Straight lines fitted to the medians give the gate's inputs (gate.py:
-  1 / prefill throughput, restore bandwidth, fixed overhead); the crossing of the measured
+  (O_DIRECT). Straight lines fitted to the medians at the shortest lengths (--be-fit-points)
+  give the gate's inputs (gate.py gate_inputs_from_short_end: 1 / prefill throughput, restore
+  bandwidth, fixed overhead); the crossing of the measured
   medians is the shortest hit worth restoring. A last arm runs the connector with
   ``min_hit_tokens: "auto"`` fed those inputs, on the disk medium, over the same lengths: per
   length its median is compared with min(recompute, RangeKV without the gate), and whether it
@@ -27,7 +28,7 @@ import math
 import os
 import shutil
 
-from ..vllm.gate import break_even_tokens, fit_line, gate_inputs_from_fits
+from ..vllm.gate import break_even_tokens, gate_inputs_from_short_end
 from .serve_stats import crossing, median, metrics_delta, tokens_match, workload_summary
 
 BLOCK = 32
@@ -306,12 +307,10 @@ def _breakeven(ctx: Context, resources: list[dict], arms: list[dict], reqs: list
             continue
         out["crossings"][row["name"]] = crossing(lengths, rec["median_s"], row["median_s"])
         try:
-            fr = fit_line(lengths, rec["median_s"])
-            fk = fit_line(lengths, row["median_s"])
+            out["fits"][row["name"]] = gate_inputs_from_short_end(
+                lengths, rec["median_s"], row["median_s"], bpt, args.be_fit_points)
         except ValueError:
             continue
-        out["fits"][row["name"]] = {"recompute": fr, "rangekv": fk,
-                                    **gate_inputs_from_fits(fr, fk, bpt)}
     # The gate arm: min_hit_tokens "auto" fed the fitted inputs of --be-gate-medium.
     ctx.progress.step("breakeven: gate")
     medium = args.be_gate_medium

@@ -15,8 +15,10 @@ lines never cross and no hit is restored. `overhead_s` is the fixed cost of a re
 lookup answer, claim and bind, the wait for the first layer) that a recompute does not pay.
 
 The three inputs come from measurement: ``python -m rangekv.bench serve --workload breakeven``
-fits the two lines of the model above to TTFT measured through a real server and prints the
-``kv_connector_extra_config`` that feeds them to the connector; the restore bandwidth can also
+fits the two lines of the model above to TTFT measured through a real server at the shortest
+prefix lengths (gate_inputs_from_short_end: prefill is superlinear in the prefix, the lines
+are straight only near the crossing) and prints the ``kv_connector_extra_config`` that feeds
+them to the connector; the restore bandwidth can also
 be probed at start-up (:func:`probe_read_bytes_per_s`). Layerwise delivery overlaps reads with
 compute, so for it the same threshold is conservative (it may recompute a short hit that a
 layerwise restore would have hidden).
@@ -89,6 +91,27 @@ def gate_inputs_from_fits(recompute: tuple[float, float], restore: tuple[float, 
         "restore_bytes_per_s": (bytes_per_token / b_k) if b_k > 0 else None,
         "overhead_s": max(0.0, a_k - a_r),
     }
+
+
+def gate_inputs_from_short_end(lengths: list[int], recompute_s: list, restore_s: list,
+                               bytes_per_token: int, points: int = 3) -> dict:
+    """The gate's inputs from TTFT medians measured at `lengths`: lines fitted to the `points`
+    shortest lengths with both medians (gate_inputs_from_fits), plus the fits themselves.
+
+    Why only the short end: the gate decides short hits, and recompute's TTFT grows faster
+    than linearly with the prefix (attention is quadratic in it). A line through every length
+    up to a long prefix is steep and has a large negative intercept, which reads as a large
+    restore "overhead" and a threshold far above the real crossing (measured: 1.49 s of
+    fitted overhead and a 640-token threshold where restoring was faster from 128 tokens).
+    Around the crossing both curves are close to straight. Raises ValueError with fewer than
+    two usable lengths.
+    """
+    pts = sorted((n, r, k) for n, r, k in zip(lengths, recompute_s, restore_s)
+                 if r is not None and k is not None)[:max(2, points)]
+    fr = fit_line([p[0] for p in pts], [p[1] for p in pts])
+    fk = fit_line([p[0] for p in pts], [p[2] for p in pts])
+    return {"recompute": fr, "rangekv": fk, "fit_lengths": [p[0] for p in pts],
+            **gate_inputs_from_fits(fr, fk, bytes_per_token)}
 
 
 def _timed_read(path: str, flags: int, buf: mmap.mmap, n: int) -> float:

@@ -491,3 +491,25 @@ def test_gate_fitted_at_the_short_end_finds_the_crossing_of_a_superlinear_prefil
     assert gate.gate_inputs_from_short_end(lengths, [None] + rec[1:], rk, bpt)["fit_lengths"] == [64, 128, 256]
     with pytest.raises(ValueError):
         gate.gate_inputs_from_short_end([32, 64], [None, 1.0], [1.0, 1.0], bpt)
+
+
+def test_phase_means_come_from_the_connector_counters():
+    text = "\n".join([
+        '# TYPE vllm:rangekv_lookup_s_total counter',
+        'vllm:rangekv_lookup_s_total{engine="0",model_name="m"} 0.03',
+        'vllm:rangekv_lookup_s_count_total{engine="0",model_name="m"} 6.0',
+        'vllm:rangekv_last_layer_ready_s_total{engine="0",model_name="m"} 1.2',
+        'vllm:rangekv_last_layer_ready_s_count_total{engine="0",model_name="m"} 4.0',
+        'vllm:rangekv_claim_s_count_total{engine="0",model_name="m"} 0.0'])
+    means = st.phase_means_ms(st.parse_prometheus(text))
+    assert means == pytest.approx({"lookup": 5.0, "last_layer_ready": 300.0})  # claim: never observed
+    assert st.phase_means_ms(None) == {}
+
+
+def test_table3_shows_the_phases_where_measured():
+    r = single_results()
+    r["arms"][-1]["phases_ms"] = {"lookup": 1.25, "last_layer_ready": 80.0}
+    t = st.table3(r).splitlines()
+    assert "| phase: lookup (ms) | - | - | - | 1.2 |" in t
+    assert "| phase: last layer ready (ms) | - | - | - | 80.0 |" in t
+    assert not any("claim" in line for line in t)

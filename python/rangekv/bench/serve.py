@@ -433,6 +433,8 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
 def _run_single(ctx, arms: list[dict], results: dict) -> None:
     import torch
 
+    from .serve_stats import metrics_delta, phase_means_ms
+
     args, log = ctx.args, ctx.progress.log
     g = torch.Generator().manual_seed(args.seed)
     prefix = torch.randint(0, args.vocab, (args.prefix,), generator=g).tolist()
@@ -462,8 +464,11 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
                 continue
             reqs = single_requests(arm["kind"], prefix, prompts, other, resident_suffixes, args.output_tokens)
             out = run_client(server.port, reqs, ctx.work, ctx.python)
-            res = arm_resources(server, arm.get("extra"), args.layers, kv_cache_bytes)
+            scraped = server.scrape()
+            res = arm_resources(server, arm.get("extra"), args.layers, kv_cache_bytes,
+                                metrics=metrics_delta({}, scraped) if scraped is not None else {})
             results["resources"].append({"workload": "single", "name": arm["name"], **res})
+            row["phases_ms"] = phase_means_ms(scraped)
         finally:
             server.stop()
         medium = arm.get("medium")

@@ -115,6 +115,24 @@ def workload_summary(results: list[dict], wall_s: float, metrics: dict | None = 
     return s
 
 
+# The connector's phases (rangekv.vllm.stats.PHASES) as /metrics names: seconds summed, count.
+PHASE_NAMES = ("lookup", "claim", "first_layer_ready", "last_layer_ready", "store_extracted")
+
+
+def phase_means_ms(metrics: dict | None) -> dict[str, float]:
+    """Mean ms of each connector phase over a server's life, from its scraped /metrics
+    (``vllm:rangekv_<phase>_s_total`` / ``..._s_count_total``); phases never observed are left
+    out. lookup: the worker's directory walk; claim: claim + bind of a restore;
+    first/last_layer_ready: claim to layer 0 / the last layer ready; store_extracted: first layer
+    produced to the source blocks reusable (store admission)."""
+    out = {}
+    for name in PHASE_NAMES:
+        n = (metrics or {}).get(f"vllm:rangekv_{name}_s_count_total", 0.0)
+        if n:
+            out[name] = 1e3 * metrics.get(f"vllm:rangekv_{name}_s_total", 0.0) / n
+    return out
+
+
 def tokens_match(rows: list[list[int]], ref: list[list[int]]) -> list[bool]:
     return [a == b for a, b in zip(rows, ref)]
 
@@ -253,6 +271,11 @@ def table3(results: dict) -> str:
              "| (RangeKV - resident) / prefix read at best ceiling | " + " | ".join(ratio) + " |",
              "| Speedup kept (resident / RangeKV) | " + " | ".join(kept) + " |",
              "| Tokens = recompute | " + " | ".join(tm) + " |"]
+    # Where a restore's time goes (the connector's phases, mean ms over the arm's server life).
+    for name in PHASE_NAMES:
+        vals = [(r.get("phases_ms") or {}).get(name) for r in cols]
+        if any(v is not None for v in vals):
+            lines.append(f"| phase: {name.replace('_', ' ')} (ms) | " + " | ".join(_f(v, "{:.1f}") for v in vals) + " |")
     ceil = results.get("prefix_read_ceiling") or {}
     notes = []
     for medium in ("disk", "shm"):

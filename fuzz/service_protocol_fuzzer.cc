@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   // First byte picks the message; the rest is its body.
   const std::span<const uint8_t> body = bytes.subspan(1);
-  switch (data[0] % 16) {
+  switch (data[0] % 19) {
     case 0: RoundTrip<HelloRequest>(body); break;
     case 1: RoundTrip<HelloReply>(body); break;
     case 2: RoundTrip<LookupRequest>(body); break;
@@ -54,6 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 11: RoundTrip<PackRef>(body); break;
     case 12: RoundTrip<DigestsReply>(body); break;
     case 13: RoundTrip<StatsReply>(body); break;
+    case 16: RoundTrip<AttachQueryBufferRequest>(body); break;
+    case 17: RoundTrip<LookupSharedRequest>(body); break;
+    case 18: RoundTrip<ClaimSharedRequest>(body); break;
     case 14: {
       rangekv::Status remote;
       std::span<const uint8_t> rest;

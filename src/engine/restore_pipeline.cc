@@ -90,6 +90,7 @@ Status RestorePipeline::Init() {
     verifiers_.resize(o.read_workers);
     for (Verifier& v : verifiers_) {
       RANGEKV_ASSIGN_OR_RETURN(v.stream, dev.CreateStream());
+      RANGEKV_ASSIGN_OR_RETURN(v.done, dev.CreateEvent(EventOptions{}));
       RANGEKV_ASSIGN_OR_RETURN(v.digests, dev.AllocateDevice(blocks * sizeof(uint64_t)));
       RANGEKV_ASSIGN_OR_RETURN(v.host, dev.AllocatePinnedHost(blocks * sizeof(uint64_t)));
       v.capacity_blocks = blocks;
@@ -525,7 +526,8 @@ Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& s
   }
   RANGEKV_RETURN_IF_ERROR(
       stream.CopyDeviceToHost(v.host.data(), out, blocks.count * sizeof(uint64_t)));
-  RANGEKV_RETURN_IF_ERROR(stream.Synchronize());
+  RANGEKV_RETURN_IF_ERROR(stream.Record(*v.done));
+  RANGEKV_RETURN_IF_ERROR(v.done->Synchronize());
   *unproven = false;
   bank.device_loaded = !bank.staging.empty();
   Count(&job, &Counters::verified_spans);

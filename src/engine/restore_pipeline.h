@@ -192,6 +192,10 @@ class RestorePipeline {
   // A read worker's digest resources (only when restores verify).
   struct Verifier {
     std::unique_ptr<Stream> stream;
+    // Marks the end of a stripe's digest work; its host wait sleeps (HostWait::kBlocking). A
+    // stream synchronize would spin on CUDA (one context on a many-core host), burning a core
+    // per verifier beside the threads that copy the reads.
+    std::unique_ptr<Event> done;
     DeviceBuffer digests;   // one u64 per block of a stripe
     PinnedHostBuffer host;  // the same, copied back for the comparison
     uint64_t capacity_blocks = 0;

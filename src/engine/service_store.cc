@@ -1,7 +1,12 @@
 #include "engine/service_store.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <bit>
+#include <cstring>
 
 #include "base/log.h"
 #include "env/posix_env.h"
@@ -130,10 +135,69 @@ Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
     return fail(Status(StatusCode::kCorruption, "store service hello: no pack file descriptor"));
   }
   fd_ = fd;
-  MutexLock l(mu_);
-  connected_ = true;
-  session_ = reply->session_id;
+  {
+    MutexLock l(mu_);
+    connected_ = true;
+    session_ = reply->session_id;
+  }
+  AttachQueryBuffer();
   return frame->passed_fd;
+}
+
+void ServiceStore::AttachQueryBuffer() {
+  query_attached_ = false;
+  if constexpr (std::endian::native != std::endian::little) return;  // tokens go inline
+  constexpr uint64_t kBytes = service::kMaxQueryBufferBytes;
+  Status s = OkStatus();
+  if (query_fd_ < 0) {
+    // Pages are allocated as a query first touches them (a 128K-token query: 512 KiB). Sealed
+    // against shrinking and growing, so the service may map it without risking SIGBUS.
+    const int fd = ::memfd_create("rangekv-query", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void* p = MAP_FAILED;
+    if (fd < 0) {
+      s = ErrnoStatus(errno, "memfd_create");
+    } else if (::ftruncate(fd, static_cast<off_t>(kBytes)) != 0) {
+      s = ErrnoStatus(errno, "ftruncate of the query buffer");
+    } else if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      s = ErrnoStatus(errno, "sealing the query buffer");
+    } else if ((p = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+               MAP_FAILED) {
+      s = ErrnoStatus(errno, "mmap of the query buffer");
+    }
+    if (s.ok()) {
+      query_fd_ = fd;
+      query_ = static_cast<uint8_t*>(p);
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  if (s.ok()) {
+    std::vector<uint8_t> body, out;
+    service::Encode(service::AttachQueryBufferRequest{kBytes}, &body);
+    s = CallLocked(MessageType::kAttachQueryBuffer, body, &out, {}, query_fd_);
+  }
+  query_attached_ = s.ok();
+  if (!s.ok() && !query_warned_) {
+    query_warned_ = true;
+    Log(LogLevel::kWarning, "store service " + socket_path_ +
+                                ": no shared query buffer (" + s.ToString() +
+                                "); queries travel over the socket");
+  }
+}
+
+Status ServiceStore::CallWithTokens(MessageType inline_type, std::span<const uint8_t> body,
+                                    std::span<const uint8_t> tail, MessageType shared_type,
+                                    std::span<const uint8_t> shared_body,
+                                    std::span<const int32_t> tokens,
+                                    std::vector<uint8_t>* payload) {
+  MutexLock c(call_mu_);
+  if (fd_ >= 0 && query_attached_ && tokens.size_bytes() <= service::kMaxQueryBufferBytes) {
+    // One request is on the wire at a time (call_mu_), so the buffer is this call's until the
+    // reply. (A reconnect inside CallLocked attaches the same buffer to the new session.)
+    if (!tokens.empty()) std::memcpy(query_, tokens.data(), tokens.size_bytes());
+    return CallLocked(shared_type, shared_body, payload);
+  }
+  return CallLocked(inline_type, body, payload, tail);
 }
 
 bool ServiceStore::connected() const {
@@ -144,6 +208,7 @@ bool ServiceStore::connected() const {
 void ServiceStore::LoseConnection(const Status& why) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  query_attached_ = false;  // the next session attaches it again
   next_attempt_ = std::chrono::steady_clock::now() + options_.reconnect_interval;
   MutexLock l(mu_);
   if (!connected_) return;
@@ -157,7 +222,8 @@ void ServiceStore::LoseConnection(const Status& why) {
 }
 
 Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
-                                std::vector<uint8_t>* payload, std::span<const uint8_t> tail) {
+                                std::vector<uint8_t>* payload, std::span<const uint8_t> tail,
+                                int pass_fd) {
   if (closed_) return FailedPrecondition("store service connection closed");
   if (fd_ < 0) {
     {
@@ -190,7 +256,7 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
     Log(LogLevel::kInfo, "store service " + socket_path_ + ": reconnected, session " +
                              std::to_string(reply.session_id));
   }
-  Status sent = service::SendFrame(fd_, static_cast<uint16_t>(type), body, -1, tail);
+  Status sent = service::SendFrame(fd_, static_cast<uint16_t>(type), body, pass_fd, tail);
   if (!sent.ok()) {
     LoseConnection(sent);
     return Unavailable("store service: " + sent.ToString());
@@ -235,6 +301,11 @@ void ServiceStore::Close() {
   closed_ = true;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  if (query_ != nullptr) ::munmap(query_, service::kMaxQueryBufferBytes);
+  if (query_fd_ >= 0) ::close(query_fd_);
+  query_ = nullptr;
+  query_fd_ = -1;
+  query_attached_ = false;
   MutexLock l(mu_);
   connected_ = false;
 }
@@ -344,7 +415,12 @@ Result<Ticket> ServiceStore::Lookup(const NamespaceId& ns, std::span<const int32
   std::vector<uint8_t> body, out;
   const std::span<const uint8_t> tail = service::EncodeLookupHead(envelope, granularity_tokens,
                                                                   tokens, &body);
-  RANGEKV_RETURN_IF_ERROR(Call(MessageType::kLookup, body, &out, tail));
+  std::vector<uint8_t> shared;
+  service::Encode(service::LookupSharedRequest{envelope, granularity_tokens,
+                                               static_cast<uint32_t>(tokens.size())},
+                  &shared);
+  RANGEKV_RETURN_IF_ERROR(CallWithTokens(MessageType::kLookup, body, tail,
+                                         MessageType::kLookupShared, shared, tokens, &out));
   service::LookupReply r;
   RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
   Ticket ticket;
@@ -374,7 +450,12 @@ Result<ClaimedRange> ServiceStore::ClaimBytes(const NamespaceId& ns,
   std::vector<uint8_t> body, out;
   const std::span<const uint8_t> tail =
       service::EncodeClaimHead(ticket_bytes, envelope, endpoint_tokens, tokens, &body);
-  Status s = Call(MessageType::kClaim, body, &out, tail);
+  std::vector<uint8_t> shared;
+  service::Encode(service::ClaimSharedRequest{std::vector<uint8_t>(ticket_bytes.begin(), ticket_bytes.end()), envelope,
+                                              endpoint_tokens, static_cast<uint32_t>(tokens.size())},
+                  &shared);
+  Status s = CallWithTokens(MessageType::kClaim, body, tail, MessageType::kClaimShared, shared,
+                            tokens, &out);
   MutexLock l(mu_);
   ++counters_.claims;
   if (!s.ok()) {

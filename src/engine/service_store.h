@@ -115,9 +115,19 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
               std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {})
       EXCLUDES(call_mu_, mu_);
   Status CallLocked(service::MessageType type, std::span<const uint8_t> body,
-                    std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {})
-      REQUIRES(call_mu_) EXCLUDES(mu_);
+                    std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {},
+                    int pass_fd = -1) REQUIRES(call_mu_) EXCLUDES(mu_);
   void LoseConnection(const Status& why) REQUIRES(call_mu_) EXCLUDES(mu_);
+  // Creates the query buffer (once) and attaches it to the current session; on failure the
+  // session sends tokens inline (logged once).
+  void AttachQueryBuffer() REQUIRES(call_mu_) EXCLUDES(mu_);
+  // A lookup's or claim's call: with an attached query buffer `tokens` are written there and
+  // `shared_body` (a kLookupShared / kClaimShared body) goes over the socket, else `inline_type`
+  // with `body` + `tail`.
+  Status CallWithTokens(service::MessageType inline_type, std::span<const uint8_t> body,
+                        std::span<const uint8_t> tail, service::MessageType shared_type,
+                        std::span<const uint8_t> shared_body, std::span<const int32_t> tokens,
+                        std::vector<uint8_t>* payload) EXCLUDES(call_mu_, mu_);
   void Learn(std::span<const PackRecord> records) EXCLUDES(mu_);
   // Imports every digest of one pack generation from the service into digests_.
   Status FetchDigests(uint32_t slot, uint64_t generation) EXCLUDES(call_mu_, mu_);
@@ -135,6 +145,12 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   int fd_ GUARDED_BY(call_mu_) = -1;
   std::chrono::steady_clock::time_point next_attempt_ GUARDED_BY(call_mu_);
   bool closed_ GUARDED_BY(call_mu_) = false;
+  // The shared query buffer (docs/store-service.md "Query buffer"): a sealed memfd mapped here
+  // read-write and in the service read-only, attached again to every new session.
+  int query_fd_ GUARDED_BY(call_mu_) = -1;
+  uint8_t* query_ GUARDED_BY(call_mu_) = nullptr;
+  bool query_attached_ GUARDED_BY(call_mu_) = false;
+  bool query_warned_ GUARDED_BY(call_mu_) = false;
 
   mutable Mutex mu_;
   bool connected_ GUARDED_BY(mu_) = false;

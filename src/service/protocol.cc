@@ -213,6 +213,9 @@ std::string_view MessageTypeName(uint16_t type) {
     case MessageType::kCorrupt: return "corrupt";
     case MessageType::kStats: return "stats";
     case MessageType::kGoodbye: return "goodbye";
+    case MessageType::kAttachQueryBuffer: return "attach_query_buffer";
+    case MessageType::kLookupShared: return "lookup_shared";
+    case MessageType::kClaimShared: return "claim_shared";
   }
   return "unknown";
 }
@@ -220,7 +223,7 @@ std::string_view MessageTypeName(uint16_t type) {
 bool IsKnownType(uint16_t type) {
   const uint16_t t = type & ~kReplyBit;
   return t >= static_cast<uint16_t>(MessageType::kHello) &&
-         t <= static_cast<uint16_t>(MessageType::kGoodbye);
+         t <= static_cast<uint16_t>(MessageType::kClaimShared);
 }
 
 void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]) {
@@ -615,6 +618,71 @@ Status Decode(std::span<const uint8_t> body, StatsReply* m) {
   return r.Finish();
 }
 
+void Encode(const AttachQueryBufferRequest& m, std::vector<uint8_t>* out) {
+  ByteWriter w;
+  w.U64(m.bytes);
+  Append(w, out);
+}
+Status Decode(std::span<const uint8_t> body, AttachQueryBufferRequest* m) {
+  Reader r(body);
+  r.U64(&m->bytes, "bytes");
+  RANGEKV_RETURN_IF_ERROR(r.Finish());
+  if (m->bytes > kMaxQueryBufferBytes) {
+    return ResourceExhausted("service message: query buffer of " + std::to_string(m->bytes) +
+                             " bytes (at most " + std::to_string(kMaxQueryBufferBytes) + ")");
+  }
+  if (m->bytes == 0 || m->bytes % 4 != 0) {
+    return Corruption("service message: query buffer of " + std::to_string(m->bytes) + " bytes");
+  }
+  return OkStatus();
+}
+
+namespace {
+Status CheckTokenCount(uint32_t n) {
+  if (n > kMaxTokensPerMessage) {
+    return ResourceExhausted("service message: token_count " + std::to_string(n) + " (at most " +
+                             std::to_string(kMaxTokensPerMessage) + ")");
+  }
+  return OkStatus();
+}
+}  // namespace
+
+void Encode(const LookupSharedRequest& m, std::vector<uint8_t>* out) {
+  ByteWriter w;
+  w.Reserve(64 + m.envelope.request_id.size());
+  PutEnvelope(w, m.envelope);
+  w.U64(m.granularity_tokens);
+  w.U32(m.token_count);
+  Append(w, out);
+}
+Status Decode(std::span<const uint8_t> body, LookupSharedRequest* m) {
+  Reader r(body);
+  r.Envelope(&m->envelope);
+  r.U64(&m->granularity_tokens, "granularity_tokens");
+  r.U32(&m->token_count, "token_count");
+  RANGEKV_RETURN_IF_ERROR(r.Finish());
+  return CheckTokenCount(m->token_count);
+}
+
+void Encode(const ClaimSharedRequest& m, std::vector<uint8_t>* out) {
+  ByteWriter w;
+  w.Reserve(m.ticket.size() + 64 + m.envelope.request_id.size());
+  PutBytes(w, m.ticket);
+  PutEnvelope(w, m.envelope);
+  w.U64(m.endpoint_tokens);
+  w.U32(m.token_count);
+  Append(w, out);
+}
+Status Decode(std::span<const uint8_t> body, ClaimSharedRequest* m) {
+  Reader r(body);
+  r.Bytes(&m->ticket, "ticket", static_cast<uint32_t>(kMaxTicketBytes));
+  r.Envelope(&m->envelope);
+  r.U64(&m->endpoint_tokens, "endpoint_tokens");
+  r.U32(&m->token_count, "token_count");
+  RANGEKV_RETURN_IF_ERROR(r.Finish());
+  return CheckTokenCount(m->token_count);
+}
+
 Status DecodeRequestBody(uint16_t type, std::span<const uint8_t> body) {
   switch (static_cast<MessageType>(type)) {
     case MessageType::kHello: {
@@ -656,6 +724,18 @@ Status DecodeRequestBody(uint16_t type, std::span<const uint8_t> body) {
     case MessageType::kStats:
     case MessageType::kGoodbye:
       return body.empty() ? OkStatus() : Corruption("service message: unexpected body");
+    case MessageType::kAttachQueryBuffer: {
+      AttachQueryBufferRequest m;
+      return Decode(body, &m);
+    }
+    case MessageType::kLookupShared: {
+      LookupSharedRequest m;
+      return Decode(body, &m);
+    }
+    case MessageType::kClaimShared: {
+      ClaimSharedRequest m;
+      return Decode(body, &m);
+    }
   }
   return InvalidArgument("service frame: unknown message type " + std::to_string(type));
 }

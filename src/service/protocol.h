@@ -34,13 +34,16 @@
 namespace rangekv::service {
 
 inline constexpr uint32_t kFrameMagic = 0x53564B52;  // "RKVS" little-endian
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: the shared query buffer (kAttachQueryBuffer, kLookupShared, kClaimShared).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr uint32_t kMaxBodyBytes = 32u << 20;
 inline constexpr uint32_t kMaxTokensPerMessage = 4u << 20;     // int32 tokens of one query
 inline constexpr uint32_t kMaxRecordsPerMessage = 1u << 16;    // pack records of one reply
 inline constexpr uint32_t kMaxDigestsPerMessage = 1u << 21;    // u64 block digests
 inline constexpr uint32_t kMaxStringBytes = 4096;              // tenant, messages, paths
+// A session's shared query buffer: one query's int32 tokens at most.
+inline constexpr uint64_t kMaxQueryBufferBytes = uint64_t{kMaxTokensPerMessage} * 4;
 inline constexpr uint16_t kReplyBit = 0x8000;
 
 enum class MessageType : uint16_t {
@@ -58,6 +61,12 @@ enum class MessageType : uint16_t {
   kCorrupt = 12,
   kStats = 13,
   kGoodbye = 14,
+  // The shared query buffer (docs/store-service.md "Query buffer"): the client passes a sealed
+  // memfd once (SCM_RIGHTS); a lookup or claim then names only how many tokens it wrote at the
+  // buffer's start instead of carrying them, so a 128K-token query crosses no socket.
+  kAttachQueryBuffer = 15,
+  kLookupShared = 16,
+  kClaimShared = 17,
 };
 std::string_view MessageTypeName(uint16_t type);
 bool IsKnownType(uint16_t type);
@@ -108,6 +117,17 @@ struct LookupReply {
   std::vector<uint8_t> ticket;  // empty on a miss
 };
 
+struct AttachQueryBufferRequest {  // the memfd travels with the frame
+  uint64_t bytes = 0;
+};
+// A lookup / claim whose tokens are the first token_count int32 (little-endian) of the
+// session's query buffer.
+struct LookupSharedRequest {
+  Envelope envelope;
+  uint64_t granularity_tokens = 0;
+  uint32_t token_count = 0;
+};
+
 struct ClaimRequest {
   std::vector<uint8_t> ticket;
   Envelope envelope;
@@ -116,6 +136,12 @@ struct ClaimRequest {
 };
 struct ClaimReply {
   ClaimedRange claim;
+};
+struct ClaimSharedRequest {
+  std::vector<uint8_t> ticket;
+  Envelope envelope;
+  uint64_t endpoint_tokens = 0;
+  uint32_t token_count = 0;
 };
 
 struct IdMessage {  // Release (ticket id), Abort / InFlight / AwaitDurable (reservation id)
@@ -197,6 +223,9 @@ void Encode(const PublishRequest& m, std::vector<uint8_t>* out);
 void Encode(const PackRef& m, std::vector<uint8_t>* out);
 void Encode(const DigestsReply& m, std::vector<uint8_t>* out);
 void Encode(const StatsReply& m, std::vector<uint8_t>* out);
+void Encode(const AttachQueryBufferRequest& m, std::vector<uint8_t>* out);
+void Encode(const LookupSharedRequest& m, std::vector<uint8_t>* out);
+void Encode(const ClaimSharedRequest& m, std::vector<uint8_t>* out);
 
 Status Decode(std::span<const uint8_t> body, HelloRequest* m);
 Status Decode(std::span<const uint8_t> body, HelloReply* m);
@@ -214,6 +243,11 @@ Status Decode(std::span<const uint8_t> body, PublishRequest* m);
 Status Decode(std::span<const uint8_t> body, PackRef* m);
 Status Decode(std::span<const uint8_t> body, DigestsReply* m);
 Status Decode(std::span<const uint8_t> body, StatsReply* m);
+// kResourceExhausted for bytes over kMaxQueryBufferBytes or a token count over
+// kMaxTokensPerMessage; kCorruption for zero or unaligned bytes.
+Status Decode(std::span<const uint8_t> body, AttachQueryBufferRequest* m);
+Status Decode(std::span<const uint8_t> body, LookupSharedRequest* m);
+Status Decode(std::span<const uint8_t> body, ClaimSharedRequest* m);
 
 // A reply body starts with the status of the request.
 void EncodeStatus(const Status& s, std::vector<uint8_t>* out);

@@ -4,6 +4,7 @@
 #include "service/store_service.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <gtest/gtest.h>
@@ -364,6 +365,91 @@ TEST_F(ServiceTest, MalformedFramesGetAnErrorAndAClosedConnection) {
   auto src = Fixture(a);
   auto stored = StoreAll(a, *src, ClientTokens(0), kSeed, 1);
   ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+}
+
+// A memfd of `bytes`, sealed against shrinking when `sealed`.
+int QueryMemfd(uint64_t bytes, bool sealed) {
+  const int fd = ::memfd_create("test-query", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return -1;
+  if (sealed && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return -1;
+  return fd;
+}
+
+// Sends one frame with `pass_fd`; the reply's status.
+Status SendWithFd(int fd, MessageType type, std::span<const uint8_t> body, int pass_fd) {
+  RANGEKV_RETURN_IF_ERROR(SendFrame(fd, static_cast<uint16_t>(type), body, pass_fd));
+  auto f = ReceiveFrame(fd);
+  if (!f.ok()) return Unavailable("no reply");
+  Status remote;
+  std::span<const uint8_t> rest;
+  RANGEKV_RETURN_IF_ERROR(DecodeStatus(f->body, &remote, &rest));
+  return remote;
+}
+
+TEST_F(ServiceTest, QueryBufferIsASealedMemfdAndSharedQueriesStayInsideIt) {
+  constexpr uint64_t kBytes = 4096;  // 1,024 tokens
+  std::vector<uint8_t> attach;
+  Encode(AttachQueryBufferRequest{kBytes}, &attach);
+  LookupSharedRequest lookup;
+  lookup.envelope.request_id = "q";
+  lookup.granularity_tokens = kGranularity;
+  auto lookup_of = [&](uint32_t n) {
+    lookup.token_count = n;
+    std::vector<uint8_t> body;
+    Encode(lookup, &body);
+    return Frame(static_cast<uint16_t>(MessageType::kLookupShared), body);
+  };
+  {  // a shared lookup before any buffer: refused, connection closed
+    auto fd = RawHello(socket_);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    EXPECT_EQ(SendRaw(*fd, lookup_of(16)).code(), StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Closed(*fd));
+    ::close(*fd);
+  }
+  {
+    auto fd = RawHello(socket_);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    // No descriptor, an unsealed one, one of another size: refused, the session stays.
+    EXPECT_EQ(SendWithFd(*fd, MessageType::kAttachQueryBuffer, attach, -1).code(),
+              StatusCode::kInvalidArgument);
+    const int unsealed = QueryMemfd(kBytes, false);
+    ASSERT_GE(unsealed, 0);
+    EXPECT_EQ(SendWithFd(*fd, MessageType::kAttachQueryBuffer, attach, unsealed).code(),
+              StatusCode::kInvalidArgument);
+    ::close(unsealed);
+    const int small = QueryMemfd(kBytes / 2, true);
+    ASSERT_GE(small, 0);
+    EXPECT_EQ(SendWithFd(*fd, MessageType::kAttachQueryBuffer, attach, small).code(),
+              StatusCode::kInvalidArgument);
+    ::close(small);
+    const int good = QueryMemfd(kBytes, true);
+    ASSERT_GE(good, 0);
+    ASSERT_TRUE(SendWithFd(*fd, MessageType::kAttachQueryBuffer, attach, good).ok());
+    // A second buffer for the same session is refused.
+    EXPECT_EQ(SendWithFd(*fd, MessageType::kAttachQueryBuffer, attach, good).code(),
+              StatusCode::kFailedPrecondition);
+    ::close(good);  // the service's mapping outlives the descriptor
+    EXPECT_TRUE(SendRaw(*fd, lookup_of(1024)).ok());  // a miss, answered from the buffer
+    // More tokens than the buffer holds: refused, connection closed.
+    EXPECT_EQ(SendRaw(*fd, lookup_of(1025)).code(), StatusCode::kOutOfRange);
+    EXPECT_TRUE(Closed(*fd));
+    ::close(*fd);
+  }
+  // A client engine attaches its buffer at hello: its lookups and claims go through it, and a
+  // restore through them is bit-exact.
+  const uint64_t shared_before = service_->stats().shared_queries;
+  Engine& a = Client();
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
+  Engine& b = Client();
+  auto dst = Fixture(b);
+  auto r = RestoreAndVerify(b, *dst, Envelope("r"), tokens, kGranularity, kSeed, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_GT(r->lookup.hit_tokens, 0u);
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_GE(service_->stats().shared_queries, shared_before + 2);  // b's lookup and claim
 }
 
 TEST_F(ServiceTest, IdsOfOtherSessionsAreRefusedAndTheConnectionStays) {

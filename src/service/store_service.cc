@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -11,8 +12,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <bit>
 #include <set>
 
+#include "base/coding.h"
 #include "base/log.h"
 #include "directory/ticket.h"
 #include "engine/store_state.h"
@@ -55,6 +58,14 @@ struct StoreService::Session {
   LookupRequest lookup;
   ClaimRequest claim;
   ReserveRequest reserve;
+  // The client's query buffer (kAttachQueryBuffer), mapped read-only; unmapped when the
+  // session ends.
+  const uint8_t* query = nullptr;
+  size_t query_bytes = 0;
+
+  ~Session() {
+    if (query != nullptr) ::munmap(const_cast<uint8_t*>(query), query_bytes);
+  }
 
   bool HasLeftovers() const {
     return !requests.empty() || !claimed.empty() || !reservations.empty();
@@ -206,14 +217,19 @@ void StoreService::RunSession(Session* session) {
       }
       break;
     }
-    if (s.frame.passed_fd >= 0) ::close(s.frame.passed_fd);  // clients pass none
+    // A descriptor is taken only with kAttachQueryBuffer (Handle maps it); closed either way.
+    const int passed_fd = s.frame.passed_fd;
     if ((s.frame.header.type & kReplyBit) != 0) {
+      if (passed_fd >= 0) ::close(passed_fd);
       MutexLock l(mu_);
       ++stats_.bad_frames;
       break;
     }
     requests_.fetch_add(1, std::memory_order_relaxed);
-    if (!Handle(s, s.frame.header.type, s.frame.body)) break;
+    const bool keep = Handle(s, s.frame.header.type, s.frame.body);
+    if (passed_fd >= 0) ::close(passed_fd);
+    s.frame.passed_fd = -1;
+    if (!keep) break;
     // Keep what a 128K-token lookup needs, not what the largest frame a client sent took (up
     // to the 32 MiB cap, times every session).
     constexpr size_t kKeepBytes = 2u << 20;
@@ -428,10 +444,44 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   StoreState& st = *s.store->state;
   Directory& d = st.directory();
   Status status;
+  // A shared lookup / claim: its tokens, copied out of the client's buffer into the session's
+  // reused vector (the client may rewrite its buffer at any time; the directory walks a copy).
+  auto shared_tokens = [&](uint32_t count, std::vector<int32_t>* tokens) -> Status {
+    if (s.query == nullptr) return FailedPrecondition("no query buffer attached to this session");
+    if (uint64_t{count} * 4 > s.query_bytes) {
+      return OutOfRange(std::to_string(count) + " tokens do not fit the " +
+                        std::to_string(s.query_bytes) + "-byte query buffer");
+    }
+    tokens->resize(count);
+    shared_queries_.fetch_add(1, std::memory_order_relaxed);
+    if constexpr (std::endian::native == std::endian::little) {
+      if (count != 0) std::memcpy(tokens->data(), s.query, size_t{count} * 4);
+    } else {
+      for (uint32_t i = 0; i < count; ++i) {
+        (*tokens)[i] = static_cast<int32_t>(coding::LoadU32(s.query + 4 * size_t{i}));
+      }
+    }
+    return OkStatus();
+  };
   switch (t) {
+    case MessageType::kAttachQueryBuffer: {
+      AttachQueryBufferRequest m;
+      status = Decode(body, &m);
+      if (status.ok()) status = AttachQueryBuffer(s, m.bytes);
+      break;
+    }
+    case MessageType::kLookupShared:
     case MessageType::kLookup: {
       LookupRequest& m = s.lookup;  // its token vector keeps its capacity
-      if (Status v = Decode(body, &m); !v.ok()) return bad_body(v);
+      if (t == MessageType::kLookupShared) {
+        LookupSharedRequest h;
+        if (Status v = Decode(body, &h); !v.ok()) return bad_body(v);
+        if (Status v = shared_tokens(h.token_count, &m.tokens); !v.ok()) return bad_body(v);
+        m.envelope = std::move(h.envelope);
+        m.granularity_tokens = h.granularity_tokens;
+      } else if (Status v = Decode(body, &m); !v.ok()) {
+        return bad_body(v);
+      }
       status = WithPrefix(s.prefix, &m.envelope);
       if (!status.ok()) break;
       auto ticket = d.Lookup(st.ns(), m.tokens, m.envelope, m.granularity_tokens);
@@ -447,9 +497,19 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       Encode(r, &out);
       break;
     }
+    case MessageType::kClaimShared:
     case MessageType::kClaim: {
       ClaimRequest& m = s.claim;
-      if (Status v = Decode(body, &m); !v.ok()) return bad_body(v);
+      if (t == MessageType::kClaimShared) {
+        ClaimSharedRequest h;
+        if (Status v = Decode(body, &h); !v.ok()) return bad_body(v);
+        if (Status v = shared_tokens(h.token_count, &m.tokens); !v.ok()) return bad_body(v);
+        m.ticket = std::move(h.ticket);
+        m.envelope = std::move(h.envelope);
+        m.endpoint_tokens = h.endpoint_tokens;
+      } else if (Status v = Decode(body, &m); !v.ok()) {
+        return bad_body(v);
+      }
       status = WithPrefix(s.prefix, &m.envelope);
       if (!status.ok()) break;
       auto claim = d.ClaimBytes(st.ns(), m.ticket, m.envelope, m.tokens, m.endpoint_tokens);
@@ -629,6 +689,30 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   return Reply(s, type, status, out);
 }
 
+Status StoreService::AttachQueryBuffer(Session& s, uint64_t bytes) {
+  const int fd = s.frame.passed_fd;
+  if (s.query != nullptr) return FailedPrecondition("a query buffer is already attached");
+  if (fd < 0) return InvalidArgument("attach_query_buffer: no descriptor came with the message");
+  struct stat sb;
+  if (::fstat(fd, &sb) != 0) return ErrnoStatus(errno, "attach_query_buffer: fstat");
+  if (!S_ISREG(sb.st_mode) || static_cast<uint64_t>(sb.st_size) != bytes) {
+    return InvalidArgument("attach_query_buffer: the descriptor is not a regular file of " +
+                           std::to_string(bytes) + " bytes");
+  }
+  // Without the shrink seal the client could truncate the file under the mapping, and the
+  // service's next read of it would die of SIGBUS.
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return InvalidArgument("attach_query_buffer: the buffer must be a memfd sealed against "
+                           "shrinking (F_SEAL_SHRINK)");
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return ErrnoStatus(errno, "attach_query_buffer: mmap");
+  s.query = static_cast<const uint8_t*>(p);
+  s.query_bytes = bytes;
+  return OkStatus();
+}
+
 Status StoreService::Stop() {
   {
     MutexLock l(mu_);
@@ -686,6 +770,7 @@ ServiceStats StoreService::stats() const {
   ServiceStats s = stats_;
   s.sessions_active = sessions_.size();
   s.requests = requests_.load(std::memory_order_relaxed);
+  s.shared_queries = shared_queries_.load(std::memory_order_relaxed);
   return s;
 }
 

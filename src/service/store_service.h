@@ -78,6 +78,7 @@ struct ServiceStats {
   uint64_t sessions_active = 0;
   uint64_t bad_frames = 0;        // connections closed for a malformed message
   uint64_t requests = 0;
+  uint64_t shared_queries = 0;           // lookups and claims read from a query buffer
   uint64_t sessions_reclaimed = 0;       // ended without Goodbye and with leftovers
   uint64_t tickets_reclaimed = 0;
   uint64_t reservations_reclaimed = 0;
@@ -110,6 +111,8 @@ class StoreService {
   void RunSession(Session* session);
   // Handles one request; false ends the session (Goodbye, or a reply could not be sent).
   bool Handle(Session& s, uint16_t type, std::span<const uint8_t> body);
+  // Maps the memfd passed with a kAttachQueryBuffer frame (s.frame.passed_fd) read-only.
+  Status AttachQueryBuffer(Session& s, uint64_t bytes);
   Status HandleHello(Session& s, std::span<const uint8_t> body, int* pass_fd,
                      std::vector<uint8_t>* reply) EXCLUDES(mu_);
   // Waits until the session's process can have no I/O in flight, then reclaims its leftovers.
@@ -135,6 +138,7 @@ class StoreService {
   std::map<std::string, std::unique_ptr<Store>> stores_ GUARDED_BY(mu_);
   ServiceStats stats_ GUARDED_BY(mu_);
   std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> shared_queries_{0};
 };
 
 }  // namespace rangekv::service

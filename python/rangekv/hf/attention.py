@@ -80,9 +80,14 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         if q_len > kv_len:
             raise ValueError(f"{q_len} queries over {kv_len} keys: the keys must include the queries")
         if _split_wanted(query):
-            PATHS["split: prefix + square causal, merged"] += 1
-            out = split_attention(query, key, value, scale=scaling)
-            return out.transpose(1, 2).contiguous(), None
+            try:
+                out = split_attention(query, key, value, scale=scaling)
+                PATHS["split: prefix + square causal, merged"] += 1
+                return out.transpose(1, 2).contiguous(), None
+            except RuntimeError:
+                # Neither fused kernel takes these inputs (a dtype or head size they do not
+                # support): the single lower-right call below computes the same function.
+                PATHS["split refused by the kernels"] += 1
         if gqa and query.is_cuda and not _fused_lower_right_takes_gqa(query, key, value, dropout):
             # Without a fused kernel for grouped heads PyTorch would materialise the mask (and a
             # q x kv score matrix per head); repeated KV heads keep the fused kernels.

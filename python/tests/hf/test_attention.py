@@ -97,3 +97,19 @@ def test_model_with_split_attention_matches(monkeypatch):
     assert attention.PATHS["split: prefix + square causal, merged"] == 2  # the suffix, both layers
     for what, a, b in zip(("whole prompt", "suffix over cache", "decode step"), ref, got):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=what)
+
+
+def test_split_refused_by_the_kernels_falls_back_to_one_lower_right_call(monkeypatch):
+    ids = torch.randint(0, 512, (2, 300), generator=torch.Generator().manual_seed(6))
+    ref = run(llama(attention.register()), ids, 200)
+
+    def refuse(*a, **k):
+        raise RuntimeError("no kernel for these inputs")
+
+    monkeypatch.setattr(attention, "SPLIT", "on")
+    monkeypatch.setattr(attention, "_attend_with_lse", refuse)
+    attention.PATHS.clear()
+    got = run(llama(attention.register()), ids, 200)
+    assert attention.PATHS["split refused by the kernels"] == 2
+    for what, a, b in zip(("whole prompt", "suffix over cache", "decode step"), ref, got):
+        assert torch.equal(a, b), what

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One short device call (carry [".deb"]): repeats two measurements of scripts/gpu/call2.sh on a
+# fresh machine — the checksum cost side by side on tmpfs, and the store service's lookup
+# latency (three runs) — to see how they move between machines. $OUT/repeat.tgz, summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+final="${OUT:-$PWD/out}"
+work=/tmp/rangekv-repeat
+rm -rf "$work" && mkdir -p "$work" "$final"
+start=$(date +%s)
+sum="$work/summary.txt"
+note() { echo "$*" | tee -a "$sum"; }
+OUT=/tmp/rangekv-gpu-python timeout 150 bash scripts/gpu/python_test.sh >"$work/python.log" 2>&1
+note "build + python suite: $(tail -1 "$work/python.log") ($(( $(date +%s) - start )) s)"
+rkv=/tmp/rangekv-gpu-pybuild/tools/rangekv
+export LD_LIBRARY_PATH="/tmp/rangekv-prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for i in 1 2 3; do
+  timeout 40 $rkv bench lookup --store service --reps 301 --warmup 5 --granularity 16 \
+    --json "$work/lookup$i.json" >"$work/lookup$i.txt" 2>&1
+  note "== lookup $i"; tail -3 "$work/lookup$i.txt" | tee -a "$sum"
+done
+mkdir -p /dev/shm/rkv-ck
+timeout 85 $rkv bench restore --device cuda --dir /dev/shm/rkv-ck --buffered --payload 6GiB \
+  --objects 192,6144,6144-LW --ablations none --skip-baseline --check --interleave --reps 5 \
+  --ceiling-grid short --quiet --json "$work/restore_shm_ck.json" >"$work/restore_shm_ck.txt" 2>&1
+rm -rf /dev/shm/rkv-ck
+note "== checksum on/off, tmpfs"; grep -E "^(192|6144|6144-LW) |best ceiling|checksum cost|spread" "$work/restore_shm_ck.txt" | tee -a "$sum"
+note "total: $(( $(date +%s) - start )) s"
+tar -czf "$final/repeat.tgz" -C "$work" .
+cp "$sum" "$final/summary.txt"

@@ -10,19 +10,9 @@
 # Steps stop being started after CALL2_BUDGET_S (540 s). Everything lands in $OUT/call2.tgz
 # (the device tool returns few files) and $OUT/summary.txt.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-final="${OUT:-$PWD/out}"
-work=/tmp/rangekv-call2
-rm -rf "$work" && mkdir -p "$work" "$final"
-start=$(date +%s)
-budget="${CALL2_BUDGET_S:-540}"
-left() { echo $(( budget - ($(date +%s) - start) )); }
-sum="$work/summary.txt"
-note() { echo "$*" | tee -a "$sum"; }
-OUT=/tmp/rangekv-gpu-python timeout 150 bash scripts/gpu/python_test.sh >"$work/python.log" 2>&1
-note "python suite: $(tail -1 "$work/python.log") ($(( $(date +%s) - start )) s)"
-rkv=/tmp/rangekv-gpu-pybuild/tools/rangekv
-export LD_LIBRARY_PATH="/tmp/rangekv-prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/call_lib.sh"
+call_begin call2 "${CALL2_BUDGET_S:-540}"
+call_build
 if (( $(left) > 250 )); then
   mkdir -p /dev/shm/rangekv-ttft
   PYTHONPATH=/tmp/rangekv-pypkg PYTHONUNBUFFERED=1 timeout 260 \
@@ -63,6 +53,4 @@ if (( $(left) > 40 )); then
   rm -rf /dev/shm/rkv-service
   note "== concurrent, embedded and service"; tail -30 "$work/concurrent.txt" | tee -a "$sum"
 fi
-note "total: $(( $(date +%s) - start )) s"
-tar -czf "$final/call2.tgz" -C "$work" .
-cp "$sum" "$final/summary.txt"
+call_end call2

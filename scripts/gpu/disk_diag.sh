@@ -5,19 +5,9 @@
 # DISK_DIAG_VARIANTS ("name|flags;..."), then the per-object model once. Results in
 # $OUT/disk_diag.tgz and $OUT/summary.txt.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-final="${OUT:-$PWD/out}"
-work=/tmp/rangekv-disk-diag
-rm -rf "$work" && mkdir -p "$work" "$final"
-start=$(date +%s)
-budget="${DISK_DIAG_BUDGET_S:-300}"
-left() { echo $(( budget - ($(date +%s) - start) )); }
-sum="$work/summary.txt"
-note() { echo "$*" | tee -a "$sum"; }
-OUT=/tmp/rangekv-gpu-python timeout 150 bash scripts/gpu/python_test.sh >"$work/python.log" 2>&1
-note "build + python suite: $(tail -1 "$work/python.log") ($(( $(date +%s) - start )) s)"
-rkv=/tmp/rangekv-gpu-pybuild/tools/rangekv
-export LD_LIBRARY_PATH="/tmp/rangekv-prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/call_lib.sh"
+call_begin disk_diag "${DISK_DIAG_BUDGET_S:-300}"
+call_build
 variants="${DISK_DIAG_VARIANTS:-default|;checksum off|--checksum off;host device|--device host;8 workers|--read-workers 8;1 MiB split x16|--io-split 1MiB --read-io-threads 16;8 workers 16 banks lookahead 4|--read-workers 8 --read-banks 16 --lookahead 4}"
 IFS=';' read -ra vs <<<"$variants"
 i=0
@@ -40,6 +30,4 @@ if (( $(left) > 40 )); then
   rm -rf /var/tmp/rkv-disk
   note "== default with the per-object model"; grep -E "^(192|6144) |best ceiling|per-object / rangekv" "$work/baseline.txt" | tee -a "$sum"
 fi
-note "total: $(( $(date +%s) - start )) s"
-tar -czf "$final/disk_diag.tgz" -C "$work" .
-cp "$sum" "$final/summary.txt"
+call_end disk_diag

@@ -3,17 +3,9 @@
 # fresh machine — the checksum cost side by side on tmpfs, and the store service's lookup
 # latency (three runs) — to see how they move between machines. $OUT/repeat.tgz, summary.txt.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-final="${OUT:-$PWD/out}"
-work=/tmp/rangekv-repeat
-rm -rf "$work" && mkdir -p "$work" "$final"
-start=$(date +%s)
-sum="$work/summary.txt"
-note() { echo "$*" | tee -a "$sum"; }
-OUT=/tmp/rangekv-gpu-python timeout 150 bash scripts/gpu/python_test.sh >"$work/python.log" 2>&1
-note "build + python suite: $(tail -1 "$work/python.log") ($(( $(date +%s) - start )) s)"
-rkv=/tmp/rangekv-gpu-pybuild/tools/rangekv
-export LD_LIBRARY_PATH="/tmp/rangekv-prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/call_lib.sh"
+call_begin repeat "600"
+call_build
 for i in 1 2 3; do
   timeout 40 $rkv bench lookup --store service --reps 301 --warmup 5 --granularity 16 \
     --json "$work/lookup$i.json" >"$work/lookup$i.txt" 2>&1
@@ -25,6 +17,4 @@ timeout 85 $rkv bench restore --device cuda --dir /dev/shm/rkv-ck --buffered --p
   --ceiling-grid short --quiet --json "$work/restore_shm_ck.json" >"$work/restore_shm_ck.txt" 2>&1
 rm -rf /dev/shm/rkv-ck
 note "== checksum on/off, tmpfs"; grep -E "^(192|6144|6144-LW) |best ceiling|checksum cost|spread" "$work/restore_shm_ck.txt" | tee -a "$sum"
-note "total: $(( $(date +%s) - start )) s"
-tar -czf "$final/repeat.tgz" -C "$work" .
-cp "$sum" "$final/summary.txt"
+call_end repeat

@@ -288,17 +288,22 @@ Result<int> RawHello(const std::string& socket) {
   return fd;
 }
 
-// Sends raw bytes; returns the status of the reply, or kUnavailable when none came.
-Status SendRaw(int fd, std::span<const uint8_t> bytes) {
-  if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
-    return Unavailable("send");
-  }
+// The status of the next reply on `fd`, or kUnavailable when none came.
+Status ReplyStatus(int fd) {
   auto f = ReceiveFrame(fd);
   if (!f.ok()) return Unavailable("no reply");
   Status remote;
   std::span<const uint8_t> rest;
   RANGEKV_RETURN_IF_ERROR(DecodeStatus(f->body, &remote, &rest));
   return remote;
+}
+
+// Sends raw bytes; returns the status of the reply, or kUnavailable when none came.
+Status SendRaw(int fd, std::span<const uint8_t> bytes) {
+  if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    return Unavailable("send");
+  }
+  return ReplyStatus(fd);
 }
 
 // The service hung up: end of file, or a reset when it closed with our bytes unread.
@@ -378,12 +383,7 @@ int QueryMemfd(uint64_t bytes, bool sealed) {
 // Sends one frame with `pass_fd`; the reply's status.
 Status SendWithFd(int fd, MessageType type, std::span<const uint8_t> body, int pass_fd) {
   RANGEKV_RETURN_IF_ERROR(SendFrame(fd, static_cast<uint16_t>(type), body, pass_fd));
-  auto f = ReceiveFrame(fd);
-  if (!f.ok()) return Unavailable("no reply");
-  Status remote;
-  std::span<const uint8_t> rest;
-  RANGEKV_RETURN_IF_ERROR(DecodeStatus(f->body, &remote, &rest));
-  return remote;
+  return ReplyStatus(fd);
 }
 
 TEST_F(ServiceTest, QueryBufferIsASealedMemfdAndSharedQueriesStayInsideIt) {

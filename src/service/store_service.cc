@@ -10,9 +10,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <bit>
 #include <chrono>
 #include <cstring>
-#include <bit>
 #include <set>
 
 #include "base/coding.h"

@@ -554,12 +554,14 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
     uint8_t* buf = banks_[pick.bank].io_buffer();
     Status status = PrepareReads(span, buf, batch);
     uint64_t bytes = 0;
+    const uint64_t submit_ns = SteadyNs();
     if (status.ok()) status = context_.read_io->Submit(batch);
     if (status.ok()) {
       Count(pick.job.get(), &Counters::native_reads, batch.size());
       batch.Wait();
       status = batch.status();
       bytes = batch.bytes_moved();
+      Count(pick.job.get(), &Counters::restore_read_ns, SteadyNs() - submit_ns);
     }
     banks_[pick.bank].device_loaded = false;
     MutexLock l(mu_);
@@ -595,8 +597,10 @@ void RestorePipeline::VerifyWorker(uint32_t verifier) {
     const Span& span = pick.job->slot->plan[pick.stripe];
     bool unproven = false;
     bool mismatch = false;
+    const uint64_t verify_start_ns = SteadyNs();
     Status status = VerifyStripe(verifiers_[verifier], *pick.job, span, banks_[pick.bank],
                                  &unproven, &mismatch);
+    Count(pick.job.get(), &Counters::restore_verify_ns, SteadyNs() - verify_start_ns);
     if (mismatch) {
       Count(pick.job.get(), &Counters::checksum_failures);
       context_.integrity->OnCorruption(span);
@@ -670,7 +674,7 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
     return;
   }
   RANGEKV_CHECK(fence_count_ < fences_.size());
-  fences_[(fence_head_ + fence_count_) % fences_.size()] = {job_ptr, stripe, bank};
+  fences_[(fence_head_ + fence_count_) % fences_.size()] = {job_ptr, stripe, bank, SteadyNs()};
   ++fence_count_;
   reaper_cv_.NotifyOne();
 }
@@ -700,6 +704,7 @@ void RestorePipeline::Reaper() {
     RestoreJob& job = *entry.job;
     RestoreJobState& st = job.state.Locked(mu_);
     if (proven.ok()) {
+      Count(&job, &Counters::restore_deliver_ns, SteadyNs() - entry.enqueued_ns);
       st.progress.Prove(entry.stripe);
       ReleaseBank(entry.bank);
     } else {

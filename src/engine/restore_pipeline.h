@@ -209,6 +209,7 @@ class RestorePipeline {
     std::shared_ptr<RestoreJob> job;
     uint32_t stripe = 0;
     uint32_t bank = 0;
+    uint64_t enqueued_ns = 0;  // SteadyNs() at the scatter's enqueue (restore_deliver_ns)
   };
   // A stripe whose read returned, awaiting its digest check on a verifier thread.
   struct VerifyEntry {

@@ -11,14 +11,6 @@
 
 namespace rangekv::engine_internal {
 
-namespace {
-uint64_t SteadyNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-}  // namespace
-
 StorePipeline::StorePipeline(const EngineContext& context)
     : context_(context),
       layers_(context.geometry.layers),

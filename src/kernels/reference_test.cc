@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -68,6 +70,64 @@ TEST_P(ReferenceRoundTrip, ScatterThenGather) {
 INSTANTIATE_TEST_SUITE_P(AllLayouts, ReferenceRoundTrip,
                          ::testing::ValuesIn(testing::AllLayoutCases(2024)),
                          [](const auto& p) { return p.param.Name(); });
+
+// Launches of at least 1 MiB copy with streaming stores where a piece is 32-byte aligned
+// (reference.cc): scattered into page-aligned paged memory (as a real KV cache is) and
+// gathered back into a page-aligned bank, every layout must still move exactly the oracle's
+// bytes, split over ranges as the host device splits a launch.
+TEST(ScatterReferenceTest, LargeLaunchesIntoAlignedMemoryMatchTheOracleBothWays) {
+  int large = 0;
+  for (const LayoutCase& c : testing::AllLayoutCases(77, 16)) {
+    const uint64_t row = testing::RowBytes(c);
+    if (uint64_t{c.num_tokens} * row < (1u << 20)) continue;
+    ++large;
+    std::mt19937_64 rng(c.seed);
+    const uint64_t layer_bytes = *PagedLayerBytes(c.layout, c.shape);
+    const uint64_t mapped = (layer_bytes + 4095) / 4096 * 4096;
+    std::unique_ptr<uint8_t, decltype(&std::free)> paged(
+        static_cast<uint8_t*>(std::aligned_alloc(4096, mapped)), &std::free);
+    ASSERT_NE(paged, nullptr);
+    std::memset(paged.get(), kPoison, layer_bytes);
+    std::vector<uint8_t> stripe(c.num_tokens * row);
+    testing::FillRandom(stripe, rng);
+    const std::vector<int64_t> slots = testing::CaseSlotMapping(c, 10, rng);
+    auto view = MakePagedKvView(c.layout, c.shape, paged.get());
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    const ScatterArgs scatter{
+        .dst = *view, .stripe = stripe.data(), .slots = slots.data(), .num_tokens = c.num_tokens};
+    ASSERT_TRUE(ValidateScatterArgs(scatter).ok());
+    for (uint32_t begin = 0; begin < c.num_tokens; begin += 97) {
+      ScatterReference(scatter, begin, std::min(c.num_tokens, begin + 97));
+    }
+    const std::vector<uint8_t> expected =
+        testing::OracleScatter(c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
+    const std::vector<uint8_t> scattered(paged.get(), paged.get() + layer_bytes);
+    ASSERT_EQ(testing::FirstDifference(scattered, expected), -1) << c.Name();
+    // And back: a gather into a page-aligned bank (streamed as well).
+    std::unique_ptr<uint8_t, decltype(&std::free)> bank(
+        static_cast<uint8_t*>(std::aligned_alloc(4096, (stripe.size() + 4095) / 4096 * 4096)),
+        &std::free);
+    ASSERT_NE(bank, nullptr);
+    std::memset(bank.get(), kPoison, stripe.size());
+    GatherArgs gather;
+    gather.src[0] = *view;
+    gather.num_layers = 1;
+    gather.slots = slots.data();
+    gather.num_tokens = c.num_tokens;
+    gather.out = bank.get();
+    ASSERT_TRUE(ValidateGatherArgs(gather).ok());
+    for (uint32_t begin = 0; begin < c.num_tokens; begin += 97) {
+      GatherReference(gather, begin, std::min(c.num_tokens, begin + 97));
+    }
+    const std::vector<uint8_t> expected_bank =
+        testing::OracleGather(c, scattered, std::vector<uint8_t>(stripe.size(), kPoison), slots);
+    ASSERT_EQ(testing::FirstDifference(
+                  std::vector<uint8_t>(bank.get(), bank.get() + stripe.size()), expected_bank),
+              -1)
+        << c.Name();
+  }
+  EXPECT_GE(large, 10) << "too few launches large enough to stream";
+}
 
 // A layer group: three layers into consecutive regions of one bank with gaps between them;
 // the gaps stay poisoned.

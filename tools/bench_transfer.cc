@@ -262,7 +262,7 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
                   "buffered pack file, else the read workers)")
       ->check(CLI::Range(0u, 256u));
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");
-  cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 2)");
+  cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 4)");
   cmd->add_option("--write-workers", flags->write_workers, "engine write workers (0: default 32)");
   cmd->add_option("--group-workers", flags->group_workers,
                   "engine store group workers (0: default 8)");

@@ -201,7 +201,10 @@ struct EngineOptions {
   // requests). options() reports the count in effect. Otherwise [1, 256].
   uint32_t read_io_threads = 0;
   uint32_t prefetch_banks = 7;  // banks lookup-time prefetch may hold; < read_banks
-  uint32_t lookahead_layers = 2;
+  // Layers read ahead of the lowest unfinished one. At least read_workers: a layer is often one
+  // stripe (a pack's run of one layer), and a smaller window leaves workers idle (2 left one of
+  // four idle and cost 10-15% of restore time on the CPU dev VM, docs/benchmarks.md).
+  uint32_t lookahead_layers = 4;
   uint32_t max_inflight_restores = 16;  // restore job slots (prefetching jobs included)
 
   // Store side. Store bank bytes 0 means 2 * layer_group * W (256 MiB at the defaults): a full

@@ -697,7 +697,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("checksum") = "always", nb::arg("durability") = "periodic:200",
           nb::arg("checkpoint_interval_ms") = 60000, nb::arg("ablations") = "", nb::arg("read_banks") = 8,
           nb::arg("read_bank_bytes") = 0, nb::arg("read_workers") = 4,
-          nb::arg("prefetch_banks") = 7, nb::arg("lookahead_layers") = 2,
+          nb::arg("prefetch_banks") = 7, nb::arg("lookahead_layers") = 4,
           nb::arg("max_inflight_restores") = 16, nb::arg("store_banks") = 8,
           nb::arg("store_bank_bytes") = 0, nb::arg("group_workers") = 8,
           nb::arg("write_workers") = 32, nb::arg("layer_group") = 4,

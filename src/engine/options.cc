@@ -198,7 +198,8 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
                                      std::to_string(o.prefetch_banks) + " >= read_banks " +
                                      std::to_string(o.read_banks) + ")");
   }
-  RANGEKV_RETURN_IF_ERROR(CheckCount("lookahead_layers", o.lookahead_layers, 0, g.layers));
+  // A window past the last layer is the whole model (as the default, 4, is on a shallower one).
+  o.lookahead_layers = std::min(o.lookahead_layers, g.layers);
   RANGEKV_RETURN_IF_ERROR(
       CheckCount("max_inflight_restores", o.max_inflight_restores, 1, kMaxJobSlots));
 

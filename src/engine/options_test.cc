@@ -27,7 +27,7 @@ TEST(ResolveOptionsTest, DefaultsAreThePapers) {
   EXPECT_EQ(r->read_bank_bytes, 32 * kMiB);
   EXPECT_EQ(r->read_workers, 4u);
   EXPECT_EQ(r->prefetch_banks, 7u);
-  EXPECT_EQ(r->lookahead_layers, 2u);
+  EXPECT_EQ(r->lookahead_layers, 4u);
   EXPECT_EQ(r->store_banks, 8u);
   EXPECT_EQ(r->store_bank_bytes, 256 * kMiB);
   EXPECT_EQ(r->group_workers, 8u);
@@ -38,6 +38,25 @@ TEST(ResolveOptionsTest, DefaultsAreThePapers) {
   auto packs = PackCountForCapacity(r->capacity_bytes, Geometry8B());
   ASSERT_TRUE(packs.ok());
   EXPECT_EQ(*packs, 16u);
+}
+
+// The read window is clipped to the model: past its last layer it is the whole model, so the
+// default (4) is no reason a shallower model fails.
+TEST(ResolveOptionsTest, LookaheadPastTheLastLayerIsTheWholeModel) {
+  EngineOptions o = Base();
+  o.lookahead_layers = 33;
+  auto r = ResolveOptions(o, Geometry8B());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookahead_layers, 32u);
+  ModelSpec shallow = Llama31_8BSpec();
+  shallow.layers = 2;
+  auto g = DeriveGeometry(shallow);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  o = Base();
+  o.layer_group = 2;  // layer_group is checked against the model, not clipped
+  r = ResolveOptions(o, *g);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookahead_layers, 2u);
 }
 
 void ExpectBad(EngineOptions o, std::string_view field) {
@@ -69,9 +88,6 @@ TEST(ResolveOptionsTest, EachBadFieldIsNamed) {
   o = Base();
   o.read_workers = 0;
   ExpectBad(o, "read_workers");
-  o = Base();
-  o.lookahead_layers = 33;
-  ExpectBad(o, "lookahead_layers");
   o = Base();
   o.store_bank_bytes = 64 * kMiB;  // below 4 stripes
   ExpectBad(o, "store_bank_bytes");

@@ -26,7 +26,7 @@ def engine_for_model(config, store_dir, *, block_size: int = 16, dtype=None, dev
     g = model_kv_geometry(config)
     # The engine's layer-count-bound defaults, clipped for shallow models.
     options.setdefault("layer_group", min(4, g["layers"]))
-    options.setdefault("lookahead_layers", min(2, g["layers"]))
+    options.setdefault("lookahead_layers", min(4, g["layers"]))
     return rangekv.Engine(
         str(store_dir),
         layers=g["layers"],

@@ -95,7 +95,7 @@ KEYS: dict[str, _Key] = {
     "read_bank_bytes": _Key(0, "int", "read bank bytes (0 = stripe_bytes)"),
     "read_workers": _Key(4, "int", "read worker threads", minimum=1),
     "prefetch_banks": _Key(7, "int", "read banks lookup-time prefetch may hold (< read_banks)"),
-    "lookahead_layers": _Key(2, "int", "layers read ahead of the lowest unfinished layer", minimum=1),
+    "lookahead_layers": _Key(4, "int", "layers read ahead of the lowest unfinished layer", minimum=1),
     "store_banks": _Key(8, "int", "store banks", minimum=1),
     "store_bank_bytes": _Key(0, "int", "store bank bytes (0 = 2 x layer_group x stripe_bytes)"),
     "group_workers": _Key(8, "int", "store gather worker threads", minimum=1),

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -299,6 +300,12 @@ class CudaDevice final : public Device {
       const int err = errno;
       return Status(StatusCode::kResourceExhausted,
                     "mmap of " + std::to_string(mapped) + " bytes failed: " + std::strerror(err));
+    }
+    // Diagnostic (virtio-disk reads into registered staging, docs/benchmarks.md): fault the
+    // pages in before registering them, optionally as huge pages.
+    if (const char* pf = std::getenv("RANGEKV_PINNED_PREFAULT"); pf != nullptr) {
+      if (std::strcmp(pf, "huge") == 0) (void)madvise(p, mapped, MADV_HUGEPAGE);
+      if (std::strcmp(pf, "touch") == 0 || std::strcmp(pf, "huge") == 0) std::memset(p, 0, mapped);
     }
     Status s = Activate();
     // Mapped: with unified addressing the host pointer is then usable in kernels too

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -24,6 +23,8 @@ uint64_t PageBytes() {
   static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   return page;
 }
+
+constexpr uint64_t kHugePageBytes = 2 * kMiB;  // x86-64's transparent huge page
 
 Status CudaStatus(cudaError_t err, std::string_view what) {
   if (err == cudaSuccess) return OkStatus();
@@ -301,12 +302,14 @@ class CudaDevice final : public Device {
       return Status(StatusCode::kResourceExhausted,
                     "mmap of " + std::to_string(mapped) + " bytes failed: " + std::strerror(err));
     }
-    // Diagnostic (virtio-disk reads into registered staging, docs/benchmarks.md): fault the
-    // pages in before registering them, optionally as huge pages.
-    if (const char* pf = std::getenv("RANGEKV_PINNED_PREFAULT"); pf != nullptr) {
-      if (std::strcmp(pf, "huge") == 0) (void)madvise(p, mapped, MADV_HUGEPAGE);
-      if (std::strcmp(pf, "touch") == 0 || std::strcmp(pf, "huge") == 0) std::memset(p, 0, mapped);
-    }
+    // Huge pages, faulted in before registration. Pinned staging is where O_DIRECT reads land;
+    // a read's bio carries at most max_segments (254 on a virtio disk) physically contiguous
+    // pieces. Pages faulted in by cudaHostRegister's pinning are scattered 4 KiB frames, so a
+    // 32 MiB read went out as ~1 MiB requests, and the H200 machine's virtio disk read at 0.65
+    // of its ceiling; with 2 MiB pages 0.89-0.97 (docs/benchmarks.md, "Pinned staging on huge
+    // pages"). Best effort: without transparent huge pages the madvise fails and nothing changes.
+    if (mapped >= kHugePageBytes) (void)madvise(p, mapped, MADV_HUGEPAGE);
+    std::memset(p, 0, mapped);
     Status s = Activate();
     // Mapped: with unified addressing the host pointer is then usable in kernels too
     // (capabilities().kernels_access_pinned_host).

@@ -14,22 +14,10 @@ set -uo pipefail
 call_begin call2 "${CALL2_BUDGET_S:-540}"
 call_build
 if (( $(left) > 250 )); then
-  mkdir -p /dev/shm/rangekv-ttft
-  PYTHONPATH=/tmp/rangekv-pypkg PYTHONUNBUFFERED=1 timeout 260 \
-    python3 -m rangekv.bench ttft-hf --device cuda --shape 8b --tmp-dir /dev/shm/rangekv-ttft \
-    --buffered --check first --reps "${CALL2_TTFT_REPS:-5}" --arms recompute,resident,rangekv \
-    --json "$work/ttft-8b.json" 2>&1 | grep -v '^rangekv [IWE] ' >"$work/ttft-8b.log"
-  rm -rf /dev/shm/rangekv-ttft
-  grep -A30 '^| Objects' "$work/ttft-8b.log" | tee -a "$sum" || tail -20 "$work/ttft-8b.log"
-  note "ttft: done at $(( $(date +%s) - start )) s"
+  step_ttft "${CALL2_TTFT_REPS:-5}"
 fi
 if (( $(left) > 60 )); then
-  mkdir -p /dev/shm/rkv-ck
-  timeout 85 $rkv bench restore --device cuda --dir /dev/shm/rkv-ck --buffered --payload 6GiB \
-    --objects 192,6144,6144-LW --ablations none --skip-baseline --check --interleave --reps 5 \
-    --ceiling-grid short --quiet --json "$work/restore_shm_ck.json" >"$work/restore_shm_ck.txt" 2>&1
-  rm -rf /dev/shm/rkv-ck
-  note "== checksum on/off, tmpfs"; tail -12 "$work/restore_shm_ck.txt" | tee -a "$sum"
+  step_checksum_shm
 fi
 for v in ${CALL2_DISK:-posix:2 uring:2 posix:4}; do
   (( $(left) > 55 )) || break

@@ -5,6 +5,8 @@
 #   call_build                 scripts/gpu/python_test.sh (rangekv._core, _baseline, the CLI,
 #                              the Python CUDA suite); sets $rkv and the library path
 #   call_end NAME              $OUT/NAME.tgz (every log and JSON) and $OUT/summary.txt
+#   step_ttft REPS             ttft-hf, 8B shape, recompute + resident + RangeKV, on tmpfs
+#   step_checksum_shm          bench restore, 6 GiB on tmpfs, checksum on/off side by side
 call_begin() {
   cd "$(dirname "${BASH_SOURCE[1]}")/../.." || exit 1
   final="${OUT:-$PWD/out}"
@@ -26,4 +28,22 @@ call_end() {
   note "total: $(( $(date +%s) - start )) s"
   tar -czf "$final/$1.tgz" -C "$work" .
   cp "$sum" "$final/summary.txt"
+}
+step_ttft() {
+  mkdir -p /dev/shm/rangekv-ttft
+  PYTHONPATH=/tmp/rangekv-pypkg PYTHONUNBUFFERED=1 timeout 260 \
+    python3 -m rangekv.bench ttft-hf --device cuda --shape 8b --tmp-dir /dev/shm/rangekv-ttft \
+    --buffered --check first --reps "$1" --arms recompute,resident,rangekv \
+    --json "$work/ttft-8b.json" 2>&1 | grep -v '^rangekv [IWE] ' >"$work/ttft-8b.log"
+  rm -rf /dev/shm/rangekv-ttft
+  grep -A30 '^| Objects' "$work/ttft-8b.log" | tee -a "$sum" || tail -20 "$work/ttft-8b.log"
+  note "ttft: done at $(( $(date +%s) - start )) s"
+}
+step_checksum_shm() {
+  mkdir -p /dev/shm/rkv-ck
+  timeout 85 $rkv bench restore --device cuda --dir /dev/shm/rkv-ck --buffered --payload 6GiB \
+    --objects 192,6144,6144-LW --ablations none --skip-baseline --check --interleave --reps 5 \
+    --ceiling-grid short --quiet --json "$work/restore_shm_ck.json" >"$work/restore_shm_ck.txt" 2>&1
+  rm -rf /dev/shm/rkv-ck
+  note "== checksum on/off, tmpfs"; tail -12 "$work/restore_shm_ck.txt" | tee -a "$sum"
 }

@@ -11,10 +11,5 @@ for i in 1 2 3; do
     --json "$work/lookup$i.json" >"$work/lookup$i.txt" 2>&1
   note "== lookup $i"; tail -3 "$work/lookup$i.txt" | tee -a "$sum"
 done
-mkdir -p /dev/shm/rkv-ck
-timeout 85 $rkv bench restore --device cuda --dir /dev/shm/rkv-ck --buffered --payload 6GiB \
-  --objects 192,6144,6144-LW --ablations none --skip-baseline --check --interleave --reps 5 \
-  --ceiling-grid short --quiet --json "$work/restore_shm_ck.json" >"$work/restore_shm_ck.txt" 2>&1
-rm -rf /dev/shm/rkv-ck
-note "== checksum on/off, tmpfs"; grep -E "^(192|6144|6144-LW) |best ceiling|checksum cost|spread" "$work/restore_shm_ck.txt" | tee -a "$sum"
+step_checksum_shm
 call_end repeat

@@ -15,12 +15,12 @@ namespace {
 // fills its bank from such pieces. glibc's memcpy streams only copies larger than a good part
 // of the last-level cache, so each of these small copies first reads every destination line
 // for ownership: a third of the copy's memory traffic, for lines that are only overwritten.
-// Streaming stores skip that read. Measured on the AVX2 dev VM
-// (one thread, 256 MiB scattered in rows over 1 GiB): 4 KiB rows, memcpy 3.9 GiB/s, streaming
-// 7.3 GiB/s; 256 B pieces 2.2 -> 4 GiB/s (docs/benchmarks.md, "Streaming scatter").
+// Streaming stores skip that read. Measured on the AVX2 dev VM (one thread, 256 MiB scattered
+// in rows over 1 GiB): 4 KiB rows, memcpy 3.9 GiB/s, streaming 7.3 GiB/s; 256 B pieces 2.2 ->
+// 4 GiB/s; whole restores and stores in docs/benchmarks.md, "Streaming scatter and gather".
 // Written by hand because no library offers a streaming copy for small, aligned pieces.
 // Used only for large launches (kStreamMinBytes): a small restore's KV may still be in cache
-// when attention reads it. Whole restores and stores on the dev VM: docs/benchmarks.md.
+// when attention reads it.
 constexpr uint64_t kStreamMinBytes = 1 << 20;
 
 #if defined(__x86_64__)

@@ -306,8 +306,9 @@ class CudaDevice final : public Device {
     // a read's bio carries at most max_segments (254 on a virtio disk) physically contiguous
     // pieces. Pages faulted in by cudaHostRegister's pinning are scattered 4 KiB frames, so a
     // 32 MiB read went out as ~1 MiB requests, and the H200 machine's virtio disk read at 0.65
-    // of its ceiling; with 2 MiB pages 0.89-0.97 (docs/benchmarks.md, "Pinned staging on huge
-    // pages"). Best effort: without transparent huge pages the madvise fails and nothing changes.
+    // of its ceiling; with 2 MiB pages 0.89-0.97 (docs/benchmarks.md, "The H200's virtio disk:
+    // reads cut into 1 MiB requests"). Best effort: without transparent huge pages the madvise
+    // fails and the touch alone still faults the pages in before they are pinned.
     if (mapped >= kHugePageBytes) (void)madvise(p, mapped, MADV_HUGEPAGE);
     std::memset(p, 0, mapped);
     Status s = Activate();

@@ -41,11 +41,14 @@ inline uint32_t AutoFreeReservePacks(bool journaled, uint64_t pack_count) {
 // EngineOptions::io_split_bytes values besides a byte count.
 inline constexpr uint64_t kIoSplitAuto = 0;          // probe the medium at Open
 inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
-// The default: reads are cut into kFillSplitBytes pieces when the read I/O engine has more
-// threads than there are read workers (each worker has one span in flight) and the pack file
-// is buffered, so every thread has a piece to copy; writes and O_DIRECT reads stay whole.
+// The default: reads are cut into pieces when the read I/O engine has more threads than there
+// are read workers (each worker has one span in flight), so every thread has a piece to work
+// on: kFillSplitBytes on a buffered pack file (threads copying out of the page cache),
+// kFillSplitBytesDirect on O_DIRECT (requests the device serves side by side). Writes stay
+// whole.
 inline constexpr uint64_t kIoSplitFillReads = UINT64_MAX - 1;
 inline constexpr uint64_t kFillSplitBytes = 1ull << 20;
+inline constexpr uint64_t kFillSplitBytesDirect = 4ull << 20;
 // Auto read I/O threads (EngineOptions::read_io_threads == 0) never exceed this.
 inline constexpr uint32_t kMaxAutoReadIoThreads = 16;
 
@@ -171,13 +174,18 @@ struct EngineOptions {
   // Byte split of native I/O (docs/design.md 4.3): a span longer than this is issued as
   // concurrent sub-reads / sub-writes of this many bytes (rounded up to the O_DIRECT
   // alignment), so native calls = payload bytes / split, whatever the object count.
-  // kIoSplitFillReads (default): reads only, kFillSplitBytes, and only where read_io_threads
-  // exceeds read_workers on a buffered pack file (see kIoSplitFillReads); otherwise whole.
+  // kIoSplitFillReads (default): reads only, and only where read_io_threads exceeds
+  // read_workers (see kIoSplitFillReads): 1 MiB pieces on a buffered pack file, 4 MiB on
+  // O_DIRECT; otherwise whole.
   // On the H200's tmpfs the 6 GiB restore is bound by how many threads copy out of the page
   // cache: with 4 read workers' 32 MiB spans cut into 1 MiB pieces over 16 threads it took
   // 0.17 s, 0.89-0.93 of the best ceiling (16 threads x 1 MiB), against 0.45 s whole over 4
   // threads; 256 KiB / 2 MiB / 4 MiB pieces, 8 or 20 threads, 8 workers, 12 banks and the uring
-  // engine were no faster (docs/benchmarks.md, 2026-12-02, "read concurrency").
+  // engine were no faster (docs/benchmarks.md, 2026-12-02, "read concurrency"). On O_DIRECT,
+  // 4 MiB pieces over twice the read workers' threads matched or beat whole spans on both
+  // virtio disks we have (the H200 VM's: 0.97-0.98 of its best ceiling against 0.92-1.03 in
+  // one run) and halved the time to the first layer on both (docs/benchmarks.md, 2026-12-04,
+  // "O_DIRECT reads in 4 MiB pieces").
   // kIoSplitAuto: chosen at Open by a short probe of the store's medium (16 MiB through the
   // read engine, src/io/split_probe.h; a split must beat whole spans by 10%), logged, for reads
   // and writes; with a caller-supplied `env` (not DefaultEnv()) there is no real medium to probe
@@ -197,8 +205,10 @@ struct EngineOptions {
   // Threads of the read I/O engine (posix: pread threads; uring: rings, one thread each; cufile:
   // threads). 0 = auto: on a buffered pack file max(read_workers, min(hardware threads,
   // kMaxAutoReadIoThreads)), since page-cache reads are memory copies that scale with the
-  // threads doing them; on O_DIRECT read_workers (the device queue already holds each span's
-  // requests). options() reports the count in effect. Otherwise [1, 256].
+  // threads doing them; on O_DIRECT 2 x read_workers (with fill_reads each span goes out as
+  // 4 MiB requests, two spans' worth in flight per worker, so the first layer's pieces are not
+  // queued behind whole later spans). options() reports the count in effect. Otherwise
+  // [1, 256].
   uint32_t read_io_threads = 0;
   uint32_t prefetch_banks = 7;  // banks lookup-time prefetch may hold; < read_banks
   // Layers read ahead of the lowest unfinished one. At least read_workers: a layer is often one

@@ -112,12 +112,11 @@ std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* wr
     const std::string workers = std::to_string(options_.read_workers) + " read workers";
     if (read_plan.fill_split_bytes == 0) {
       options_.io_split_bytes = kIoSplitOff;
-      return store_->file()->direct() ? "off (fill_reads: O_DIRECT)"
-                                      : "off (fill_reads: " + threads + ", " + workers + ")";
+      return "off (fill_reads: " + threads + ", " + workers + ")";
     }
     options_.io_split_bytes = read_plan.fill_split_bytes;
     return std::to_string(read_plan.fill_split_bytes) + " reads (fill_reads: " + threads + " > " +
-           workers + ", buffered)";
+           workers + (store_->file()->direct() ? ", O_DIRECT)" : ", buffered)");
   }
   if (configured != kIoSplitAuto) {
     *write_split = configured;

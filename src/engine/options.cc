@@ -258,12 +258,12 @@ ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t hardware_t
     plan.why = std::to_string(plan.threads) + " threads (auto: " + std::to_string(hw) +
                " hardware threads, buffered)";
   } else {
-    plan.threads = o.read_workers;
-    plan.why = std::to_string(plan.threads) + " threads (auto: read_workers, O_DIRECT)";
+    plan.threads = 2 * o.read_workers;
+    plan.why = std::to_string(plan.threads) + " threads (auto: 2 x read_workers, O_DIRECT)";
   }
   plan.threads = std::min<uint32_t>(plan.threads, 256);
-  if (o.io_split_bytes == kIoSplitFillReads && buffered && plan.threads > o.read_workers) {
-    plan.fill_split_bytes = kFillSplitBytes;
+  if (o.io_split_bytes == kIoSplitFillReads && plan.threads > o.read_workers) {
+    plan.fill_split_bytes = buffered ? kFillSplitBytes : kFillSplitBytesDirect;
   }
   return plan;
 }

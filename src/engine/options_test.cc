@@ -118,7 +118,7 @@ TEST(ResolveOptionsTest, EachBadFieldIsNamed) {
   ExpectBad(o, "io_split_bytes");
 }
 
-TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesOnly) {
+TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesAndTheWorkersOnDirectOnes) {
   EngineOptions o = Base();  // read_workers 4, read_io_threads auto, split fill_reads
   // The H200 VM: 16 hardware threads, tmpfs (buffered): 16 threads, 1 MiB read pieces.
   ReadIoPlan p = PlanReadIo(o, /*buffered=*/true, 16);
@@ -137,11 +137,13 @@ TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesOnly) {
   p = PlanReadIo(o, true, 0);  // unknown: taken as 1
   EXPECT_EQ(p.threads, 4u);
   EXPECT_EQ(p.fill_split_bytes, 0u);
-  // O_DIRECT: one thread per read worker, whole spans, whatever the cores.
-  p = PlanReadIo(o, /*buffered=*/false, 16);
-  EXPECT_EQ(p.threads, 4u);
-  EXPECT_EQ(p.fill_split_bytes, 0u);
-  EXPECT_EQ(p.why, "4 threads (auto: read_workers, O_DIRECT)");
+  // O_DIRECT: two threads per read worker and 4 MiB pieces, whatever the cores.
+  for (uint32_t cores : {2u, 16u, 128u}) {
+    p = PlanReadIo(o, /*buffered=*/false, cores);
+    EXPECT_EQ(p.threads, 8u) << cores;
+    EXPECT_EQ(p.fill_split_bytes, kFillSplitBytesDirect) << cores;
+    EXPECT_EQ(p.why, "8 threads (auto: 2 x read_workers, O_DIRECT)");
+  }
   o.read_workers = 24;  // more workers than the cap: the workers
   p = PlanReadIo(o, true, 16);
   EXPECT_EQ(p.threads, 24u);
@@ -154,12 +156,13 @@ TEST(PlanReadIoTest, ConfiguredThreadsAndOtherSplitsAreKept) {
   ReadIoPlan p = PlanReadIo(o, /*buffered=*/false, 16);
   EXPECT_EQ(p.threads, 8u);
   EXPECT_EQ(p.why, "8 threads (configured)");
-  EXPECT_EQ(p.fill_split_bytes, 0u);  // O_DIRECT reads stay whole under fill_reads
+  EXPECT_EQ(p.fill_split_bytes, kFillSplitBytesDirect);  // configured threads fill too
   p = PlanReadIo(o, true, 2);
   EXPECT_EQ(p.threads, 8u);
   EXPECT_EQ(p.fill_split_bytes, kFillSplitBytes);
   o.read_io_threads = 4;  // no more threads than workers: nothing to fill
   EXPECT_EQ(PlanReadIo(o, true, 16).fill_split_bytes, 0u);
+  EXPECT_EQ(PlanReadIo(o, false, 16).fill_split_bytes, 0u);
   // Only fill_reads derives a split; off, auto and sizes are the caller's (ResolveIoSplit).
   o.read_io_threads = 16;
   for (uint64_t split : {kIoSplitOff, kIoSplitAuto, uint64_t{4} << 20}) {

@@ -5,7 +5,8 @@
 #   call_build                 scripts/gpu/python_test.sh (rangekv._core, _baseline, the CLI,
 #                              the Python CUDA suite); sets $rkv and the library path
 #   call_end NAME              $OUT/NAME.tgz (every log and JSON) and $OUT/summary.txt
-#   step_ttft REPS             ttft-hf, 8B shape, recompute + resident + RangeKV, on tmpfs
+#   step_ttft REPS [TIMEOUT_S] ttft-hf, 8B shape, recompute + resident + RangeKV, on tmpfs
+#                              (TIMEOUT_S: 260 unless given)
 #   step_checksum_shm          bench restore, 6 GiB on tmpfs, checksum on/off side by side
 call_begin() {
   cd "$(dirname "${BASH_SOURCE[1]}")/../.." || exit 1
@@ -31,7 +32,7 @@ call_end() {
 }
 step_ttft() {
   mkdir -p /dev/shm/rangekv-ttft
-  PYTHONPATH=/tmp/rangekv-pypkg PYTHONUNBUFFERED=1 timeout 260 \
+  PYTHONPATH=/tmp/rangekv-pypkg PYTHONUNBUFFERED=1 timeout "${2:-260}" \
     python3 -m rangekv.bench ttft-hf --device cuda --shape 8b --tmp-dir /dev/shm/rangekv-ttft \
     --buffered --check first --reps "$1" --arms recompute,resident,rangekv \
     --json "$work/ttft-8b.json" 2>&1 | grep -v '^rangekv [IWE] ' >"$work/ttft-8b.log"

@@ -1,10 +1,13 @@
 // Lookups, claims, releases, cancellations, stores, publications, invalidations and evictions
 // from several threads at once (run under ThreadSanitizer in CI: label "tsan"). Each thread runs
-// a fixed number of seeded operations; no sleeps, no timing. Afterwards every lease must have
+// a fixed number of seeded operations; no sleeps, no timing. The store threads go on until every
+// request thread is done, so the requests never meet a directory the churn thread has emptied
+// for good (that made the claim count depend on scheduling). Afterwards every lease must have
 // been returned, every retired slot reclaimed, and the directory's invariants must hold.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <latch>
 #include <random>
 #include <thread>
 
@@ -44,10 +47,14 @@ void RunMix(IndexMode mode) {
   const NamespaceId ns{3, 4};
   const auto bases = Bases(5);
   std::atomic<uint64_t> claims_ok{0}, stale{0}, unexpected{0};
+  constexpr int kRequestThreads = 3;
+  std::atomic<int> requests_running{kRequestThreads};
+  std::latch start(2 + kRequestThreads + 1);
 
   auto store = [&](uint64_t seed) {
     std::mt19937_64 rng(seed);
-    for (int i = 0; i < kOpsPerThread; ++i) {
+    start.arrive_and_wait();
+    for (int i = 0; i < kOpsPerThread || requests_running.load() > 0; ++i) {
       const std::vector<int32_t> q = Query(rng, bases);
       Result<Reservation> r = d->Reserve(ns, q);
       if (!r.ok()) {
@@ -64,6 +71,7 @@ void RunMix(IndexMode mode) {
   };
   auto request = [&](int thread) {
     std::mt19937_64 rng(100 + thread);
+    start.arrive_and_wait();
     for (int i = 0; i < kOpsPerThread; ++i) {
       const std::vector<int32_t> q = Query(rng, bases);
       const Envelope env{"t" + std::to_string(thread) + "-" + std::to_string(i % 5), 1, 0, 0};
@@ -101,9 +109,11 @@ void RunMix(IndexMode mode) {
       if (next != t->hit_tokens) unexpected++;
       if (!d->Release(t->ticket_id).ok()) unexpected++;
     }
+    requests_running--;
   };
   auto churn = [&] {
     std::mt19937_64 rng(77);
+    start.arrive_and_wait();
     for (int i = 0; i < kOpsPerThread; ++i) {
       switch (rng() % 4) {
         case 0: {
@@ -138,7 +148,7 @@ void RunMix(IndexMode mode) {
   std::vector<std::thread> threads;
   threads.emplace_back(store, 1);
   threads.emplace_back(store, 2);
-  for (int t = 0; t < 3; ++t) threads.emplace_back(request, t);
+  for (int t = 0; t < kRequestThreads; ++t) threads.emplace_back(request, t);
   threads.emplace_back(churn);
   for (auto& t : threads) t.join();
 

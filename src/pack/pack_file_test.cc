@@ -211,8 +211,10 @@ TEST_F(PackFileTest, EachOpenFailureIsDistinctAndLeavesTheFileUntouched) {
       {"checksum",
        StatusCode::kCorruption,
        [](const std::string& p, const PackHeader&) {
-         const uint8_t junk = 0x5a;
-         Poke(p, 121, &junk, 1);  // inside the creation time
+         // Inverted, not overwritten: a constant would match the creation time's byte 1 run
+         // in 256 and leave the header intact.
+         const uint8_t flipped = static_cast<uint8_t>(~ReadAll(p)[121]);
+         Poke(p, 121, &flipped, 1);  // inside the creation time
        },
        {}},
       {"absurd pack count",

@@ -73,7 +73,7 @@ def main() -> None:
         import time
         time.sleep(1.0)  # the publisher sends from its own thread; let the last batch arrive
         stop.set()
-        collector.join(timeout=5)
+        collector.join()  # it drains what is still queued, then stops (within about 60 s)
         out["events"] = list(events)
     json.dump(out, open(sys.argv[2], "w"))
     del llm  # shutdown: the connector drains and writes its clean snapshot
@@ -118,6 +118,8 @@ def _run_script(engine, script, params) -> dict:
 
 
 def _collect_events(endpoint: str, events: list, stop: threading.Event) -> None:
+    import time
+
     import msgspec
     import zmq
     from vllm.distributed.kv_events import KVEventBatch
@@ -126,8 +128,13 @@ def _collect_events(endpoint: str, events: list, stop: threading.Event) -> None:
     sock.connect(endpoint)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
     decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
-    while not stop.is_set():
-        if not sock.poll(100):
+    deadline = None  # once stop is set: keep reading until the socket stays empty, at most 60 s
+    while deadline is None or time.monotonic() < deadline:
+        if deadline is None and stop.is_set():
+            deadline = time.monotonic() + 60
+        if not sock.poll(100 if deadline is None else 500):
+            if deadline is not None:
+                break  # stop requested and nothing arrived for 500 ms: all events are read
             continue
         frames = sock.recv_multipart()
         batch = decoder.decode(frames[-1])

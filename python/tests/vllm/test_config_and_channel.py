@@ -59,9 +59,8 @@ def test_lookup_round_trip_and_release(tmp_path):
     try:
         assert client.lookup("r1", np.arange(100, dtype=np.int32), 32) == [(96, b"Tr1")]
         client.release("r1")
-        for _ in range(100):
-            if seen:
-                break
+        deadline = time.monotonic() + 30  # the server thread serves it asynchronously
+        while not seen and time.monotonic() < deadline:
             time.sleep(0.01)
         assert seen == ["r1"]
     finally:
@@ -74,7 +73,9 @@ def test_a_rank_that_does_not_answer_gives_no_hit_within_the_bound(tmp_path):
     try:
         t0 = time.monotonic()
         assert client.lookup("r1", np.arange(64, dtype=np.int32), 32) is None
-        assert time.monotonic() - t0 < 2.0
+        # Loose on purpose (a loaded CI VM stalls): it only shows the lookup did not hang;
+        # the real check is the counted timeout below.
+        assert time.monotonic() - t0 < 10.0
         assert client.timeouts == 1
     finally:
         client.close()

@@ -340,10 +340,13 @@ def test_metrics_on_a_live_server(workdir):
             r = complete("127.0.0.1", server.port, "bench", prompt, 2, timeout=300)
             assert r["error"] is None and len(r["token_ids"]) == 2, r
         text = ""
-        for _ in range(30):  # vLLM records connector stats with its periodic stats logging
+        # vLLM records connector stats with its periodic stats logging: poll for up to 120 s.
+        deadline = time.monotonic() + 120
+        while True:
             with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as f:
                 text = f.read().decode()
-            if re.search(r"^vllm:rangekv_restored_tokens_total\{[^}]*\} 2304", text, re.M):
+            if (re.search(r"^vllm:rangekv_restored_tokens_total\{[^}]*\} 2304", text, re.M)
+                    or time.monotonic() > deadline):
                 break
             time.sleep(1)
         assert re.search(r"^vllm:rangekv_restored_tokens_total\{[^}]*\} 2304", text, re.M), (

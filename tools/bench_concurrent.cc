@@ -433,10 +433,11 @@ class Bench {
     return r;
   }
 
-  // A client process of the service mode (see the file comment): its lines on stdout are
-  // "ready", then per round "done <ok> <verify_failures> <start> <looked_up> <bound> <first>
-  // <last> <end> <message>" (the Timeline's instants, absolute seconds);
-  // it reads "go" (one per round) on stdin.
+  // A client process of the service mode (see the file comment). Per round it prepares its
+  // paged KV and writes "ready", reads "go" on stdin, runs its request and writes "done <ok>
+  // <start> <looked_up> <bound> <first> <last> <end> <message>" (the Timeline's instants,
+  // absolute seconds); then it reads "verify" (sent once every client's done line is in) and
+  // writes "verified <mismatches>".
   static void Line(const char* fmt, ...) __attribute__((format(printf, 1, 2))) {
     va_list ap;
     va_start(ap, fmt);

@@ -49,7 +49,8 @@ inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
 inline constexpr uint64_t kIoSplitFillReads = UINT64_MAX - 1;
 inline constexpr uint64_t kFillSplitBytes = 1ull << 20;
 inline constexpr uint64_t kFillSplitBytesDirect = 4ull << 20;
-// Auto read I/O threads (EngineOptions::read_io_threads == 0) never exceed this.
+// Auto read I/O threads (EngineOptions::read_io_threads == 0) on a buffered pack file never
+// exceed this (on O_DIRECT they are 2 x read_workers).
 inline constexpr uint32_t kMaxAutoReadIoThreads = 16;
 
 enum class DirectIoPreference : uint8_t {

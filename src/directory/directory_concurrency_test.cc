@@ -155,7 +155,7 @@ void RunMix(IndexMode mode) {
   EXPECT_EQ(unexpected.load(), 0u);
   EXPECT_GT(claims_ok.load(), 100u);
   // Drop what is left: kept claims were released above, so only unclaimed tickets remain.
-  for (int t = 0; t < 3; ++t) {
+  for (int t = 0; t < kRequestThreads; ++t) {
     for (int i = 0; i < 5; ++i) d->Cancel("t" + std::to_string(t) + "-" + std::to_string(i));
   }
   DirectoryStats s = d->Stats();

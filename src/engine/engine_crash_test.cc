@@ -263,6 +263,7 @@ TEST(EngineCrashTest, EveryKillPointRecoversToMissesOrExactBytes) {
     const std::string dir = root.path() + "/dry" + std::to_string(again + 2);
     DriverRun d = RunDriver(dir, seed, {"--kill", "none"});
     ASSERT_EQ(d.exit_code, 0) << d.err;
+    ASSERT_GT(ParseCounts(d.out)["io"], 12u) << d.out;
     fewest_io = std::min(fewest_io, ParseCounts(d.out)["io"]);
     shortest_s = std::min(shortest_s, d.seconds);
     std::error_code ec;
@@ -465,6 +466,7 @@ TEST(EngineCrashTest, PublicationsOlderThanThePeriodSurviveEveryKillPoint) {
     const std::string dir = root.path() + "/dry" + std::to_string(again + 2);
     DriverRun d = RunDriver(dir, seed, with({"--kill", "none"}, dir + ".acks"));
     ASSERT_EQ(d.exit_code, 0) << d.err;
+    ASSERT_GT(ParseCounts(d.out)["io"], 0u) << d.out;
     fewest_io = std::min(fewest_io, ParseCounts(d.out)["io"]);
     shortest_s = std::min(shortest_s, d.seconds);
     std::error_code ec;

@@ -570,7 +570,7 @@ TEST_F(EngineTest, ByteSplitIssuesBytesOverSplitCallsAndRestoresBitExact) {
   EXPECT_EQ(work.native_read_calls, 16 * ((kW + piece - 1) / piece));
 }
 
-TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkersOnABufferedFile) {
+TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
   o.io_split_bytes = kIoSplitFillReads;
   o.direct_io = DirectIoPreference::kOff;

@@ -258,7 +258,7 @@ ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t hardware_t
     plan.why = std::to_string(plan.threads) + " threads (auto: " + std::to_string(hw) +
                " hardware threads, buffered)";
   } else {
-    plan.threads = 2 * o.read_workers;
+    plan.threads = std::min<uint32_t>(2 * o.read_workers, 256);
     plan.why = std::to_string(plan.threads) + " threads (auto: 2 x read_workers, O_DIRECT)";
   }
   plan.threads = std::min<uint32_t>(plan.threads, 256);

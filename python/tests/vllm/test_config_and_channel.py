@@ -73,9 +73,9 @@ def test_a_rank_that_does_not_answer_gives_no_hit_within_the_bound(tmp_path):
     try:
         t0 = time.monotonic()
         assert client.lookup("r1", np.arange(64, dtype=np.int32), 32) is None
-        # Loose on purpose (a loaded CI VM stalls): it only shows the lookup did not hang;
-        # the real check is the counted timeout below.
-        assert time.monotonic() - t0 < 10.0
+        # The 200 ms bound plus room for a loaded CI VM's stalls; the counted timeout below
+        # shows the answer was missing at the deadline.
+        assert time.monotonic() - t0 < 0.2 + 4.8
         assert client.timeouts == 1
     finally:
         client.close()

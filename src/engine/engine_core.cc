@@ -243,15 +243,19 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   const std::string split_desc = ResolveIoSplit(read_plan, &write_split);
   const uint64_t read_split = options_.io_split_bytes == kIoSplitOff ? 0 : options_.io_split_bytes;
   std::string read_desc, write_desc;
-  // Reads cut into pieces for more threads than read workers (fill_reads, buffered files):
-  // those threads copying from the page cache are the read's parallelism, and a posix thread
-  // per piece beat io_uring's rings there (H200 tmpfs: 0.89-0.93 against 0.75-0.80 of the
-  // best ceiling, docs/benchmarks.md "read concurrency").
+  // Reads cut into pieces for more threads than read workers (fill_reads): auto takes a posix
+  // thread per piece. Buffered, those threads copying from the page cache are the read's
+  // parallelism and beat io_uring's rings (H200 tmpfs: 0.89-0.93 against 0.75-0.80 of the best
+  // ceiling, docs/benchmarks.md "read concurrency"); O_DIRECT, posix pieces restored 768 MiB
+  // faster than io_uring pieces in four rounds of four on the dev VM (docs/benchmarks.md,
+  // 2026-12-04, third session).
   const bool fill_reads = read_plan.fill_split_bytes != 0 && read_split == read_plan.fill_split_bytes;
-  RANGEKV_ASSIGN_OR_RETURN(
-      read_io_, MakeIo(options_.read_io_threads, options_.read_workers, read_split,
-                       fill_reads ? "fill_reads: threads copying from the page cache" : "",
-                       &read_desc));
+  const char* fill_why = store_->file()->direct()
+                             ? "fill_reads: a thread per piece in flight, O_DIRECT"
+                             : "fill_reads: threads copying from the page cache";
+  RANGEKV_ASSIGN_OR_RETURN(read_io_, MakeIo(options_.read_io_threads, options_.read_workers,
+                                            read_split, fill_reads ? fill_why : "",
+                                            &read_desc));
   RANGEKV_ASSIGN_OR_RETURN(write_io_, MakeIo(options_.write_workers, options_.store_banks,
                                              write_split, "", &write_desc));
   File* files[1] = {store_->file()};

@@ -627,6 +627,9 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
                      "O_DIRECT)"),
               std::string::npos)
         << d;
+    EXPECT_NE(d.find("io=posix (auto: fill_reads: a thread per piece in flight, O_DIRECT)"),
+              std::string::npos)
+        << d;
   } else {
     EXPECT_GE(engine_->options().read_io_threads, 2u) << d;
     EXPECT_NE(d.find("(auto: "), std::string::npos) << d;

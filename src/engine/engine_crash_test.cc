@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <random>
@@ -141,6 +142,31 @@ std::map<std::string, uint64_t> ParseCounts(const std::string& out) {
     counts[word.substr(0, eq)] = std::strtoull(word.c_str() + eq + 1, nullptr, 10);
   }
   return counts;
+}
+
+// The fewest file-system operations and the shortest wall time over a test's dry runs: its
+// commits and checkpoints are timed, so both vary from run to run.
+struct DryRange {
+  uint64_t fewest_io = 0;
+  double shortest_s = 0;
+};
+
+// Two more dry runs (arguments from `args_for(dir)`) after the first, folded into `range`;
+// each must complete and report more than `min_io` operations.
+void MoreDryRuns(const std::string& root, uint64_t seed,
+                 const std::function<std::vector<std::string>(const std::string&)>& args_for,
+                 uint64_t min_io, DryRange* range) {
+  for (int again = 0; again < 2; ++again) {
+    const std::string dir = root + "/dry" + std::to_string(again + 2);
+    DriverRun d = RunDriver(dir, seed, args_for(dir));
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    const uint64_t io = ParseCounts(d.out)["io"];
+    ASSERT_GT(io, min_io) << d.out;
+    range->fewest_io = std::min(range->fewest_io, io);
+    range->shortest_s = std::min(range->shortest_s, d.seconds);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
 }
 
 struct Recovered {
@@ -257,22 +283,16 @@ TEST(EngineCrashTest, EveryKillPointRecoversToMissesOrExactBytes) {
   // Random points are drawn below the fewest of three dry runs, less that slack, so each is
   // reached in every run; the last operations (the shutdown's) have named points above.
   // Outside kills likewise land inside the shortest dry run's wall time, less a tenth.
-  uint64_t fewest_io = counts["io"];
-  double shortest_s = dry.seconds;
-  for (int again = 0; again < 2; ++again) {
-    const std::string dir = root.path() + "/dry" + std::to_string(again + 2);
-    DriverRun d = RunDriver(dir, seed, {"--kill", "none"});
-    ASSERT_EQ(d.exit_code, 0) << d.err;
-    ASSERT_GT(ParseCounts(d.out)["io"], 12u) << d.out;
-    fewest_io = std::min(fewest_io, ParseCounts(d.out)["io"]);
-    shortest_s = std::min(shortest_s, d.seconds);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  const uint64_t io_slack = std::max<uint64_t>(6, fewest_io / 10);
-  const uint64_t random_io = fewest_io > 2 * io_slack ? fewest_io - io_slack : fewest_io;
+  DryRange range{counts["io"], dry.seconds};
+  ASSERT_NO_FATAL_FAILURE(MoreDryRuns(
+      root.path(), seed,
+      [](const std::string&) { return std::vector<std::string>{"--kill", "none"}; }, 12,
+      &range));
+  const uint64_t io_slack = std::max<uint64_t>(6, range.fewest_io / 10);
+  const uint64_t random_io =
+      range.fewest_io > 2 * io_slack ? range.fewest_io - io_slack : range.fewest_io;
   std::mt19937_64 rng(seed * 7919);
-  const uint64_t dry_us = static_cast<uint64_t>(shortest_s * 0.9 * 1e6);
+  const uint64_t dry_us = static_cast<uint64_t>(range.shortest_s * 0.9 * 1e6);
   const uint64_t outside = std::max<uint64_t>(points_wanted / 20, 1);
   while (plan.size() + outside < points_wanted) {
     const uint64_t k = std::uniform_int_distribution<uint64_t>(1, random_io)(rng);
@@ -460,25 +480,18 @@ TEST(EngineCrashTest, PublicationsOlderThanThePeriodSurviveEveryKillPoint) {
   // Commits and checkpoints are timed, so a run's file-system operations and its wall time
   // vary from run to run: random points are drawn below the fewest operations and inside the
   // shortest wall time of three dry runs (less a tenth), so that nearly every point is reached.
-  uint64_t fewest_io = counts["io"];
-  double shortest_s = dry.seconds;
-  for (int again = 0; again < 2; ++again) {
-    const std::string dir = root.path() + "/dry" + std::to_string(again + 2);
-    DriverRun d = RunDriver(dir, seed, with({"--kill", "none"}, dir + ".acks"));
-    ASSERT_EQ(d.exit_code, 0) << d.err;
-    ASSERT_GT(ParseCounts(d.out)["io"], 0u) << d.out;
-    fewest_io = std::min(fewest_io, ParseCounts(d.out)["io"]);
-    shortest_s = std::min(shortest_s, d.seconds);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  const uint64_t random_io = std::max<uint64_t>(fewest_io - fewest_io / 10, 1);
+  DryRange range{counts["io"], dry.seconds};
+  ASSERT_NO_FATAL_FAILURE(MoreDryRuns(
+      root.path(), seed,
+      [&](const std::string& dir) { return with({"--kill", "none"}, dir + ".acks"); }, 0,
+      &range));
+  const uint64_t random_io = std::max<uint64_t>(range.fewest_io - range.fewest_io / 10, 1);
 
   // Half the points from outside at random instants, a fifth right after a store became
   // visible, the rest before random file-system operations.
   std::vector<KillPoint> plan;
   std::mt19937_64 rng(seed * 7919);
-  const uint64_t dry_us = static_cast<uint64_t>(shortest_s * 0.9 * 1e6);
+  const uint64_t dry_us = static_cast<uint64_t>(range.shortest_s * 0.9 * 1e6);
   const uint64_t published = std::min<uint64_t>(points_wanted / 5, counts["published"]);
   for (uint64_t i = 0; i < published; ++i) {
     const uint64_t k = 1 + i * counts["published"] / published;

@@ -1,12 +1,13 @@
 // Lookups, claims, releases, cancellations, stores, publications, invalidations and evictions
 // from several threads at once (run under ThreadSanitizer in CI: label "tsan"). Each thread runs
-// a fixed number of seeded operations; no sleeps, no timing. The request threads go on until
-// both store threads are done, so their lookups overlap every publication, and every fourth
-// request publishes its own query first (as a serving engine stores a prompt it computed): with
-// prefix invalidations from the churn thread, whether the stores' packs were there when the
-// requests looked depended on scheduling, and some runs claimed nothing (claims 0-18 in a few
-// runs of a hundred with a CPU hog beside it). Afterwards every lease must have been returned,
-// every retired slot reclaimed, and the directory's invariants must hold.
+// seeded operations; no sleeps, no timing. The store and churn threads run a fixed number; the
+// request threads run at least that many and until both store threads are done, and every
+// fourth request publishes its own query first (as a serving engine stores a prompt it
+// computed). Without both, claims depended on scheduling: the directory's operations are
+// sub-microsecond, so on two cores each thread runs thousands in one burst, and a churn burst
+// could empty the 24 slots just before a request thread ran all its lookups (0-18 claims in a
+// few runs of a hundred with a CPU hog beside it). Afterwards every lease must have been
+// returned, every retired slot reclaimed, and the directory's invariants must hold.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -249,19 +249,21 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
 
 ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t hardware_threads) {
   ReadIoPlan plan;
+  uint32_t threads = 0;
+  std::string reason;
   if (o.read_io_threads != 0) {
-    plan.threads = o.read_io_threads;
-    plan.why = std::to_string(plan.threads) + " threads (configured)";
+    threads = o.read_io_threads;
+    reason = "configured";
   } else if (buffered) {
     const uint32_t hw = std::max<uint32_t>(hardware_threads, 1);
-    plan.threads = std::max(o.read_workers, std::min(hw, kMaxAutoReadIoThreads));
-    plan.why = std::to_string(plan.threads) + " threads (auto: " + std::to_string(hw) +
-               " hardware threads, buffered)";
+    threads = std::max(o.read_workers, std::min(hw, kMaxAutoReadIoThreads));
+    reason = "auto: " + std::to_string(hw) + " hardware threads, buffered";
   } else {
-    plan.threads = std::min<uint32_t>(2 * o.read_workers, 256);
-    plan.why = std::to_string(plan.threads) + " threads (auto: 2 x read_workers, O_DIRECT)";
+    threads = 2 * o.read_workers;
+    reason = "auto: 2 x read_workers, O_DIRECT";
   }
-  plan.threads = std::min<uint32_t>(plan.threads, 256);
+  plan.threads = std::min<uint32_t>(threads, 256);
+  plan.why = std::to_string(plan.threads) + " threads (" + reason + ")";
   if (o.io_split_bytes == kIoSplitFillReads && plan.threads > o.read_workers) {
     plan.fill_split_bytes = buffered ? kFillSplitBytes : kFillSplitBytesDirect;
   }

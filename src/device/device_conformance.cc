@@ -640,6 +640,83 @@ TEST_P(DeviceConformance, DigestMatchesTheReference) {
   }
 }
 
+// The restore path's device-side verdict: the digest compares with the expected digests and
+// sets the mismatch word; the scatter gated on that word writes everything when the digests
+// match and nothing when one block differs, with no host wait between them.
+TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::mt19937_64 rng(123);
+  const kernels::PagedShape shape{
+      .num_blocks = 16 * GetParam().case_scale, .block_size = 16, .num_heads = 4,
+      .head_size = 64, .elem_bytes = 2};
+  const LayoutCase c{.layout = kernels::PagedLayout::kFlashAttnNhd,
+                     .shape = shape,
+                     .num_tokens = shape.num_blocks * 12};
+  const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
+  const uint64_t row = kernels::testing::RowBytes(c);
+  const uint64_t stripe_bytes = c.num_tokens * row;
+  std::vector<uint8_t> stripe(stripe_bytes);
+  kernels::testing::FillRandom(stripe, rng);
+  DeviceBuffer d_stripe = Take(device_->AllocateDevice(stripe_bytes));
+  Upload(*device_, *s, d_stripe.data(), stripe);
+  const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 0, rng);
+  DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
+  Upload(*device_, *s, d_slots.data(),
+         {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
+  DeviceBuffer paged = Take(device_->AllocateDevice(layer_bytes));
+
+  // Three digest blocks over the stripe (the last one short), as the restore path cuts them.
+  constexpr uint32_t kBlocks = 3;
+  const uint64_t block_bytes = (c.num_tokens / kBlocks + 1) * row;
+  std::vector<uint64_t> expected(kBlocks);
+  kernels::DigestArgs a;
+  a.seed = 0x5EED;
+  for (uint32_t i = 0; i < kBlocks; ++i) {
+    const uint64_t lo = i * block_bytes, hi = std::min(stripe_bytes, lo + block_bytes);
+    a.spans[a.num_spans++] = {d_stripe.bytes() + lo, hi - lo};
+    expected[i] = kernels::SpanDigest(stripe.data() + lo, hi - lo, a.seed);
+  }
+  DeviceBuffer digests = Take(device_->AllocateDevice(kBlocks * sizeof(uint64_t)));
+  DeviceBuffer d_expected = Take(device_->AllocateDevice(kBlocks * sizeof(uint64_t)));
+  DeviceBuffer mismatch = Take(device_->AllocateDevice(sizeof(uint32_t)));
+  a.digests = static_cast<uint64_t*>(digests.data());
+  a.expected = static_cast<const uint64_t*>(d_expected.data());
+  a.mismatch = static_cast<uint32_t*>(mismatch.data());
+  const kernels::ScatterArgs scatter{
+      .dst = Take(kernels::MakePagedKvView(c.layout, shape, paged.data())),
+      .stripe = d_stripe.bytes(),
+      .slots = static_cast<const int64_t*>(d_slots.data()),
+      .num_tokens = c.num_tokens,
+      .skip_if_set = a.mismatch};
+
+  for (const bool corrupt : {false, true}) {
+    SCOPED_TRACE(corrupt ? "one digest differs" : "digests match");
+    std::vector<uint64_t> want_digests = expected;
+    if (corrupt) want_digests[1] ^= 1;
+    Upload(*device_, *s, d_expected.data(),
+           {reinterpret_cast<const uint8_t*>(want_digests.data()), kBlocks * sizeof(uint64_t)});
+    ASSERT_TRUE(s->Fill(paged.data(), kPoison, layer_bytes).ok());
+    ASSERT_TRUE(s->Fill(mismatch.data(), 0, sizeof(uint32_t)).ok());
+    ASSERT_TRUE(s->Digest(a).ok());
+    ASSERT_TRUE(s->Scatter(scatter).ok());
+    const std::vector<uint8_t> verdict = Download(*device_, *s, mismatch.data(), sizeof(uint32_t));
+    uint32_t bad = 0;
+    std::memcpy(&bad, verdict.data(), sizeof bad);
+    EXPECT_EQ(bad, corrupt ? 1u : 0u);
+    const std::vector<uint8_t> got = Download(*device_, *s, paged.data(), layer_bytes);
+    if (corrupt) {
+      EXPECT_TRUE(AllBytes(got, kPoison)) << "a gated scatter wrote";
+    } else {
+      const std::vector<uint8_t> want = kernels::testing::OracleScatter(
+          c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
+      EXPECT_EQ(kernels::testing::FirstDifference(got, want), -1);
+    }
+  }
+  kernels::DigestArgs half = a;
+  half.mismatch = nullptr;
+  EXPECT_EQ(s->Digest(half).code(), StatusCode::kInvalidArgument) << "expected without mismatch";
+}
+
 // Three streams in a ring hand one buffer around 48 times, each hop ordered only by events
 // that are re-recorded every round. A missing or wrongly captured wait shows up as a wrong
 // round number in the copies (more likely under HostDevice jitter).

@@ -232,6 +232,8 @@ struct Splitter {
   // Token ranges: a slot mapping has no duplicates (ValidateSlotMapping), so ranges of tokens
   // write disjoint bytes.
   void Scatter(const kernels::ScatterArgs& args) const {
+    // The gate is read when the scatter executes: in stream order, after the digest that set it.
+    if (args.skip_if_set != nullptr && *args.skip_if_set != 0) return;
     struct Ctx {
       const kernels::ScatterArgs* args;
       uint32_t tokens_per_chunk;
@@ -290,6 +292,7 @@ struct Splitter {
     for (uint32_t i = 0; i < args.num_spans; ++i) {
       args.digests[i] = kernels::DigestLengthTerm(args.spans[i].bytes, args.seed) +
                         ctx.sums[i].load(std::memory_order_relaxed);
+      if (args.expected != nullptr && args.digests[i] != args.expected[i]) *args.mismatch = 1;
     }
   }
 

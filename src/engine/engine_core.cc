@@ -282,6 +282,12 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   // launched; only where that cannot deadlock (DeviceCapabilities::early_flag_waits).
   context_.stream_memory_ops =
       caps.stream_memory_ops && caps.early_flag_waits && !config.disable_stream_memory_ops;
+  // A GPU compares a stripe's digests itself and gates the scatter on the verdict, so no host
+  // round trip sits between digest and scatter; the host's verify workers on HostDevice, whose
+  // "device" is the host's own worker pool.
+  using Verdict = EngineInternalConfig::Verdict;
+  context_.device_verdict = config.verdict == Verdict::kDevice ||
+                            (config.verdict == Verdict::kAuto && caps.kind == DeviceKind::kCuda);
   RANGEKV_ASSIGN_OR_RETURN(restore_, RestorePipeline::Create(context_));
   RANGEKV_ASSIGN_OR_RETURN(stores_, StorePipeline::Create(context_));
   MutexLock l(mu_);

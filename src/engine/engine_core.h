@@ -51,6 +51,10 @@ struct EngineInternalConfig {
   // its own); 0 = the default (about 1 MiB). Small blocks let small test geometries have
   // several blocks per stripe.
   uint64_t digest_block_tokens = 0;
+  // Where checksum=always restores decide (EngineContext::device_verdict): kAuto on the device
+  // for CUDA, on the verify workers for HostDevice; tests force either so CI runs both paths.
+  enum class Verdict : uint8_t { kAuto, kDevice, kHost };
+  Verdict verdict = Verdict::kAuto;
 };
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {

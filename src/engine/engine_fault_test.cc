@@ -506,6 +506,92 @@ TEST_F(EngineFaultTest, FlippedPayloadByteFailsExactlyItsTokensAndDropsThePack) 
   EXPECT_EQ(healed->outcome.work.checksum_failures, 0u);
 }
 
+// The same flipped byte with each place the verdict is decided (EngineContext::device_verdict;
+// the device verdict is what CUDA takes, here on HostDevice with CUDA's staging copies) and
+// each way of waiting: the layer's host wait reports the corruption, the failed stripe's rows
+// stay untouched (its scatter was gated off), and every other row arrives bit for bit.
+class VerdictFaultTest : public EngineFaultTest,
+                         public ::testing::WithParamInterface<
+                             std::tuple<engine_internal::EngineInternalConfig::Verdict, WaitMode>> {
+};
+
+TEST_P(VerdictFaultTest, FlippedByteFailsOnlyItsStripeWhereverTheVerdictIsDecided) {
+  const auto [verdict, wait] = GetParam();
+  engine_internal::EngineInternalConfig config;
+  config.verdict = verdict;
+  config.force_staging = verdict == engine_internal::EngineInternalConfig::Verdict::kDevice;
+  Open(DefaultEnv(), config);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(3 * kT + 1, 9);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 16, 1)->outcome.status.ok());
+  FlipByte(pack_path_, StripeOffset(kT, 3) + 77);  // layer 3 of the pack of tokens [64, 128)
+
+  auto r = RestoreAndVerify(*engine_, *dst, Envelope("verdict"), tokens, 1, 16, 2, wait);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->outcome.status.code(), StatusCode::kCorruption) << r->outcome.status.ToString();
+  ASSERT_EQ(r->outcome.failed.size(), 1u);
+  EXPECT_EQ(r->outcome.failed[0], (TokenInterval{kT, 2 * kT}));
+  EXPECT_EQ(r->outcome.work.checksum_failures, 1u);
+  EXPECT_GT(r->outcome.work.verified_spans, 0u);
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ(r->poisoned_rows, 0u);
+  for (uint64_t i = kT; i < 2 * kT; ++i) EXPECT_TRUE(dst->RowIs(3, r->slots[i], kPoison));
+  ExpectEverythingReturned();
+}
+
+// A host wait on the layer returns the corruption itself, not only Finish: with the device
+// verdict the layer's event completes before the reaper has confirmed its stripes.
+TEST_F(EngineFaultTest, WaitLayerReportsADeviceVerdictsCorruption) {
+  engine_internal::EngineInternalConfig config;
+  config.verdict = engine_internal::EngineInternalConfig::Verdict::kDevice;
+  Open(DefaultEnv(), config);
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(2 * kT + 1, 10);  // a lookup keeps the last token
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 17, 1)->outcome.status.ok());
+  FlipByte(pack_path_, StripeOffset(0, 5) + 9);
+  auto lookup = engine_->Lookup(Envelope("wait"), tokens, 1);
+  ASSERT_TRUE(lookup.ok());
+  ASSERT_EQ(lookup->hit_tokens, 2 * kT);
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = Envelope("wait");
+  req.tokens = tokens;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), dst->Slots(2 * kT, 3)).ok());
+  for (uint32_t l = 0; l < engine_->geometry().layers; ++l) {
+    const Status s = handle->WaitLayer(l);
+    // Layer 5 reports its corruption; the pack's later layers may fail as dropped too (read
+    // after the drop), or pass (verified before it).
+    if (l == 5 || !s.ok()) EXPECT_EQ(s.code(), StatusCode::kCorruption) << l << ": " << s.ToString();
+  }
+  const RestoreOutcome out = handle->Finish();
+  EXPECT_EQ(out.status.code(), StatusCode::kCorruption);
+  ASSERT_EQ(out.failed.size(), 1u);
+  EXPECT_EQ(out.failed[0], (TokenInterval{0, kT}));
+  EXPECT_EQ(out.work.checksum_failures, 1u);
+  ExpectEverythingReturned();
+}
+
+std::string VerdictCaseName(
+    const ::testing::TestParamInfo<VerdictFaultTest::ParamType>& info) {
+  static const char* const kWaits[] = {"Finish", "WaitLayer", "StreamWaitLayer"};
+  const bool device =
+      std::get<0>(info.param) == engine_internal::EngineInternalConfig::Verdict::kDevice;
+  return std::string(device ? "Device" : "Host") + kWaits[static_cast<int>(std::get<1>(info.param))];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PlacesAndWaits, VerdictFaultTest,
+    ::testing::Combine(::testing::Values(engine_internal::EngineInternalConfig::Verdict::kHost,
+                                         engine_internal::EngineInternalConfig::Verdict::kDevice),
+                       ::testing::Values(WaitMode::kFinishOnly, WaitMode::kEveryLayer,
+                                         WaitMode::kStreamEveryLayer)),
+    VerdictCaseName);
+
 TEST_F(EngineFaultTest, TornWriteFailsItsStoreAndTheEngineKeepsServing) {
   auto& faults = MakeEnv<rangekv::testing::FaultInjectingEnv>(DefaultEnv());
   Open(&faults);

@@ -80,9 +80,17 @@ class PayloadIntegrity {
   virtual Result<DigestBlocks> PlanVerify(const Span& span) = 0;
 
   // Compares digests computed over blocks [first_block, first_block + computed.size()) of the
-  // span's pack and layer. kCorruption names the first bad block.
+  // span's pack and layer. kCorruption names the first bad block and sets *mismatch (the only
+  // case that counts as this span's checksum failure); a pack another span's mismatch dropped
+  // meanwhile is kCorruption too, naming that cause, with *mismatch false.
   virtual Status Verify(const Span& span, uint64_t first_block,
-                        std::span<const uint64_t> computed) = 0;
+                        std::span<const uint64_t> computed, bool* mismatch) = 0;
+
+  // The recorded digests of blocks [first_block, first_block + out.size()) of the span's pack
+  // and layer, for a comparison on the device (the read worker copies them up with the stripe;
+  // Verify on the host still confirms every device verdict). Errors as Verify, without a
+  // mismatch.
+  virtual Status Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) = 0;
 
   // A span's digest comparison failed: its pack must never be served again (the
   // implementation drops its record and digests). Called once per such span (only those count

@@ -32,6 +32,7 @@ RestorePipeline::RestorePipeline(const EngineContext& context)
                                       2
                                 : 1),
       verify_(context.integrity != nullptr && context.options->checksum == ChecksumPolicy::kAlways),
+      device_verdict_(verify_ && context.device_verdict),
       jobs_(context_, context.options->read_banks, context.options->prefetch_banks, "restore",
             "max_inflight_restores",
             context.hooks != nullptr ? &context.hooks->read_bank_observer : nullptr) {}
@@ -87,7 +88,15 @@ Status RestorePipeline::Init() {
       return Internal("digest block of " + std::to_string(d) + " tokens outside [1, T]");
     }
     const uint64_t blocks = (context_.geometry.tokens_per_stripe + d - 1) / d;
-    verifiers_.resize(o.read_workers);
+    verdict_capacity_ = blocks;
+    if (device_verdict_) {
+      const uint64_t bytes = 2 * blocks * sizeof(uint64_t) + sizeof(uint32_t);
+      for (Bank& b : banks_) {
+        RANGEKV_ASSIGN_OR_RETURN(b.verdict_host, dev.AllocatePinnedHost(bytes));
+        RANGEKV_ASSIGN_OR_RETURN(b.verdict_device, dev.AllocateDevice(bytes));
+      }
+    }
+    verifiers_.resize(device_verdict_ ? 0 : o.read_workers);
     for (Verifier& v : verifiers_) {
       RANGEKV_ASSIGN_OR_RETURN(v.stream, dev.CreateStream());
       RANGEKV_ASSIGN_OR_RETURN(v.done, dev.CreateEvent(EventOptions{}));
@@ -100,7 +109,7 @@ Status RestorePipeline::Init() {
     MutexLock l(mu_);
     jobs_.Init(slots_);
     fences_.resize(o.read_banks);
-    if (verify_) verify_queue_.resize(o.read_banks);
+    if (verify_ && !device_verdict_) verify_queue_.resize(o.read_banks);
     publish_scratch_.reserve(layers_);
   }
   for (uint32_t w = 0; w < o.read_workers; ++w) workers_.emplace_back([this, w] { ReadWorker(w); });
@@ -225,7 +234,15 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer) {
   Status device = event->Synchronize();
   MutexLock l(mu_);
   if (!device.ok()) return device;
-  return job.state.Locked(mu_).layer_status[layer];
+  const RestoreJobState& st = job.state.Locked(mu_);
+  if (device_verdict_) {
+    // The event says the layer's scatters ran, not that their verdicts were confirmed: a stripe
+    // whose digest failed was gated off and fails in the reaper, so wait for it.
+    job_cv_.Wait(l, [&]() REQUIRES(mu_) {
+      return st.progress.LayerProven(layer) || st.handle_done;
+    });
+  }
+  return st.layer_status[layer];
 }
 
 Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream& stream) {
@@ -483,21 +500,8 @@ Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& s
   if (blocks.count == 0 || blocks.count > v.capacity_blocks) {
     return Internal("verify plan of " + std::to_string(blocks.count) + " digest blocks");
   }
-  const uint64_t d = integrity.block_tokens();
-  const uint64_t s = context_.geometry.token_bytes;
-  // Stripe byte offset of the buffer's first byte (the read's file offset in its stripe).
-  const uint64_t buffer_at = span.pack_token_begin * s - span.payload_offset_bytes;
-  // Every block must lie wholly inside the read (the planner widened it); checked before any
-  // work is enqueued, so a failure here leaves the bank proven.
-  for (uint64_t i = 0; i < blocks.count; ++i) {
-    const uint64_t b = blocks.first_block + i;
-    const uint64_t lo = b * d * s;
-    const uint64_t hi = std::min((b + 1) * d, blocks.stored_tokens) * s;
-    if (lo < buffer_at || hi > buffer_at + span.length_bytes) {
-      return OutOfRange("digest block " + std::to_string(b) + " of pack slot " +
-                        std::to_string(span.pack_slot) + " is not wholly inside the read");
-    }
-  }
+  // Checked before any work is enqueued, so a failure here leaves the bank proven.
+  RANGEKV_RETURN_IF_ERROR(CheckBlocksInRead(span, blocks));
   // From here on device work is enqueued: an error leaves its end unproven.
   *unproven = true;
   Stream& stream = *v.stream;
@@ -509,10 +513,52 @@ Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& s
     Count(&job, &Counters::h2d_copies);
   }
   uint64_t* out = static_cast<uint64_t*>(v.digests.data());
+  RANGEKV_RETURN_IF_ERROR(EnqueueDigests(job, stream, span, bank, blocks, out, nullptr, nullptr));
+  RANGEKV_RETURN_IF_ERROR(
+      stream.CopyDeviceToHost(v.host.data(), out, blocks.count * sizeof(uint64_t)));
+  RANGEKV_RETURN_IF_ERROR(stream.Record(*v.done));
+  RANGEKV_RETURN_IF_ERROR(v.done->Synchronize());
+  *unproven = false;
+  bank.device_loaded = !bank.staging.empty();
+  Count(&job, &Counters::verified_spans);
+  return integrity.Verify(
+      span, blocks.first_block,
+      std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(v.host.data()), blocks.count),
+      mismatch);
+}
+
+Status RestorePipeline::CheckBlocksInRead(const Span& span, const DigestBlocks& blocks) const {
+  const uint64_t d = context_.integrity->block_tokens();
+  const uint64_t s = context_.geometry.token_bytes;
+  // Stripe byte offset of the buffer's first byte (the read's file offset in its stripe).
+  const uint64_t buffer_at = span.pack_token_begin * s - span.payload_offset_bytes;
+  for (uint64_t i = 0; i < blocks.count; ++i) {
+    const uint64_t b = blocks.first_block + i;
+    const uint64_t lo = b * d * s;
+    const uint64_t hi = std::min((b + 1) * d, blocks.stored_tokens) * s;
+    if (lo < buffer_at || hi > buffer_at + span.length_bytes) {
+      return OutOfRange("digest block " + std::to_string(b) + " of pack slot " +
+                        std::to_string(span.pack_slot) + " is not wholly inside the read");
+    }
+  }
+  return OkStatus();
+}
+
+Status RestorePipeline::EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span,
+                                       const Bank& bank, const DigestBlocks& blocks,
+                                       uint64_t* digests, const uint64_t* expected,
+                                       uint32_t* mismatch) {
+  const uint64_t d = context_.integrity->block_tokens();
+  const uint64_t s = context_.geometry.token_bytes;
+  const uint64_t buffer_at = span.pack_token_begin * s - span.payload_offset_bytes;
   for (uint64_t i = 0; i < blocks.count; i += kernels::kMaxDigestSpans) {
     kernels::DigestArgs args;
-    args.seed = integrity.digest_seed();
-    args.digests = out + i;
+    args.seed = context_.integrity->digest_seed();
+    args.digests = digests + i;
+    if (expected != nullptr) {
+      args.expected = expected + i;
+      args.mismatch = mismatch;
+    }
     args.num_spans =
         static_cast<uint32_t>(std::min<uint64_t>(kernels::kMaxDigestSpans, blocks.count - i));
     for (uint32_t k = 0; k < args.num_spans; ++k) {
@@ -524,18 +570,67 @@ Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& s
     RANGEKV_RETURN_IF_ERROR(stream.Digest(args));
     Count(&job, &Counters::digest_launches);
   }
+  return OkStatus();
+}
+
+// Offsets in a bank's verdict buffers (Bank::verdict_host / verdict_device).
+namespace {
+uint64_t ComputedAt(uint64_t capacity) { return capacity * sizeof(uint64_t); }
+uint64_t MismatchAt(uint64_t capacity) { return 2 * capacity * sizeof(uint64_t); }
+}  // namespace
+
+Status RestorePipeline::PlanVerdict(const Span& span, Bank& bank) {
+  bank.verdict_blocks = {};
+  RANGEKV_ASSIGN_OR_RETURN(const DigestBlocks blocks, context_.integrity->PlanVerify(span));
+  if (blocks.count == 0 || blocks.count > verdict_capacity_) {
+    return Internal("verify plan of " + std::to_string(blocks.count) + " digest blocks");
+  }
+  RANGEKV_RETURN_IF_ERROR(CheckBlocksInRead(span, blocks));
+  // The bank's last use is proven (its fence, or it was never used), so nothing still copies
+  // from this buffer.
+  uint64_t* expected = reinterpret_cast<uint64_t*>(bank.verdict_host.data());
+  RANGEKV_RETURN_IF_ERROR(context_.integrity->Expected(
+      span, blocks.first_block, std::span<uint64_t>(expected, blocks.count)));
+  bank.verdict_blocks = blocks;
+  return OkStatus();
+}
+
+Status RestorePipeline::EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span,
+                                       Bank& bank) {
+  const DigestBlocks& blocks = bank.verdict_blocks;
+  uint8_t* dev = bank.verdict_device.bytes();
   RANGEKV_RETURN_IF_ERROR(
-      stream.CopyDeviceToHost(v.host.data(), out, blocks.count * sizeof(uint64_t)));
-  RANGEKV_RETURN_IF_ERROR(stream.Record(*v.done));
-  RANGEKV_RETURN_IF_ERROR(v.done->Synchronize());
-  *unproven = false;
-  bank.device_loaded = !bank.staging.empty();
+      stream.CopyHostToDevice(dev, bank.verdict_host.data(), blocks.count * sizeof(uint64_t)));
+  auto* mismatch = reinterpret_cast<uint32_t*>(dev + MismatchAt(verdict_capacity_));
+  RANGEKV_RETURN_IF_ERROR(stream.Fill(mismatch, 0, sizeof(uint32_t)));
+  return EnqueueDigests(job, stream, span, bank, blocks,
+                        reinterpret_cast<uint64_t*>(dev + ComputedAt(verdict_capacity_)),
+                        reinterpret_cast<const uint64_t*>(dev), mismatch);
+}
+
+Status RestorePipeline::ConfirmVerdict(RestoreJob& job, const Span& span, const Bank& bank) {
+  const DigestBlocks& blocks = bank.verdict_blocks;
+  const uint8_t* host = bank.verdict_host.data();
   Count(&job, &Counters::verified_spans);
-  Status compared = integrity.Verify(
+  bool mismatch_found = false;
+  Status compared = context_.integrity->Verify(
       span, blocks.first_block,
-      std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(v.host.data()), blocks.count));
-  *mismatch = compared.code() == StatusCode::kCorruption;
-  return compared;
+      std::span<const uint64_t>(
+          reinterpret_cast<const uint64_t*>(host + ComputedAt(verdict_capacity_)), blocks.count),
+      &mismatch_found);
+  if (mismatch_found) {
+    Count(&job, &Counters::checksum_failures);
+    context_.integrity->OnCorruption(span);
+  }
+  RANGEKV_RETURN_IF_ERROR(compared);
+  uint32_t mismatch = 0;
+  std::memcpy(&mismatch, host + MismatchAt(verdict_capacity_), sizeof mismatch);
+  if (mismatch != 0) {
+    // The host found every digest equal, the device did not: its scatter was skipped. Never
+    // expected; fail closed rather than count tokens that were not written.
+    return Internal("device digest verdict disagrees with the host's comparison");
+  }
+  return OkStatus();
 }
 
 void RestorePipeline::ReadWorker(uint32_t worker) {
@@ -564,8 +659,13 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
       Count(pick.job.get(), &Counters::restore_read_ns, SteadyNs() - submit_ns);
     }
     banks_[pick.bank].device_loaded = false;
+    if (status.ok() && device_verdict_) {
+      const uint64_t plan_start_ns = SteadyNs();
+      status = PlanVerdict(span, banks_[pick.bank]);
+      Count(pick.job.get(), &Counters::restore_verify_ns, SteadyNs() - plan_start_ns);
+    }
     MutexLock l(mu_);
-    if (status.ok() && verify_) {
+    if (status.ok() && verify_ && !device_verdict_) {
       // The bank stays owned by the stripe until its verify worker completes it; the queue has
       // one entry per bank, so it never overflows.
       RANGEKV_CHECK(verify_count_ < verify_queue_.size());
@@ -654,6 +754,8 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
     e = stream.CopyHostToDevice(b.device.data(), b.staging.data(), span.length_bytes);
     if (e.ok()) Count(&job, &Counters::h2d_copies);
   }
+  uint8_t* const verdict = device_verdict_ ? b.verdict_device.bytes() : nullptr;
+  if (e.ok() && verdict != nullptr) e = EnqueueVerdict(job, stream, span, b);
   if (e.ok()) {
     kernels::ScatterArgs args;
     args.dst = slot.views[layer];
@@ -661,8 +763,17 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
     args.slots = slot.mapping.slots() +
                  (span.path_token_begin - job.tokens.begin);
     args.num_tokens = static_cast<uint32_t>(span.tokens());
+    if (verdict != nullptr) {
+      args.skip_if_set = reinterpret_cast<const uint32_t*>(verdict + MismatchAt(verdict_capacity_));
+    }
     e = stream.Scatter(args);
     if (e.ok()) Count(&job, &Counters::scatter_launches);
+  }
+  if (e.ok() && verdict != nullptr) {
+    // The computed digests and the mismatch word, for the reaper's confirmation.
+    const uint64_t at = ComputedAt(verdict_capacity_);
+    e = stream.CopyDeviceToHost(b.verdict_host.data() + at, verdict + at,
+                                MismatchAt(verdict_capacity_) + sizeof(uint32_t) - at);
   }
   if (e.ok()) e = stream.Record(*b.fence);
   st.progress.LaunchScatter(stripe);
@@ -700,10 +811,23 @@ void RestorePipeline::Reaper() {
     if (proven.ok() && context_.hooks && context_.hooks->scatter_fence_fault) {
       proven = context_.hooks->scatter_fence_fault(entry.bank, layer);
     }
+    Status verdict = OkStatus();
+    if (proven.ok() && device_verdict_) {
+      // The fence proved the copies back; the plan and the bank are this entry's until the
+      // bank is released below.
+      const uint64_t confirm_start_ns = SteadyNs();
+      verdict = ConfirmVerdict(*entry.job, entry.job->slot->plan[entry.stripe],
+                               banks_[entry.bank]);
+      Count(entry.job.get(), &Counters::restore_verify_ns, SteadyNs() - confirm_start_ns);
+    }
     MutexLock l(mu_);
     RestoreJob& job = *entry.job;
     RestoreJobState& st = job.state.Locked(mu_);
-    if (proven.ok()) {
+    if (proven.ok() && !verdict.ok()) {
+      // The scatter was gated off (or its tokens are not vouched for): the bank is proven.
+      FailStripe(job, entry.stripe, verdict);
+      ReleaseBank(entry.bank);
+    } else if (proven.ok()) {
       Count(&job, &Counters::restore_deliver_ns, SteadyNs() - entry.enqueued_ns);
       st.progress.Prove(entry.stripe);
       ReleaseBank(entry.bank);
@@ -712,6 +836,8 @@ void RestorePipeline::Reaper() {
       QuarantineBank(job, entry.bank);
     }
     st.bank_of[entry.stripe] = kNoBank;
+    // A host wait on a layer (WaitLayer) also waits for its stripes' confirmations.
+    if (device_verdict_) job_cv_.NotifyAll();
     AfterProgress(job);
   }
 }

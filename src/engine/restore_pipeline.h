@@ -17,7 +17,15 @@
 //     with a stripe inside its lookahead window and a bank it may take (unbound jobs only within
 //     the prefetch budget), marks it reading, submits the
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
-//   verify (checksum=always, before anything is scattered): the read worker hands the stripe
+//   verify, device verdict (checksum=always on a GPU, EngineContext::device_verdict): the read
+//     worker plans the stripe's digest blocks and copies their recorded digests to the bank's
+//     pinned verdict buffer (PlanVerdict, outside the lock); the launch enqueues, on the job's
+//     stream before the scatter, their upload, the digests with the comparison (setting the
+//     bank's mismatch word) and the computed digests' copy back; the scatter is gated on the
+//     word, so a stripe that fails writes nothing into paged KV; the reaper confirms on the host
+//     (ConfirmVerdict) before the stripe counts as delivered, and fails it otherwise;
+//   verify, host verdict (checksum=always elsewhere, before anything is scattered): the read
+//     worker hands the stripe
 //     (with its bank) to a verify worker through a queue and picks its next read at once; the
 //     read was widened to whole digest blocks by the planner; the verify worker digests the
 //     blocks on its own stream, outside the lock ([H2D copy from staging first], Digest launches, D2H of the digests),
@@ -188,6 +196,15 @@ class RestorePipeline {
     // scatter needs no H2D copy. Written by the read worker that owns the bank before
     // CompleteRead (under mu_), read by LaunchScatter under mu_.
     bool device_loaded = false;
+    // The device-side verdict (EngineContext::device_verdict): the blocks of the stripe last
+    // read into this bank, planned by its read worker outside the lock, and the buffers its
+    // digest, comparison and gated scatter use. `verdict_host` (pinned) and `verdict_device`
+    // share one layout: recorded digests (capacity u64), computed digests (capacity u64), the
+    // mismatch word (u32). The recorded ones go up before the digest, the computed ones and the
+    // word come back after the scatter, all before the bank's fence.
+    DigestBlocks verdict_blocks;
+    PinnedHostBuffer verdict_host;
+    DeviceBuffer verdict_device;
   };
   // A read worker's digest resources (only when restores verify).
   struct Verifier {
@@ -233,6 +250,24 @@ class RestorePipeline {
   // *mismatch when the comparison itself failed (a checksum failure of this span).
   Status VerifyStripe(Verifier& verifier, RestoreJob& job, const Span& span, Bank& bank,
                       bool* unproven, bool* mismatch);
+  // Device verdict, read worker (no lock): plans the digest blocks of the stripe read into
+  // `bank` and copies their recorded digests into its pinned verdict buffer.
+  Status PlanVerdict(const Span& span, Bank& bank);
+  // Device verdict, under the lock: enqueues the recorded digests' upload, the digest launches
+  // that compare with them, on `stream` before the gated scatter.
+  Status EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span, Bank& bank)
+      REQUIRES(mu_);
+  // Enqueues the digests of `blocks` of the stripe in `bank` into `digests` (device memory),
+  // compared with `expected` into `*mismatch` when those are set.
+  Status EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span, const Bank& bank,
+                        const DigestBlocks& blocks, uint64_t* digests, const uint64_t* expected,
+                        uint32_t* mismatch);
+  // Device verdict, fence reaper (no lock; the fence proved the copies back): the host compares
+  // the computed digests itself; a mismatch is a checksum failure (OnCorruption), and a device
+  // verdict that disagrees fails the stripe too (its scatter may have been skipped).
+  Status ConfirmVerdict(RestoreJob& job, const Span& span, const Bank& bank);
+  // Both ends of a digest block must lie in the read buffer of `span` (the planner widened it).
+  Status CheckBlocksInRead(const Span& span, const DigestBlocks& blocks) const;
   void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes, bool unproven)
       REQUIRES(mu_);
   void LaunchScatter(const std::shared_ptr<RestoreJob>& job, uint32_t stripe, uint32_t bank)
@@ -260,6 +295,8 @@ class RestorePipeline {
   std::vector<std::unique_ptr<IoBatch>> batches_;  // one per read worker
   std::vector<Verifier> verifiers_;                // one per verify worker, when verifying
   const bool verify_;                              // checksum=always with an integrity hook
+  const bool device_verdict_;                      // verify_ decided on the device
+  uint64_t verdict_capacity_ = 0;                  // digest blocks of one stripe, at most
 
   mutable Mutex mu_;
   CondVar work_cv_;    // read workers: a stripe or a bank may have become available

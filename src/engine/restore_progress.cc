@@ -143,4 +143,12 @@ void RestoreProgress::TakePublishable(std::vector<uint32_t>* out) {
   }
 }
 
+bool RestoreProgress::LayerProven(uint32_t layer) const {
+  const uint32_t first = layer * per_layer_;
+  for (uint32_t s = first; s < first + per_layer_; ++s) {
+    if (state_[s] == StripeState::kScattering) return false;
+  }
+  return true;
+}
+
 }  // namespace rangekv::engine_internal

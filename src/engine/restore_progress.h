@@ -75,6 +75,9 @@ class RestoreProgress {
 
   // Layers that became publishable since the last call, ascending, each once.
   void TakePublishable(std::vector<uint32_t>* out);
+  // No stripe of `layer` is still scattering: every one is delivered (proven), failed or
+  // dropped, or has not reached its scatter (only before the layer is published).
+  bool LayerProven(uint32_t layer) const;
   bool published(uint32_t layer) const { return published_[layer] != 0; }
   bool all_published() const { return published_count_ == layers_; }
 

@@ -575,8 +575,26 @@ Result<DigestBlocks> ServiceStore::PlanVerify(const Span& span) {
 }
 
 Status ServiceStore::Verify(const Span& span, uint64_t first_block,
-                            std::span<const uint64_t> computed) {
-  return digests_->Compare(span.pack_slot, span.generation, span.layer, first_block, computed);
+                            std::span<const uint64_t> computed, bool* mismatch) {
+  const Status compared =
+      digests_->Compare(span.pack_slot, span.generation, span.layer, first_block, computed);
+  *mismatch = compared.code() == StatusCode::kCorruption;
+  return DroppedCause(span, compared);
+}
+
+Status ServiceStore::Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) {
+  return DroppedCause(
+      span, digests_->Recorded(span.pack_slot, span.generation, span.layer, first_block, out));
+}
+
+Status ServiceStore::DroppedCause(const Span& span, const Status& status) const {
+  // OnCorruption of another span may have dropped the digests since PlanVerify: report that
+  // cause rather than their absence.
+  if (status.ok() || status.code() == StatusCode::kCorruption ||
+      !dropped_.Contains(span.pack_slot, span.generation)) {
+    return status;
+  }
+  return DroppedGenerations::Error(span.pack_slot, span.generation);
 }
 
 void ServiceStore::OnCorruption(const Span& span) {

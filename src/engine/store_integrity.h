@@ -51,10 +51,15 @@ class StoreIntegrity final : public PayloadIntegrity {
   void OnStoreAborted(uint64_t reservation_id, std::span<const PackRecord> records) override;
   Result<DigestBlocks> PlanVerify(const Span& span) override;
   Status Verify(const Span& span, uint64_t first_block,
-                std::span<const uint64_t> computed) override;
+                std::span<const uint64_t> computed, bool* mismatch) override;
+  Status Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) override;
   void OnCorruption(const Span& span) override;
 
  private:
+  // `status`, or the drop of (span's pack, generation) by another span's mismatch when that is
+  // why the digests were missing.
+  Status DroppedCause(const Span& span, const Status& status) const;
+
   Directory* const directory_;
   persist::DigestTable* const digests_;
   persist::Persistence* const persistence_;

@@ -117,8 +117,15 @@ __device__ __forceinline__ void CopyLayer(const PagedKvView& v, const CopyPlan& 
   }
 }
 
+// The scatter's gate (ScatterArgs::skip_if_set): every thread reads the same word, written by
+// an earlier kernel of the stream, so all of a launch agree.
+__device__ __forceinline__ bool Gated(const ScatterArgs& args) {
+  return args.skip_if_set != nullptr && *args.skip_if_set != 0;
+}
+
 template <typename V>
 __global__ void __launch_bounds__(kThreads) ScatterKernel(ScatterArgs args, CopyPlan plan) {
+  if (Gated(args)) return;
   CopyLayer<V, true>(args.dst, plan, const_cast<uint8_t*>(args.stripe), args.slots,
                      args.num_tokens);
 }
@@ -157,6 +164,7 @@ __device__ __forceinline__ void CopyBlocks(const PagedKvView& v, uint8_t* stripe
 template <typename V>
 __global__ void __launch_bounds__(kThreads)
     ScatterBlocksKernel(ScatterArgs args, uint32_t units_per_group) {
+  if (Gated(args)) return;
   CopyBlocks<V, true>(args.dst, const_cast<uint8_t*>(args.stripe), args.slots, args.num_tokens,
                       units_per_group);
 }

@@ -113,6 +113,9 @@ struct ScatterArgs {
   const uint8_t* stripe = nullptr;  // num_tokens rows of dst.token_bytes()
   const int64_t* slots = nullptr;   // num_tokens slot ids, readable by the executing device
   uint32_t num_tokens = 0;
+  // Gate: when set and *skip_if_set != 0 when the scatter executes (stream order), it writes
+  // nothing. The restore path points it at the stripe's digest verdict (DigestArgs::mismatch).
+  const uint32_t* skip_if_set = nullptr;
 };
 
 // The most layers one gather launch handles (a store layer group is 4 by default).

@@ -189,6 +189,9 @@ Status ValidateDigestArgs(const DigestArgs& a) {
                            "], got " + std::to_string(a.num_spans));
   }
   if (a.digests == nullptr) return InvalidArgument("digest output is null");
+  if ((a.expected == nullptr) != (a.mismatch == nullptr)) {
+    return InvalidArgument("digest verdict needs both the expected digests and the mismatch word");
+  }
   for (uint32_t i = 0; i < a.num_spans; ++i) {
     if (a.spans[i].bytes != 0 && a.spans[i].data == nullptr) {
       return InvalidArgument("digest span " + std::to_string(i) + " has null data");

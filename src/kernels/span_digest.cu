@@ -100,6 +100,14 @@ __global__ void __launch_bounds__(kThreads) DigestKernel(DigestArgs args) {
   }
 }
 
+// The verdict (DigestArgs::expected / mismatch): one warp compares the finished digests.
+__global__ void CompareDigestsKernel(const uint64_t* digests, const uint64_t* expected,
+                                     uint32_t n, uint32_t* mismatch) {
+  bool bad = false;
+  for (uint32_t i = threadIdx.x; i < n; i += 32) bad |= digests[i] != expected[i];
+  if (__any_sync(0xffffffffu, bad) && threadIdx.x == 0) *mismatch = 1;
+}
+
 }  // namespace
 
 cudaError_t LaunchSpanDigest(const DigestArgs& args, cudaStream_t stream) {
@@ -113,6 +121,10 @@ cudaError_t LaunchSpanDigest(const DigestArgs& args, cudaStream_t stream) {
   const uint64_t cap = std::max<uint64_t>(1, kMaxBlocksTotal / args.num_spans);
   const uint32_t blocks_per_span = static_cast<uint32_t>(std::clamp<uint64_t>(wanted, 1, cap));
   DigestKernel<<<dim3(blocks_per_span, args.num_spans), kThreads, 0, stream>>>(args);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || args.expected == nullptr) return err;
+  CompareDigestsKernel<<<1, 32, 0, stream>>>(args.digests, args.expected, args.num_spans,
+                                             args.mismatch);
   return cudaGetLastError();
 }
 

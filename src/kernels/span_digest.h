@@ -82,10 +82,16 @@ struct DigestArgs {
   uint32_t num_spans = 0;
   uint64_t seed = 0;
   uint64_t* digests = nullptr;
+  // The verdict on the device (both set, or neither): once the digests are computed, any
+  // digests[i] != expected[i] sets *mismatch to 1. Nothing ever clears it: the caller zeroes it
+  // before a stripe's first launch, and a later gated Scatter (ScatterArgs::skip_if_set) reads
+  // it in stream order, so no host round trip sits between a stripe's digest and its scatter.
+  const uint64_t* expected = nullptr;  // num_spans entries, readable by the executing device
+  uint32_t* mismatch = nullptr;        // writable by the executing device
 };
 
-// Checks 1 <= num_spans <= kMaxDigestSpans, a non-null digests array, and non-null data for
-// every non-empty span. kInvalidArgument otherwise.
+// Checks 1 <= num_spans <= kMaxDigestSpans, a non-null digests array, non-null data for every
+// non-empty span, and expected / mismatch both set or both null. kInvalidArgument otherwise.
 Status ValidateDigestArgs(const DigestArgs& args);
 
 }  // namespace rangekv::kernels

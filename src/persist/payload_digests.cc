@@ -344,6 +344,22 @@ Status DigestTable::Compare(uint32_t slot, uint64_t generation, uint32_t layer,
   return OkStatus();
 }
 
+Status DigestTable::Recorded(uint32_t slot, uint64_t generation, uint32_t layer,
+                             uint64_t first_block, std::span<uint64_t> out) const {
+  MutexLock lock(mu_);
+  RANGEKV_ASSIGN_OR_RETURN(const Entry* e, CompleteEntry(slot, generation));
+  if (layer >= geometry_.layers()) return InvalidArgument("digests: layer out of range");
+  const uint64_t blocks = geometry_.BlocksFor(e->stored_tokens);
+  if (first_block > blocks || out.size() > blocks - first_block) {
+    return OutOfRange("digests: blocks [" + Num(first_block) + ", " +
+                      Num(first_block + out.size()) + ") beyond the " + Num(blocks) +
+                      " blocks of pack slot " + Num(slot));
+  }
+  const uint64_t* row = Row(slot, layer);
+  std::copy(row + first_block, row + first_block + out.size(), out.begin());
+  return OkStatus();
+}
+
 Status DigestTable::VerifyHostBytes(uint32_t slot, uint64_t generation, uint32_t layer,
                                     const VerifyPlan& plan, const uint8_t* data,
                                     uint64_t bytes) const {

@@ -183,6 +183,10 @@ class DigestTable {
   // tokens of the first mismatching block; kNotFound / kStaleGeneration / kOutOfRange as above.
   Status Compare(uint32_t slot, uint64_t generation, uint32_t layer, uint64_t first_block,
                  std::span<const uint64_t> computed) const;
+  // Copies the recorded digests of blocks [first_block, first_block + out.size()) of `layer`
+  // into `out` (for a comparison on the device). Errors as Compare, without kCorruption.
+  Status Recorded(uint32_t slot, uint64_t generation, uint32_t layer, uint64_t first_block,
+                  std::span<uint64_t> out) const;
   // Host verification: `data` holds the bytes of pack tokens plan.extent of `layer` (exactly
   // plan.extent.size() * s bytes); digests every block and compares. Errors as Compare, plus
   // kInvalidArgument when `bytes` is not the extent's size.

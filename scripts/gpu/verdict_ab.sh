@@ -9,7 +9,8 @@
 #      off interleaved repetition by repetition (--check --interleave), old and new alternately,
 #      ROUNDS times, so the machine's drift does not enter the comparison.
 #   bash scripts/gpu/verdict_ab.sh [OLD] [ROUNDS]
-# Tables to $OUT/<old|new>-<round>.txt, JSON beside, key lines in $OUT/summary.txt.
+# Tables and JSON packed into $OUT/verdict-ab.tgz (the device tool returns only a few files),
+# key lines in $OUT/summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 old_tree=$(realpath "${1:-.gpu/old}")
@@ -47,5 +48,5 @@ for r in $(seq 1 "$rounds"); do
 done
 rm -rf $shm
 note "total: $(( $(date +%s) - start )) s"
-cp "$out"/*.txt "$out"/*.json "$final/" 2>/dev/null
+tar -czf "$final/verdict-ab.tgz" -C "$out" .
 cp "$sum" "$final/summary.txt"

@@ -506,20 +506,25 @@ TEST_F(EngineFaultTest, FlippedPayloadByteFailsExactlyItsTokensAndDropsThePack) 
   EXPECT_EQ(healed->outcome.work.checksum_failures, 0u);
 }
 
-// The same flipped byte with each place the verdict is decided (EngineContext::device_verdict;
-// the device verdict is what CUDA takes, here on HostDevice with CUDA's staging copies) and
-// each way of waiting: the layer's host wait reports the corruption, the failed stripe's rows
-// stay untouched (its scatter was gated off), and every other row arrives bit for bit.
-class VerdictFaultTest : public EngineFaultTest,
-                         public ::testing::WithParamInterface<
-                             std::tuple<engine_internal::EngineInternalConfig::Verdict, WaitMode>> {
-};
+// The same flipped byte with each place the verdict is decided (EngineContext::device_verdict):
+// verify workers on the host; the device, on the job's stream (HostDevice's default); the
+// device, on each bank's stream joined by an event (what a GPU with staged reads takes, here on
+// HostDevice with forced staging); and each way of waiting. The layer's host wait reports the
+// corruption, the failed stripe's rows stay untouched (its scatter was gated off), and every
+// other row arrives bit for bit.
+enum class VerdictPlace : uint8_t { kHost, kJobStream, kBankStreams };
+
+class VerdictFaultTest
+    : public EngineFaultTest,
+      public ::testing::WithParamInterface<std::tuple<VerdictPlace, WaitMode>> {};
 
 TEST_P(VerdictFaultTest, FlippedByteFailsOnlyItsStripeWhereverTheVerdictIsDecided) {
-  const auto [verdict, wait] = GetParam();
+  const auto [place, wait] = GetParam();
   engine_internal::EngineInternalConfig config;
-  config.verdict = verdict;
-  config.force_staging = verdict == engine_internal::EngineInternalConfig::Verdict::kDevice;
+  config.verdict = place == VerdictPlace::kHost
+                       ? engine_internal::EngineInternalConfig::Verdict::kHost
+                       : engine_internal::EngineInternalConfig::Verdict::kDevice;
+  config.force_staging = place == VerdictPlace::kBankStreams;
   Open(DefaultEnv(), config);
   auto src = Fixture();
   auto dst = Fixture();
@@ -578,16 +583,16 @@ TEST_F(EngineFaultTest, WaitLayerReportsADeviceVerdictsCorruption) {
 
 std::string VerdictCaseName(
     const ::testing::TestParamInfo<VerdictFaultTest::ParamType>& info) {
+  static const char* const kPlaces[] = {"Host", "JobStream", "BankStreams"};
   static const char* const kWaits[] = {"Finish", "WaitLayer", "StreamWaitLayer"};
-  const bool device =
-      std::get<0>(info.param) == engine_internal::EngineInternalConfig::Verdict::kDevice;
-  return std::string(device ? "Device" : "Host") + kWaits[static_cast<int>(std::get<1>(info.param))];
+  return std::string(kPlaces[static_cast<int>(std::get<0>(info.param))]) +
+         kWaits[static_cast<int>(std::get<1>(info.param))];
 }
 
 INSTANTIATE_TEST_SUITE_P(
     PlacesAndWaits, VerdictFaultTest,
-    ::testing::Combine(::testing::Values(engine_internal::EngineInternalConfig::Verdict::kHost,
-                                         engine_internal::EngineInternalConfig::Verdict::kDevice),
+    ::testing::Combine(::testing::Values(VerdictPlace::kHost, VerdictPlace::kJobStream,
+                                         VerdictPlace::kBankStreams),
                        ::testing::Values(WaitMode::kFinishOnly, WaitMode::kEveryLayer,
                                          WaitMode::kStreamEveryLayer)),
     VerdictCaseName);

@@ -94,6 +94,10 @@ Status RestorePipeline::Init() {
       for (Bank& b : banks_) {
         RANGEKV_ASSIGN_OR_RETURN(b.verdict_host, dev.AllocatePinnedHost(bytes));
         RANGEKV_ASSIGN_OR_RETURN(b.verdict_device, dev.AllocateDevice(bytes));
+        if (context_.staging) {
+          RANGEKV_ASSIGN_OR_RETURN(b.verdict_stream, dev.CreateStream());
+          RANGEKV_ASSIGN_OR_RETURN(b.verified, dev.CreateEvent());
+        }
       }
     }
     verifiers_.resize(device_verdict_ ? 0 : o.read_workers);
@@ -750,12 +754,27 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
   jobs_.PromoteBank(bank);
 
   Status e = OkStatus();
+  uint8_t* const verdict = device_verdict_ ? b.verdict_device.bytes() : nullptr;
+  // With the device verdict on a staged device, the bank's own stream copies the stripe up,
+  // digests, compares and copies the results back, and the job's stream waits for it on the
+  // device (no host wait): stripes of one job are copied and verified side by side, and the
+  // job's stream only scatters. Otherwise all of it goes on the job's stream in order.
+  Stream& prep = b.verdict_stream != nullptr ? *b.verdict_stream : stream;
   if (!b.staging.empty() && !b.device_loaded) {
-    e = stream.CopyHostToDevice(b.device.data(), b.staging.data(), span.length_bytes);
+    e = prep.CopyHostToDevice(b.device.data(), b.staging.data(), span.length_bytes);
     if (e.ok()) Count(&job, &Counters::h2d_copies);
   }
-  uint8_t* const verdict = device_verdict_ ? b.verdict_device.bytes() : nullptr;
-  if (e.ok() && verdict != nullptr) e = EnqueueVerdict(job, stream, span, b);
+  if (e.ok() && verdict != nullptr) e = EnqueueVerdict(job, prep, span, b);
+  if (e.ok() && verdict != nullptr) {
+    // The computed digests and the mismatch word, for the reaper's confirmation.
+    const uint64_t at = ComputedAt(verdict_capacity_);
+    e = prep.CopyDeviceToHost(b.verdict_host.data() + at, verdict + at,
+                              MismatchAt(verdict_capacity_) + sizeof(uint32_t) - at);
+  }
+  if (e.ok() && &prep != &stream) {
+    e = prep.Record(*b.verified);
+    if (e.ok()) e = stream.WaitEvent(*b.verified);
+  }
   if (e.ok()) {
     kernels::ScatterArgs args;
     args.dst = slot.views[layer];
@@ -768,12 +787,6 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
     }
     e = stream.Scatter(args);
     if (e.ok()) Count(&job, &Counters::scatter_launches);
-  }
-  if (e.ok() && verdict != nullptr) {
-    // The computed digests and the mismatch word, for the reaper's confirmation.
-    const uint64_t at = ComputedAt(verdict_capacity_);
-    e = stream.CopyDeviceToHost(b.verdict_host.data() + at, verdict + at,
-                                MismatchAt(verdict_capacity_) + sizeof(uint32_t) - at);
   }
   if (e.ok()) e = stream.Record(*b.fence);
   st.progress.LaunchScatter(stripe);

@@ -19,9 +19,11 @@
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
 //   verify, device verdict (checksum=always on a GPU, EngineContext::device_verdict): the read
 //     worker plans the stripe's digest blocks and copies their recorded digests to the bank's
-//     pinned verdict buffer (PlanVerdict, outside the lock); the launch enqueues, on the job's
-//     stream before the scatter, their upload, the digests with the comparison (setting the
-//     bank's mismatch word) and the computed digests' copy back; the scatter is gated on the
+//     pinned verdict buffer (PlanVerdict, outside the lock); the launch enqueues, before the
+//     scatter, [the stripe's H2D copy,] their upload, the digests with the comparison (setting
+//     the bank's mismatch word) and the computed digests' copy back, on the bank's own stream
+//     joined by an event when the device stages reads (several stripes are copied and verified
+//     side by side), else on the job's stream; the scatter is gated on the
 //     word, so a stripe that fails writes nothing into paged KV; the reaper confirms on the host
 //     (ConfirmVerdict) before the stripe counts as delivered, and fails it otherwise;
 //   verify, host verdict (checksum=always elsewhere, before anything is scattered): the read
@@ -205,6 +207,11 @@ class RestorePipeline {
     DigestBlocks verdict_blocks;
     PinnedHostBuffer verdict_host;
     DeviceBuffer verdict_device;
+    // On a staged device (a GPU without GDS), the stream that copies the stripe up and verifies
+    // it, and the event the job's stream waits on before the gated scatter; null otherwise (all
+    // of it on the job's stream).
+    std::unique_ptr<Stream> verdict_stream;
+    std::unique_ptr<Event> verified;
   };
   // A read worker's digest resources (only when restores verify).
   struct Verifier {

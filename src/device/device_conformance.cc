@@ -646,9 +646,11 @@ TEST_P(DeviceConformance, DigestMatchesTheReference) {
 TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());
   std::mt19937_64 rng(123);
-  const kernels::PagedShape shape{
-      .num_blocks = 16 * GetParam().case_scale, .block_size = 16, .num_heads = 4,
-      .head_size = 64, .elem_bytes = 2};
+  const kernels::PagedShape shape{.num_blocks = 16 * GetParam().case_scale,
+                                  .block_size = 16,
+                                  .num_heads = 4,
+                                  .head_size = 64,
+                                  .elem_bytes = 2};
   const LayoutCase c{.layout = kernels::PagedLayout::kFlashAttnNhd,
                      .shape = shape,
                      .num_tokens = shape.num_blocks * 12};

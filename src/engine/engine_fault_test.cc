@@ -514,9 +514,9 @@ TEST_F(EngineFaultTest, FlippedPayloadByteFailsExactlyItsTokensAndDropsThePack) 
 // other row arrives bit for bit.
 enum class VerdictPlace : uint8_t { kHost, kJobStream, kBankStreams };
 
-class VerdictFaultTest
-    : public EngineFaultTest,
-      public ::testing::WithParamInterface<std::tuple<VerdictPlace, WaitMode>> {};
+class VerdictFaultTest : public EngineFaultTest,
+                         public ::testing::WithParamInterface<std::tuple<VerdictPlace, WaitMode>> {
+};
 
 TEST_P(VerdictFaultTest, FlippedByteFailsOnlyItsStripeWhereverTheVerdictIsDecided) {
   const auto [place, wait] = GetParam();
@@ -571,7 +571,8 @@ TEST_F(EngineFaultTest, WaitLayerReportsADeviceVerdictsCorruption) {
     const Status s = handle->WaitLayer(l);
     // Layer 5 reports its corruption; the pack's later layers may fail as dropped too (read
     // after the drop), or pass (verified before it).
-    if (l == 5 || !s.ok()) EXPECT_EQ(s.code(), StatusCode::kCorruption) << l << ": " << s.ToString();
+    if (l == 5 || !s.ok())
+      EXPECT_EQ(s.code(), StatusCode::kCorruption) << l << ": " << s.ToString();
   }
   const RestoreOutcome out = handle->Finish();
   EXPECT_EQ(out.status.code(), StatusCode::kCorruption);
@@ -581,8 +582,7 @@ TEST_F(EngineFaultTest, WaitLayerReportsADeviceVerdictsCorruption) {
   ExpectEverythingReturned();
 }
 
-std::string VerdictCaseName(
-    const ::testing::TestParamInfo<VerdictFaultTest::ParamType>& info) {
+std::string VerdictCaseName(const ::testing::TestParamInfo<VerdictFaultTest::ParamType>& info) {
   static const char* const kPlaces[] = {"Host", "JobStream", "BankStreams"};
   static const char* const kWaits[] = {"Finish", "WaitLayer", "StreamWaitLayer"};
   return std::string(kPlaces[static_cast<int>(std::get<0>(info.param))]) +

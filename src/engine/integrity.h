@@ -83,8 +83,8 @@ class PayloadIntegrity {
   // span's pack and layer. kCorruption names the first bad block and sets *mismatch (the only
   // case that counts as this span's checksum failure); a pack another span's mismatch dropped
   // meanwhile is kCorruption too, naming that cause, with *mismatch false.
-  virtual Status Verify(const Span& span, uint64_t first_block,
-                        std::span<const uint64_t> computed, bool* mismatch) = 0;
+  virtual Status Verify(const Span& span, uint64_t first_block, std::span<const uint64_t> computed,
+                        bool* mismatch) = 0;
 
   // The recorded digests of blocks [first_block, first_block + out.size()) of the span's pack
   // and layer, for a comparison on the device (the read worker copies them up with the stripe;

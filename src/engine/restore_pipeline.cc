@@ -242,9 +242,8 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer) {
   if (device_verdict_) {
     // The event says the layer's scatters ran, not that their verdicts were confirmed: a stripe
     // whose digest failed was gated off and fails in the reaper, so wait for it.
-    job_cv_.Wait(l, [&]() REQUIRES(mu_) {
-      return st.progress.LayerProven(layer) || st.handle_done;
-    });
+    job_cv_.Wait(l,
+                 [&]() REQUIRES(mu_) { return st.progress.LayerProven(layer) || st.handle_done; });
   }
   return st.layer_status[layer];
 }
@@ -829,8 +828,7 @@ void RestorePipeline::Reaper() {
       // The fence proved the copies back; the plan and the bank are this entry's until the
       // bank is released below.
       const uint64_t confirm_start_ns = SteadyNs();
-      verdict = ConfirmVerdict(*entry.job, entry.job->slot->plan[entry.stripe],
-                               banks_[entry.bank]);
+      verdict = ConfirmVerdict(*entry.job, entry.job->slot->plan[entry.stripe], banks_[entry.bank]);
       Count(entry.job.get(), &Counters::restore_verify_ns, SteadyNs() - confirm_start_ns);
     }
     MutexLock l(mu_);

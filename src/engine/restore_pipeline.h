@@ -17,23 +17,23 @@
 //     with a stripe inside its lookahead window and a bank it may take (unbound jobs only within
 //     the prefetch budget), marks it reading, submits the
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
-//   verify, device verdict (checksum=always on a GPU, EngineContext::device_verdict): the read
-//     worker plans the stripe's digest blocks and copies their recorded digests to the bank's
-//     pinned verdict buffer (PlanVerdict, outside the lock); the launch enqueues, before the
-//     scatter, [the stripe's H2D copy,] their upload, the digests with the comparison (setting
-//     the bank's mismatch word) and the computed digests' copy back, on the bank's own stream
-//     joined by an event when the device stages reads (several stripes are copied and verified
-//     side by side), else on the job's stream; the scatter is gated on the
-//     word, so a stripe that fails writes nothing into paged KV; the reaper confirms on the host
+//   verify, device verdict (checksum=always; EngineContext::device_verdict, the default): the
+//     read worker plans the stripe's digest blocks and copies their recorded digests to the
+//     bank's pinned verdict buffer (PlanVerdict, outside the lock); the launch enqueues, before
+//     the scatter, [the stripe's H2D copy,] their upload, the digests with the comparison
+//     (setting the bank's mismatch word) and the computed digests' copy back, on the bank's own
+//     stream joined by an event when the device stages reads (several stripes are copied and
+//     verified side by side), else on the job's stream; the scatter is gated on the word, so a
+//     stripe that fails writes nothing into paged KV; the reaper confirms on the host
 //     (ConfirmVerdict) before the stripe counts as delivered, and fails it otherwise;
-//   verify, host verdict (checksum=always elsewhere, before anything is scattered): the read
-//     worker hands the stripe
-//     (with its bank) to a verify worker through a queue and picks its next read at once; the
-//     read was widened to whole digest blocks by the planner; the verify worker digests the
-//     blocks on its own stream, outside the lock ([H2D copy from staging first], Digest launches, D2H of the digests),
-//     synchronises it and compares (PayloadIntegrity::Verify). A mismatch fails the stripe
-//     (checksum failure; the pack is dropped by OnCorruption); a device error that leaves the
-//     bank's use unproven quarantines the bank;
+//   verify, host verdict (the reference the fault tests compare with; before anything is
+//     scattered): the read worker hands the stripe (with its bank) to a verify worker through a
+//     queue and picks its next read at once; the read was widened to whole digest blocks by the
+//     planner; the verify worker digests the blocks on its own stream, outside the lock ([H2D
+//     copy from staging first], Digest launches, D2H of the digests), synchronises it and
+//     compares (PayloadIntegrity::Verify). A mismatch fails the stripe (checksum failure; the
+//     pack is dropped by OnCorruption); a device error that leaves the bank's use unproven
+//     quarantines the bank;
 //   completion (under the lock): failed -> the stripe fails, its bank returns (the I/O
 //     completion proves the buffer is no longer written); cancelled job -> dropped, bank
 //     returns; slots not bound yet -> the stripe lands and keeps its bank; else -> launch;

@@ -50,8 +50,8 @@ class StoreIntegrity final : public PayloadIntegrity {
   Status BeforePublish(uint64_t reservation_id, std::span<const PackRecord> records) override;
   void OnStoreAborted(uint64_t reservation_id, std::span<const PackRecord> records) override;
   Result<DigestBlocks> PlanVerify(const Span& span) override;
-  Status Verify(const Span& span, uint64_t first_block,
-                std::span<const uint64_t> computed, bool* mismatch) override;
+  Status Verify(const Span& span, uint64_t first_block, std::span<const uint64_t> computed,
+                bool* mismatch) override;
   Status Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) override;
   void OnCorruption(const Span& span) override;
 

@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(kThreads) DigestKernel(DigestArgs args) {
 }
 
 // The verdict (DigestArgs::expected / mismatch): one warp compares the finished digests.
-__global__ void CompareDigestsKernel(const uint64_t* digests, const uint64_t* expected,
-                                     uint32_t n, uint32_t* mismatch) {
+__global__ void CompareDigestsKernel(const uint64_t* digests, const uint64_t* expected, uint32_t n,
+                                     uint32_t* mismatch) {
   bool bad = false;
   for (uint32_t i = threadIdx.x; i < n; i += 32) bad |= digests[i] != expected[i];
   if (__any_sync(0xffffffffu, bad) && threadIdx.x == 0) *mismatch = 1;

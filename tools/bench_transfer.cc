@@ -282,9 +282,9 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--grid-cell-bytes", flags->grid_cell, "payload bytes per grid cell (bound)")
       ->capture_default_str();
   cmd->add_option("--io-split", flags->io_split,
-                  "engine byte split: fill (the engine's default: 1 MiB reads when the read I/O "
-                  "threads outnumber the read workers on a buffered file), auto (probe at "
-                  "open), off, or a size (e.g. 1MiB)")
+                  "engine byte split: fill (the engine's default: when the read I/O threads "
+                  "outnumber the read workers, 1 MiB reads on a buffered file and 4 MiB on "
+                  "O_DIRECT), auto (probe at open), off, or a size (e.g. 1MiB)")
       ->capture_default_str();
   cmd->add_flag("--check", flags->check,
                 "exit 3 when a target is missed (>= 0.95 (restore) / 0.90 (store) of the best "

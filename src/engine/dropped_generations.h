@@ -32,6 +32,14 @@ class DroppedGenerations {
     return slot < generation_.size() &&
            generation_[slot].load(std::memory_order_acquire) == generation;
   }
+  // `status`, or Error() when (slot, generation) was dropped and that is why `status` failed
+  // (its digests are gone); a mismatch (kCorruption) is kept as it is.
+  Status Cause(uint32_t slot, uint64_t generation, const Status& status) const {
+    if (status.ok() || status.code() == StatusCode::kCorruption || !Contains(slot, generation)) {
+      return status;
+    }
+    return Error(slot, generation);
+  }
   static Status Error(uint32_t slot, uint64_t generation) {
     return Corruption("pack slot " + std::to_string(slot) + " generation " +
                       std::to_string(generation) +

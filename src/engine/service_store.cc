@@ -579,23 +579,15 @@ Status ServiceStore::Verify(const Span& span, uint64_t first_block,
   const Status compared =
       digests_->Compare(span.pack_slot, span.generation, span.layer, first_block, computed);
   *mismatch = compared.code() == StatusCode::kCorruption;
-  return DroppedCause(span, compared);
+  return dropped_.Cause(span.pack_slot, span.generation, compared);
 }
 
 Status ServiceStore::Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) {
-  return DroppedCause(
-      span, digests_->Recorded(span.pack_slot, span.generation, span.layer, first_block, out));
+  return dropped_.Cause(
+      span.pack_slot, span.generation,
+      digests_->Recorded(span.pack_slot, span.generation, span.layer, first_block, out));
 }
 
-Status ServiceStore::DroppedCause(const Span& span, const Status& status) const {
-  // OnCorruption of another span may have dropped the digests since PlanVerify: report that
-  // cause rather than their absence.
-  if (status.ok() || status.code() == StatusCode::kCorruption ||
-      !dropped_.Contains(span.pack_slot, span.generation)) {
-    return status;
-  }
-  return DroppedGenerations::Error(span.pack_slot, span.generation);
-}
 
 void ServiceStore::OnCorruption(const Span& span) {
   dropped_.Mark(span.pack_slot, span.generation);  // before the digests go (see PlanVerify)

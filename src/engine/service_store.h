@@ -102,14 +102,10 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   Status Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) override;
   void OnCorruption(const Span& span) override;
 
- private:
-  // `status`, or the drop of (span's pack, generation) by another span's mismatch when that is
-  // why the digests were missing.
-  Status DroppedCause(const Span& span, const Status& status) const;
-
   // ---- GenerationView ----------------------------------------------------------------------
   uint64_t CurrentGeneration(uint32_t slot) const override;
 
+ private:
   explicit ServiceStore(const ServiceStoreOptions& options);
   // Connects and says Hello; fills hello_ and returns the passed descriptor.
   Result<int> Handshake(service::HelloReply* reply) REQUIRES(call_mu_);

@@ -56,10 +56,6 @@ class StoreIntegrity final : public PayloadIntegrity {
   void OnCorruption(const Span& span) override;
 
  private:
-  // `status`, or the drop of (span's pack, generation) by another span's mismatch when that is
-  // why the digests were missing.
-  Status DroppedCause(const Span& span, const Status& status) const;
-
   Directory* const directory_;
   persist::DigestTable* const digests_;
   persist::Persistence* const persistence_;

@@ -321,24 +321,29 @@ Result<VerifyPlan> DigestTable::PlanVerify(uint32_t slot, uint64_t generation, u
   return plan;
 }
 
-Status DigestTable::Compare(uint32_t slot, uint64_t generation, uint32_t layer,
-                            uint64_t first_block, std::span<const uint64_t> computed) const {
-  MutexLock lock(mu_);
+Result<DigestTable::BlockRun> DigestTable::RecordedRun(uint32_t slot, uint64_t generation,
+                                                       uint32_t layer, uint64_t first_block,
+                                                       uint64_t count) const {
   RANGEKV_ASSIGN_OR_RETURN(const Entry* e, CompleteEntry(slot, generation));
   if (layer >= geometry_.layers()) return InvalidArgument("digests: layer out of range");
   const uint64_t blocks = geometry_.BlocksFor(e->stored_tokens);
-  if (first_block > blocks || computed.size() > blocks - first_block) {
-    return OutOfRange("digests: blocks [" + Num(first_block) + ", " +
-                      Num(first_block + computed.size()) + ") beyond the " + Num(blocks) +
-                      " blocks of pack slot " + Num(slot));
+  if (first_block > blocks || count > blocks - first_block) {
+    return OutOfRange("digests: blocks [" + Num(first_block) + ", " + Num(first_block + count) +
+                      ") beyond the " + Num(blocks) + " blocks of pack slot " + Num(slot));
   }
-  const uint64_t* row = Row(slot, layer);
+  return BlockRun{Row(slot, layer) + first_block, e->stored_tokens};
+}
+
+Status DigestTable::Compare(uint32_t slot, uint64_t generation, uint32_t layer,
+                            uint64_t first_block, std::span<const uint64_t> computed) const {
+  MutexLock lock(mu_);
+  RANGEKV_ASSIGN_OR_RETURN(const BlockRun run,
+                           RecordedRun(slot, generation, layer, first_block, computed.size()));
   for (uint64_t i = 0; i < computed.size(); ++i) {
-    const uint64_t b = first_block + i;
-    if (row[b] != computed[i]) {
-      return Corruption(
-          "payload digest mismatch: " +
-          DescribeBlock(slot, generation, layer, geometry_.BlockTokens(b, e->stored_tokens)));
+    if (run.digests[i] != computed[i]) {
+      return Corruption("payload digest mismatch: " +
+                        DescribeBlock(slot, generation, layer,
+                                      geometry_.BlockTokens(first_block + i, run.stored_tokens)));
     }
   }
   return OkStatus();
@@ -347,16 +352,9 @@ Status DigestTable::Compare(uint32_t slot, uint64_t generation, uint32_t layer,
 Status DigestTable::Recorded(uint32_t slot, uint64_t generation, uint32_t layer,
                              uint64_t first_block, std::span<uint64_t> out) const {
   MutexLock lock(mu_);
-  RANGEKV_ASSIGN_OR_RETURN(const Entry* e, CompleteEntry(slot, generation));
-  if (layer >= geometry_.layers()) return InvalidArgument("digests: layer out of range");
-  const uint64_t blocks = geometry_.BlocksFor(e->stored_tokens);
-  if (first_block > blocks || out.size() > blocks - first_block) {
-    return OutOfRange("digests: blocks [" + Num(first_block) + ", " +
-                      Num(first_block + out.size()) + ") beyond the " + Num(blocks) +
-                      " blocks of pack slot " + Num(slot));
-  }
-  const uint64_t* row = Row(slot, layer);
-  std::copy(row + first_block, row + first_block + out.size(), out.begin());
+  RANGEKV_ASSIGN_OR_RETURN(const BlockRun run,
+                           RecordedRun(slot, generation, layer, first_block, out.size()));
+  std::copy(run.digests, run.digests + out.size(), out.begin());
   return OkStatus();
 }
 

@@ -223,6 +223,15 @@ class DigestTable {
   const uint64_t* Row(uint32_t slot, uint32_t layer) const REQUIRES(mu_);
   // The slot's entry when it is (slot, generation) and complete; else the error.
   Result<const Entry*> CompleteEntry(uint32_t slot, uint64_t generation) const REQUIRES(mu_);
+  // Blocks [first_block, first_block + count) of `layer` of a complete (slot, generation):
+  // their recorded digests and the pack's stored_tokens. Errors as Compare's, without
+  // kCorruption.
+  struct BlockRun {
+    const uint64_t* digests;
+    uint64_t stored_tokens;
+  };
+  Result<BlockRun> RecordedRun(uint32_t slot, uint64_t generation, uint32_t layer,
+                               uint64_t first_block, uint64_t count) const REQUIRES(mu_);
   Status BeginLocked(uint32_t slot, uint64_t generation, uint64_t stored_tokens) REQUIRES(mu_);
   Status RecordLayerLocked(uint32_t slot, uint64_t generation, uint32_t layer,
                            std::span<const uint64_t> block_digests) REQUIRES(mu_);

@@ -50,7 +50,7 @@ namespace rangekv {
   X(store_integrity_ns, "store: ns recording digests and the dirty marker, summed")             \
   X(store_write_ns, "store: ns from write submit to the batch's last completion, summed")     \
   X(restore_read_ns, "restore: ns from read submit to completion, summed over stripes")      \
-  X(restore_verify_ns, "restore: ns a stripe spent in verification (copy up, digest, compare)") \
+  X(restore_verify_ns, "restore: host ns verifying (planning, confirming device verdicts)")   \
   X(restore_deliver_ns, "restore: ns from scatter enqueue to its proven fence, summed")       \
   X(removed_events_dropped, "removed ranges dropped undrained (max_removed_ranges was full)")
 

@@ -571,8 +571,9 @@ TEST_F(EngineFaultTest, WaitLayerReportsADeviceVerdictsCorruption) {
     const Status s = handle->WaitLayer(l);
     // Layer 5 reports its corruption; the pack's later layers may fail as dropped too (read
     // after the drop), or pass (verified before it).
-    if (l == 5 || !s.ok())
+    if (l == 5 || !s.ok()) {
       EXPECT_EQ(s.code(), StatusCode::kCorruption) << l << ": " << s.ToString();
+    }
   }
   const RestoreOutcome out = handle->Finish();
   EXPECT_EQ(out.status.code(), StatusCode::kCorruption);

@@ -64,12 +64,6 @@ struct EngineContext {
   bool staging = false;
   // Device-side layer waits without blocking the host (DeviceFlag / WaitFlag).
   bool stream_memory_ops = false;
-  // checksum=always restores decide on the device: the digest launch compares with the
-  // recorded digests and the stripe's scatter is gated on that verdict in stream order (no host
-  // wait between them); the fence reaper then confirms the verdict on the host before the
-  // stripe counts as delivered. Otherwise verify workers digest, wait and compare before the
-  // scatter is enqueued.
-  bool device_verdict = false;
 };
 
 }  // namespace rangekv::engine_internal

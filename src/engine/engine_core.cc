@@ -282,11 +282,6 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   // launched; only where that cannot deadlock (DeviceCapabilities::early_flag_waits).
   context_.stream_memory_ops =
       caps.stream_memory_ops && caps.early_flag_waits && !config.disable_stream_memory_ops;
-  // Digests are compared where they are computed and the scatter is gated on the verdict, so
-  // no host round trip sits between a stripe's digest and its scatter. On HostDevice this also
-  // scatters each stripe right after its digest read it (measured against verify workers:
-  // docs/benchmarks.md, "The checksum verdict on the device").
-  context_.device_verdict = config.verdict != EngineInternalConfig::Verdict::kHost;
   RANGEKV_ASSIGN_OR_RETURN(restore_, RestorePipeline::Create(context_));
   RANGEKV_ASSIGN_OR_RETURN(stores_, StorePipeline::Create(context_));
   MutexLock l(mu_);

@@ -51,11 +51,6 @@ struct EngineInternalConfig {
   // its own); 0 = the default (about 1 MiB). Small blocks let small test geometries have
   // several blocks per stripe.
   uint64_t digest_block_tokens = 0;
-  // Where checksum=always restores decide (EngineContext::device_verdict): on the device
-  // (the default), or on verify workers that wait for the digests on the host before the
-  // scatter is enqueued (the earlier design, kept as the reference the tests compare with).
-  enum class Verdict : uint8_t { kDevice, kHost };
-  Verdict verdict = Verdict::kDevice;
 };
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {

@@ -506,13 +506,12 @@ TEST_F(EngineFaultTest, FlippedPayloadByteFailsExactlyItsTokensAndDropsThePack) 
   EXPECT_EQ(healed->outcome.work.checksum_failures, 0u);
 }
 
-// The same flipped byte with each place the verdict is decided (EngineContext::device_verdict):
-// verify workers on the host; the device, on the job's stream (HostDevice's default); the
-// device, on each bank's stream joined by an event (what a GPU with staged reads takes, here on
-// HostDevice with forced staging); and each way of waiting. The layer's host wait reports the
-// corruption, the failed stripe's rows stay untouched (its scatter was gated off), and every
-// other row arrives bit for bit.
-enum class VerdictPlace : uint8_t { kHost, kJobStream, kBankStreams };
+// The same flipped byte with each place the verdict is decided: on the job's stream
+// (HostDevice's default), or on each bank's stream joined by an event (what a GPU with staged
+// reads takes, here on HostDevice with forced staging); and each way of waiting. The layer's host
+// wait reports the corruption, the failed stripe's rows stay untouched (its scatter was gated off),
+// and every other row arrives bit for bit.
+enum class VerdictPlace : uint8_t { kJobStream, kBankStreams };
 
 class VerdictFaultTest : public EngineFaultTest,
                          public ::testing::WithParamInterface<std::tuple<VerdictPlace, WaitMode>> {
@@ -521,9 +520,6 @@ class VerdictFaultTest : public EngineFaultTest,
 TEST_P(VerdictFaultTest, FlippedByteFailsOnlyItsStripeWhereverTheVerdictIsDecided) {
   const auto [place, wait] = GetParam();
   engine_internal::EngineInternalConfig config;
-  config.verdict = place == VerdictPlace::kHost
-                       ? engine_internal::EngineInternalConfig::Verdict::kHost
-                       : engine_internal::EngineInternalConfig::Verdict::kDevice;
   config.force_staging = place == VerdictPlace::kBankStreams;
   Open(DefaultEnv(), config);
   auto src = Fixture();
@@ -548,9 +544,7 @@ TEST_P(VerdictFaultTest, FlippedByteFailsOnlyItsStripeWhereverTheVerdictIsDecide
 // A host wait on the layer returns the corruption itself, not only Finish: with the device
 // verdict the layer's event completes before the reaper has confirmed its stripes.
 TEST_F(EngineFaultTest, WaitLayerReportsADeviceVerdictsCorruption) {
-  engine_internal::EngineInternalConfig config;
-  config.verdict = engine_internal::EngineInternalConfig::Verdict::kDevice;
-  Open(DefaultEnv(), config);
+  Open(DefaultEnv());
   auto src = Fixture();
   auto dst = Fixture();
   const auto tokens = RandomTokens(2 * kT + 1, 10);  // a lookup keeps the last token
@@ -584,7 +578,7 @@ TEST_F(EngineFaultTest, WaitLayerReportsADeviceVerdictsCorruption) {
 }
 
 std::string VerdictCaseName(const ::testing::TestParamInfo<VerdictFaultTest::ParamType>& info) {
-  static const char* const kPlaces[] = {"Host", "JobStream", "BankStreams"};
+  static const char* const kPlaces[] = {"JobStream", "BankStreams"};
   static const char* const kWaits[] = {"Finish", "WaitLayer", "StreamWaitLayer"};
   return std::string(kPlaces[static_cast<int>(std::get<0>(info.param))]) +
          kWaits[static_cast<int>(std::get<1>(info.param))];
@@ -592,8 +586,7 @@ std::string VerdictCaseName(const ::testing::TestParamInfo<VerdictFaultTest::Par
 
 INSTANTIATE_TEST_SUITE_P(
     PlacesAndWaits, VerdictFaultTest,
-    ::testing::Combine(::testing::Values(VerdictPlace::kHost, VerdictPlace::kJobStream,
-                                         VerdictPlace::kBankStreams),
+    ::testing::Combine(::testing::Values(VerdictPlace::kJobStream, VerdictPlace::kBankStreams),
                        ::testing::Values(WaitMode::kFinishOnly, WaitMode::kEveryLayer,
                                          WaitMode::kStreamEveryLayer)),
     VerdictCaseName);

@@ -32,7 +32,6 @@ RestorePipeline::RestorePipeline(const EngineContext& context)
                                       2
                                 : 1),
       verify_(context.integrity != nullptr && context.options->checksum == ChecksumPolicy::kAlways),
-      device_verdict_(verify_ && context.device_verdict),
       jobs_(context_, context.options->read_banks, context.options->prefetch_banks, "restore",
             "max_inflight_restores",
             context.hooks != nullptr ? &context.hooks->read_bank_observer : nullptr) {}
@@ -89,37 +88,23 @@ Status RestorePipeline::Init() {
     }
     const uint64_t blocks = (context_.geometry.tokens_per_stripe + d - 1) / d;
     verdict_capacity_ = blocks;
-    if (device_verdict_) {
-      const uint64_t bytes = 2 * blocks * sizeof(uint64_t) + sizeof(uint32_t);
-      for (Bank& b : banks_) {
-        RANGEKV_ASSIGN_OR_RETURN(b.verdict_host, dev.AllocatePinnedHost(bytes));
-        RANGEKV_ASSIGN_OR_RETURN(b.verdict_device, dev.AllocateDevice(bytes));
-        if (context_.staging) {
-          RANGEKV_ASSIGN_OR_RETURN(b.verdict_stream, dev.CreateStream());
-          RANGEKV_ASSIGN_OR_RETURN(b.verified, dev.CreateEvent());
-        }
+    const uint64_t bytes = 2 * blocks * sizeof(uint64_t) + sizeof(uint32_t);
+    for (Bank& b : banks_) {
+      RANGEKV_ASSIGN_OR_RETURN(b.verdict_host, dev.AllocatePinnedHost(bytes));
+      RANGEKV_ASSIGN_OR_RETURN(b.verdict_device, dev.AllocateDevice(bytes));
+      if (context_.staging) {
+        RANGEKV_ASSIGN_OR_RETURN(b.verdict_stream, dev.CreateStream());
+        RANGEKV_ASSIGN_OR_RETURN(b.verified, dev.CreateEvent());
       }
-    }
-    verifiers_.resize(device_verdict_ ? 0 : o.read_workers);
-    for (Verifier& v : verifiers_) {
-      RANGEKV_ASSIGN_OR_RETURN(v.stream, dev.CreateStream());
-      RANGEKV_ASSIGN_OR_RETURN(v.done, dev.CreateEvent(EventOptions{}));
-      RANGEKV_ASSIGN_OR_RETURN(v.digests, dev.AllocateDevice(blocks * sizeof(uint64_t)));
-      RANGEKV_ASSIGN_OR_RETURN(v.host, dev.AllocatePinnedHost(blocks * sizeof(uint64_t)));
-      v.capacity_blocks = blocks;
     }
   }
   {
     MutexLock l(mu_);
     jobs_.Init(slots_);
     fences_.resize(o.read_banks);
-    if (verify_ && !device_verdict_) verify_queue_.resize(o.read_banks);
     publish_scratch_.reserve(layers_);
   }
   for (uint32_t w = 0; w < o.read_workers; ++w) workers_.emplace_back([this, w] { ReadWorker(w); });
-  for (uint32_t v = 0; v < verifiers_.size(); ++v) {
-    verify_workers_.emplace_back([this, v] { VerifyWorker(v); });
-  }
   reaper_ = std::thread([this] { Reaper(); });
   return OkStatus();
 }
@@ -239,7 +224,7 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer) {
   MutexLock l(mu_);
   if (!device.ok()) return device;
   const RestoreJobState& st = job.state.Locked(mu_);
-  if (device_verdict_) {
+  if (verify_) {
     // The event says the layer's scatters ran, not that their verdicts were confirmed: a stripe
     // whose digest failed was gated off and fails in the reaper, so wait for it.
     job_cv_.Wait(l,
@@ -493,43 +478,6 @@ Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& ba
   return batch.Add({file, cur, buf + (cur - span.file_offset), end - cur, IoOp::kRead});
 }
 
-Status RestorePipeline::VerifyStripe(Verifier& v, RestoreJob& job, const Span& span, Bank& bank,
-                                     bool* unproven, bool* mismatch) {
-  *unproven = false;
-  *mismatch = false;
-  bank.device_loaded = false;
-  PayloadIntegrity& integrity = *context_.integrity;
-  RANGEKV_ASSIGN_OR_RETURN(const DigestBlocks blocks, integrity.PlanVerify(span));
-  if (blocks.count == 0 || blocks.count > v.capacity_blocks) {
-    return Internal("verify plan of " + std::to_string(blocks.count) + " digest blocks");
-  }
-  // Checked before any work is enqueued, so a failure here leaves the bank proven.
-  RANGEKV_RETURN_IF_ERROR(CheckBlocksInRead(span, blocks));
-  // From here on device work is enqueued: an error leaves its end unproven.
-  *unproven = true;
-  Stream& stream = *v.stream;
-  if (!bank.staging.empty()) {
-    // The digest runs where the data will be scattered from: copy it up first (the scatter
-    // then skips its own copy).
-    RANGEKV_RETURN_IF_ERROR(
-        stream.CopyHostToDevice(bank.device.data(), bank.staging.data(), span.length_bytes));
-    Count(&job, &Counters::h2d_copies);
-  }
-  uint64_t* out = static_cast<uint64_t*>(v.digests.data());
-  RANGEKV_RETURN_IF_ERROR(EnqueueDigests(job, stream, span, bank, blocks, out, nullptr, nullptr));
-  RANGEKV_RETURN_IF_ERROR(
-      stream.CopyDeviceToHost(v.host.data(), out, blocks.count * sizeof(uint64_t)));
-  RANGEKV_RETURN_IF_ERROR(stream.Record(*v.done));
-  RANGEKV_RETURN_IF_ERROR(v.done->Synchronize());
-  *unproven = false;
-  bank.device_loaded = !bank.staging.empty();
-  Count(&job, &Counters::verified_spans);
-  return integrity.Verify(
-      span, blocks.first_block,
-      std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(v.host.data()), blocks.count),
-      mismatch);
-}
-
 Status RestorePipeline::CheckBlocksInRead(const Span& span, const DigestBlocks& blocks) const {
   const uint64_t d = context_.integrity->block_tokens();
   const uint64_t s = context_.geometry.token_bytes;
@@ -661,72 +609,24 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
       bytes = batch.bytes_moved();
       Count(pick.job.get(), &Counters::restore_read_ns, SteadyNs() - submit_ns);
     }
-    banks_[pick.bank].device_loaded = false;
-    if (status.ok() && device_verdict_) {
+    if (status.ok() && verify_) {
       const uint64_t plan_start_ns = SteadyNs();
       status = PlanVerdict(span, banks_[pick.bank]);
       Count(pick.job.get(), &Counters::restore_verify_ns, SteadyNs() - plan_start_ns);
     }
     MutexLock l(mu_);
-    if (status.ok() && verify_ && !device_verdict_) {
-      // The bank stays owned by the stripe until its verify worker completes it; the queue has
-      // one entry per bank, so it never overflows.
-      RANGEKV_CHECK(verify_count_ < verify_queue_.size());
-      verify_queue_[(verify_head_ + verify_count_) % verify_queue_.size()] = {std::move(pick),
-                                                                              bytes};
-      ++verify_count_;
-      verify_cv_.NotifyOne();
-      continue;
-    }
-    CompleteRead(pick, status, bytes, /*unproven=*/false);
+    CompleteRead(pick, status, bytes);
   }
 }
 
-void RestorePipeline::VerifyWorker(uint32_t verifier) {
-  while (true) {
-    VerifyEntry entry;
-    {
-      MutexLock l(mu_);
-      while (verify_count_ == 0) {
-        if (jobs_.closing()) return;
-        verify_cv_.Wait(l);
-      }
-      entry = std::move(verify_queue_[verify_head_]);
-      verify_head_ = (verify_head_ + 1) % verify_queue_.size();
-      --verify_count_;
-    }
-    // As for the read worker: the plan and the bank are this stripe's until CompleteRead.
-    const ReadPick& pick = entry.pick;
-    const Span& span = pick.job->slot->plan[pick.stripe];
-    bool unproven = false;
-    bool mismatch = false;
-    const uint64_t verify_start_ns = SteadyNs();
-    Status status = VerifyStripe(verifiers_[verifier], *pick.job, span, banks_[pick.bank],
-                                 &unproven, &mismatch);
-    Count(pick.job.get(), &Counters::restore_verify_ns, SteadyNs() - verify_start_ns);
-    if (mismatch) {
-      Count(pick.job.get(), &Counters::checksum_failures);
-      context_.integrity->OnCorruption(span);
-    }
-    MutexLock l(mu_);
-    CompleteRead(pick, status, entry.bytes, unproven);
-  }
-}
-
-void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes,
-                                   bool unproven) {
+void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) {
   RestoreJob& job = *pick.job;
   RestoreJobState& st = job.state.Locked(mu_);
   Count(&job, &Counters::bytes_read, bytes);
   if (!status.ok()) {
     FailStripe(job, pick.stripe, status);
-    if (unproven) {
-      // Verification's device work may still touch the bank: never hand it out again.
-      QuarantineBank(job, pick.bank);
-    } else {
-      // The I/O engine returned the completion: nothing writes the bank any more.
-      ReleaseBank(pick.bank);
-    }
+    // The I/O engine returned the completion: nothing writes the bank any more.
+    ReleaseBank(pick.bank);
   } else if (st.cancelled) {
     st.progress.Drop(pick.stripe);
     Status& ls = st.layer_status[st.progress.LayerOf(pick.stripe)];
@@ -753,13 +653,13 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
   jobs_.PromoteBank(bank);
 
   Status e = OkStatus();
-  uint8_t* const verdict = device_verdict_ ? b.verdict_device.bytes() : nullptr;
+  uint8_t* const verdict = verify_ ? b.verdict_device.bytes() : nullptr;
   // With the device verdict on a staged device, the bank's own stream copies the stripe up,
   // digests, compares and copies the results back, and the job's stream waits for it on the
   // device (no host wait): stripes of one job are copied and verified side by side, and the
   // job's stream only scatters. Otherwise all of it goes on the job's stream in order.
   Stream& prep = b.verdict_stream != nullptr ? *b.verdict_stream : stream;
-  if (!b.staging.empty() && !b.device_loaded) {
+  if (!b.staging.empty()) {
     e = prep.CopyHostToDevice(b.device.data(), b.staging.data(), span.length_bytes);
     if (e.ok()) Count(&job, &Counters::h2d_copies);
   }
@@ -824,7 +724,7 @@ void RestorePipeline::Reaper() {
       proven = context_.hooks->scatter_fence_fault(entry.bank, layer);
     }
     Status verdict = OkStatus();
-    if (proven.ok() && device_verdict_) {
+    if (proven.ok() && verify_) {
       // The fence proved the copies back; the plan and the bank are this entry's until the
       // bank is released below.
       const uint64_t confirm_start_ns = SteadyNs();
@@ -848,7 +748,7 @@ void RestorePipeline::Reaper() {
     }
     st.bank_of[entry.stripe] = kNoBank;
     // A host wait on a layer (WaitLayer) also waits for its stripes' confirmations.
-    if (device_verdict_) job_cv_.NotifyAll();
+    if (verify_) job_cv_.NotifyAll();
     AfterProgress(job);
   }
 }
@@ -864,9 +764,7 @@ void RestorePipeline::DrainAll() {
     st.handle_done = true;  // surviving handles become inert
   }
   job_cv_.NotifyAll();
-  job_cv_.Wait(l, [&]() REQUIRES(mu_) {
-    return jobs_.active().empty() && fence_count_ == 0 && verify_count_ == 0;
-  });
+  job_cv_.Wait(l, [&]() REQUIRES(mu_) { return jobs_.active().empty() && fence_count_ == 0; });
   for (RestoreJob* owner : jobs_.owners()) {
     if (owner != nullptr) jobs_.ReturnSlot(*owner, owner->state.Locked(mu_));
   }
@@ -884,13 +782,10 @@ void RestorePipeline::Stop() {
     stopped_ = true;
     work_cv_.NotifyAll();
     reaper_cv_.NotifyAll();
-    verify_cv_.NotifyAll();
   }
   for (std::thread& t : workers_) t.join();
-  for (std::thread& t : verify_workers_) t.join();
   if (reaper_.joinable()) reaper_.join();
   workers_.clear();
-  verify_workers_.clear();
   // Readiness records and flag writes of drained jobs may still be queued on the job streams.
   for (auto& slot : slots_) {
     if (slot->stream == nullptr) continue;

@@ -9,35 +9,27 @@
 //     per layer, a device slot-mapping buffer of max_request_tokens entries with its pinned
 //     upload staging, and plan / view vectors reserved to their bounds;
 //   - `read_workers` threads, each with one preallocated IoBatch; when restores verify payload
-//     digests, as many verify worker threads, each with a stream and device + pinned digest
-//     buffers of one stripe's blocks; one fence reaper thread.
+//     digests, per bank a pinned and a device verdict buffer of one stripe's blocks (and, on a
+//     staged device, a stream and an event); one fence reaper thread.
 //
 // Flow of one stripe (stripe = one read span = one layer of one pack run):
 //   read worker: picks, round robin over the active jobs (JobSlots::ServiceOrder), the next job
 //     with a stripe inside its lookahead window and a bank it may take (unbound jobs only within
 //     the prefetch budget), marks it reading, submits the
 //     native read(s) to the I/O engine and waits for the completions (outside the lock);
-//   verify, device verdict (checksum=always; EngineContext::device_verdict, the default): the
-//     read worker plans the stripe's digest blocks and copies their recorded digests to the
-//     bank's pinned verdict buffer (PlanVerdict, outside the lock); the launch enqueues, before
-//     the scatter, [the stripe's H2D copy,] their upload, the digests with the comparison
-//     (setting the bank's mismatch word) and the computed digests' copy back, on the bank's own
-//     stream joined by an event when the device stages reads (several stripes are copied and
-//     verified side by side), else on the job's stream; the scatter is gated on the word, so a
-//     stripe that fails writes nothing into paged KV; the reaper confirms on the host
-//     (ConfirmVerdict) before the stripe counts as delivered, and fails it otherwise;
-//   verify, host verdict (the reference the fault tests compare with; before anything is
-//     scattered): the read worker hands the stripe (with its bank) to a verify worker through a
-//     queue and picks its next read at once; the read was widened to whole digest blocks by the
-//     planner; the verify worker digests the blocks on its own stream, outside the lock ([H2D
-//     copy from staging first], Digest launches, D2H of the digests), synchronises it and
-//     compares (PayloadIntegrity::Verify). A mismatch fails the stripe (checksum failure; the
-//     pack is dropped by OnCorruption); a device error that leaves the bank's use unproven
-//     quarantines the bank;
+//   verify (checksum=always), decided on the device: the read worker plans the stripe's digest
+//     blocks and copies their recorded digests to the bank's pinned verdict buffer
+//     (PlanVerdict, outside the lock); the launch enqueues, before the scatter, [the stripe's H2D
+//     copy,] their upload, the digests with the comparison (setting the bank's mismatch word) and
+//     the computed digests' copy back, on the bank's own stream joined by an event when the device
+//     stages reads (several stripes are copied and verified side by side), else on the job's
+//     stream; the scatter is gated on the word, so a stripe that fails writes nothing into paged
+//     KV; the reaper confirms on the host (ConfirmVerdict) before the stripe counts as delivered,
+//     and fails it otherwise;
 //   completion (under the lock): failed -> the stripe fails, its bank returns (the I/O
 //     completion proves the buffer is no longer written); cancelled job -> dropped, bank
 //     returns; slots not bound yet -> the stripe lands and keeps its bank; else -> launch;
-//   launch: [H2D copy from staging unless verify did it], one Scatter on the job's stream,
+//   launch: [H2D copy from staging], [the verdict], one Scatter on the job's stream,
 //     Record(bank event),
 //     hand (job, stripe, bank) to the reaper;
 //   reaper: Synchronize(bank event) outside the lock; success -> bank released, stripe
@@ -194,11 +186,7 @@ class RestorePipeline {
  private:
   struct Bank : BankMemory {
     std::unique_ptr<Event> fence;
-    // The last read's bytes are in `device` already (verification copied them up), so the
-    // scatter needs no H2D copy. Written by the read worker that owns the bank before
-    // CompleteRead (under mu_), read by LaunchScatter under mu_.
-    bool device_loaded = false;
-    // The device-side verdict (EngineContext::device_verdict): the blocks of the stripe last
+    // The verdict (checksum=always): the blocks of the stripe last
     // read into this bank, planned by its read worker outside the lock, and the buffers its
     // digest, comparison and gated scatter use. `verdict_host` (pinned) and `verdict_device`
     // share one layout: recorded digests (capacity u64), computed digests (capacity u64), the
@@ -213,17 +201,6 @@ class RestorePipeline {
     std::unique_ptr<Stream> verdict_stream;
     std::unique_ptr<Event> verified;
   };
-  // A read worker's digest resources (only when restores verify).
-  struct Verifier {
-    std::unique_ptr<Stream> stream;
-    // Marks the end of a stripe's digest work; its host wait sleeps (HostWait::kBlocking). A
-    // stream synchronize would spin on CUDA (one context on a many-core host), burning a core
-    // per verifier beside the threads that copy the reads.
-    std::unique_ptr<Event> done;
-    DeviceBuffer digests;   // one u64 per block of a stripe
-    PinnedHostBuffer host;  // the same, copied back for the comparison
-    uint64_t capacity_blocks = 0;
-  };
   struct ReadPick {
     std::shared_ptr<RestoreJob> job;
     uint32_t stripe = 0;
@@ -235,48 +212,34 @@ class RestorePipeline {
     uint32_t bank = 0;
     uint64_t enqueued_ns = 0;  // SteadyNs() at the scatter's enqueue (restore_deliver_ns)
   };
-  // A stripe whose read returned, awaiting its digest check on a verifier thread.
-  struct VerifyEntry {
-    ReadPick pick;
-    uint64_t bytes = 0;
-  };
 
   explicit RestorePipeline(const EngineContext& context);
   Status Init();
   void ReadWorker(uint32_t worker);
-  // Checks the digests of stripes the read workers handed over (checksum=always), so a read
-  // worker issues its next read as soon as its read returned.
-  void VerifyWorker(uint32_t verifier);
   void Reaper();
 
   bool PickRead(ReadPick* pick) REQUIRES(mu_);
   // Fills `batch` with the native reads of one stripe into `buf`.
   Status PrepareReads(const Span& span, uint8_t* buf, IoBatch& batch) const;
-  // Digests the blocks of `span` read into `bank` on the verifier's stream and compares them.
-  // Sets *unproven when a device error leaves the bank's use unproven (it must be quarantined),
-  // *mismatch when the comparison itself failed (a checksum failure of this span).
-  Status VerifyStripe(Verifier& verifier, RestoreJob& job, const Span& span, Bank& bank,
-                      bool* unproven, bool* mismatch);
-  // Device verdict, read worker (no lock): plans the digest blocks of the stripe read into
+  // Verdict, read worker (no lock): plans the digest blocks of the stripe read into
   // `bank` and copies their recorded digests into its pinned verdict buffer.
   Status PlanVerdict(const Span& span, Bank& bank);
-  // Device verdict, under the lock: enqueues the recorded digests' upload, the digest launches
+  // Verdict, under the lock: enqueues the recorded digests' upload, the digest launches
   // that compare with them, on `stream` before the gated scatter.
   Status EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span, Bank& bank)
       REQUIRES(mu_);
   // Enqueues the digests of `blocks` of the stripe in `bank` into `digests` (device memory),
-  // compared with `expected` into `*mismatch` when those are set.
+  // compared with `expected` into `*mismatch`.
   Status EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span, const Bank& bank,
                         const DigestBlocks& blocks, uint64_t* digests, const uint64_t* expected,
                         uint32_t* mismatch);
-  // Device verdict, fence reaper (no lock; the fence proved the copies back): the host compares
+  // Verdict, fence reaper (no lock; the fence proved the copies back): the host compares
   // the computed digests itself; a mismatch is a checksum failure (OnCorruption), and a device
   // verdict that disagrees fails the stripe too (its scatter may have been skipped).
   Status ConfirmVerdict(RestoreJob& job, const Span& span, const Bank& bank);
   // Both ends of a digest block must lie in the read buffer of `span` (the planner widened it).
   Status CheckBlocksInRead(const Span& span, const DigestBlocks& blocks) const;
-  void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes, bool unproven)
-      REQUIRES(mu_);
+  void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) REQUIRES(mu_);
   void LaunchScatter(const std::shared_ptr<RestoreJob>& job, uint32_t stripe, uint32_t bank)
       REQUIRES(mu_);
   void FailStripe(RestoreJob& job, uint32_t stripe, const Status& status) REQUIRES(mu_);
@@ -300,30 +263,22 @@ class RestorePipeline {
   std::vector<Bank> banks_;  // fixed after Init
   std::vector<std::unique_ptr<RestoreSlot>> slots_;
   std::vector<std::unique_ptr<IoBatch>> batches_;  // one per read worker
-  std::vector<Verifier> verifiers_;                // one per verify worker, when verifying
   const bool verify_;                              // checksum=always with an integrity hook
-  const bool device_verdict_;                      // verify_ decided on the device
   uint64_t verdict_capacity_ = 0;                  // digest blocks of one stripe, at most
 
   mutable Mutex mu_;
   CondVar work_cv_;    // read workers: a stripe or a bank may have become available
   CondVar reaper_cv_;  // reaper: a fence was queued
-  CondVar verify_cv_;  // verify workers: a read returned
   CondVar job_cv_;     // waiters: a layer was published or a job drained
   JobSlots<RestoreSlot, RestoreJob> jobs_ GUARDED_BY(mu_);
   // Fences awaiting the reaper, a ring with one entry per bank at most (no allocation).
   std::vector<FenceEntry> fences_ GUARDED_BY(mu_);
   size_t fence_head_ GUARDED_BY(mu_) = 0;
   size_t fence_count_ GUARDED_BY(mu_) = 0;
-  // Reads awaiting verification, a ring with one entry per bank at most (no allocation).
-  std::vector<VerifyEntry> verify_queue_ GUARDED_BY(mu_);
-  size_t verify_head_ GUARDED_BY(mu_) = 0;
-  size_t verify_count_ GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> publish_scratch_ GUARDED_BY(mu_);
   bool stopped_ GUARDED_BY(mu_) = false;
 
   std::vector<std::thread> workers_;
-  std::vector<std::thread> verify_workers_;
   std::thread reaper_;
 };
 

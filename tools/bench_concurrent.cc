@@ -34,6 +34,7 @@
 // round trip, the reads).
 #include <fcntl.h>
 #include <glob.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +82,7 @@ struct ConcurrentFlags {
   std::string mode = "embedded";  // embedded | service | both
   uint32_t client_read_threads = 0;  // service clients' read_io_threads (0: the engine's auto)
   uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
+  bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
 };
 
 // What a client process of the service mode is told, besides the flags above.
@@ -497,6 +499,7 @@ class Bench {
                                      "--client-read-banks",
                                      std::to_string(f_.client_read_banks)};
     if (f_.buffered) args.push_back("--buffered");
+    if (f_.pin_clients) args.push_back("--pin-clients");
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -832,7 +835,27 @@ void RunConcurrent(const ConcurrentFlags& f) {
   if (b.verify_failures() != 0) throw CLI::RuntimeError(2);
 }
 
+// Pins this process (still one thread: its later threads inherit the mask) to the index-th of
+// n equal shares of the CPUs it may use, as a node's serving instances are often pinned.
+void PinToShare(uint32_t index, uint32_t n) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) Fail("sched_getaffinity failed");
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  const size_t count = cpus.size();
+  size_t lo = index * count / n, hi = (index + 1) * count / n;
+  if (hi <= lo) lo = index % count, hi = lo + 1;  // fewer CPUs than clients
+  cpu_set_t share;
+  CPU_ZERO(&share);
+  for (size_t i = lo; i < hi; ++i) CPU_SET(cpus[i], &share);
+  if (sched_setaffinity(0, sizeof share, &share) != 0) Fail("sched_setaffinity failed");
+}
+
 void RunConcurrentClient(const ConcurrentFlags& f, const ClientFlags& c) {
+  if (f.pin_clients) PinToShare(c.index, c.n);
   SetMinLogLevel(LogLevel::kWarning);
   Bench b(f);
   b.Setup();
@@ -868,6 +891,9 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "its prefetch banks are capped one below)")
       ->check(CLI::Range(0u, 64u))
       ->capture_default_str();
+  cmd->add_flag("--pin-clients", f->pin_clients,
+                "--mode service: pin client i of N to the i-th of N equal shares of the CPUs (its "
+                "engine sizes its threads to that share)");
 }
 
 }  // namespace

@@ -57,6 +57,8 @@ struct BenchLookupConfig {
   uint64_t seed = 1;
   std::string json_path;
   std::string store;  // "": the directories alone; service | unix://PATH: engines (see below)
+  int64_t client_spin_us = -1;   // EngineOptions::store_service_spin_us; -1: its default
+  uint32_t service_spin_us = 0;  // ServiceOptions::request_spin of the in-process service
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -293,6 +295,7 @@ void RunEngineLookup(const BenchLookupConfig& cfg) {
     service::ServiceOptions so;
     so.root = (*scratch)->Join("service");
     so.socket_path = (*scratch)->Join("rangekv.sock");
+    so.request_spin = std::chrono::microseconds(cfg.service_spin_us);
     Result<std::unique_ptr<service::StoreService>> s = service::StoreService::Start(so);
     if (!s.ok()) Fail("store service: " + s.status().ToString());
     service = std::move(s).value();
@@ -313,6 +316,9 @@ void RunEngineLookup(const BenchLookupConfig& cfg) {
     if (through_service) {
       eo.store_service = "unix://" + socket;
       eo.tenant = "bench-lookup";
+      if (cfg.client_spin_us >= 0) {
+        eo.store_service_spin_us = static_cast<uint32_t>(cfg.client_spin_us);
+      }
     } else {
       eo.store_dir = (*scratch)->Join("embedded");
     }
@@ -392,10 +398,11 @@ void RunEngineLookup(const BenchLookupConfig& cfg) {
 
   std::printf(
       "rangekv bench lookup --store %s: Engine::Lookup of a %llu-token prefix + %llu-token "
-      "suffix (T=%llu, %u packs), %u reps (median)\n",
+      "suffix (T=%llu, %u packs), %u reps (median); polling for replies %u us, for requests %u "
+      "us\n",
       cfg.store.c_str(), static_cast<unsigned long long>(cfg.prefix_tokens),
       static_cast<unsigned long long>(cfg.suffix_tokens), static_cast<unsigned long long>(T), packs,
-      cfg.reps);
+      cfg.reps, engines[1]->options().store_service_spin_us, cfg.service_spin_us);
   std::printf("%-9s %11s %10s %9s %9s %9s %8s %11s\n", "engine", "granularity", "median_us",
               "p10_us", "p90_us", "hit", "records", "x embedded");
   nlohmann::json results = nlohmann::json::array();
@@ -435,6 +442,8 @@ void RunEngineLookup(const BenchLookupConfig& cfg) {
                         {"reps", cfg.reps},
                         {"warmup", cfg.warmup},
                         {"worst_ratio_to_embedded", worst},
+                        {"client_spin_us", engines[1]->options().store_service_spin_us},
+                        {"service_spin_us", cfg.service_spin_us},
                         {"machine", MachineLine()},
                         {"date", DateUtc()}};
     WriteJson(cfg.json_path, j);
@@ -463,6 +472,13 @@ void AddBenchLookupCommand(CLI::App& bench) {
   cmd->add_option("--store", cfg->store,
                   "service | unix://PATH: time Engine::Lookup embedded against through a store "
                   "service (started in-process, or the one at PATH) instead");
+  cmd->add_option("--client-spin-us", cfg->client_spin_us,
+                  "With --store: how long the client polls for each reply before sleeping "
+                  "(EngineOptions::store_service_spin_us; default: its default)");
+  cmd->add_option("--service-spin-us", cfg->service_spin_us,
+                  "With --store service: how long the in-process service polls for a session's "
+                  "next request before sleeping")
+      ->capture_default_str();
   cmd->callback([cfg] { cfg->store.empty() ? RunBenchLookup(*cfg) : RunEngineLookup(*cfg); });
 }
 

@@ -161,6 +161,11 @@ struct EngineOptions {
   std::string store_service;
   // Quota account at the store service (1-64 of [A-Za-z0-9._-]).
   std::string tenant = "default";
+  // How long a call to the store service (a lookup, a claim, a reservation) polls for the
+  // reply before its thread sleeps. The caller waits for that reply anyway; the poll spares it
+  // a wake-up, which on a VM whose vCPU went idle costs tens of microseconds
+  // (docs/store-service.md "Latency"). 0: sleep at once. At most 10,000.
+  uint32_t store_service_spin_us = 200;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
   // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when
@@ -204,7 +209,7 @@ struct EngineOptions {
   uint64_t read_bank_bytes = 0;
   uint32_t read_workers = 4;  // restore threads, each with one stripe span in flight
   // Threads of the read I/O engine (posix: pread threads; uring: rings, one thread each; cufile:
-  // threads). 0 = auto: on a buffered pack file max(read_workers, min(hardware threads,
+  // threads). 0 = auto: on a buffered pack file max(read_workers, min(usable CPUs,
   // kMaxAutoReadIoThreads)), since page-cache reads are memory copies that scale with the
   // threads doing them; on O_DIRECT 2 x read_workers (with fill_reads each span goes out as
   // 4 MiB requests, two spans' worth in flight per worker, so the first layer's pieces are not

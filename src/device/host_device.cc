@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/cpus.h"
 #include "base/log.h"
 #include "base/thread_annotations.h"
 #include "base/units.h"
@@ -667,7 +668,7 @@ class HostDevice final : public Device {
  public:
   explicit HostDevice(const HostDeviceOptions& options) : options_(options) {
     uint32_t threads = options.worker_threads;
-    if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+    if (threads == 0) threads = std::clamp(UsableCpus(), 1u, 16u);
     // The stream worker running an operation is one of its threads: the pool adds the rest.
     if (threads > 1) pool_ = std::make_shared<WorkerPool>(threads - 1);
     caps_.kind = DeviceKind::kHost;

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <thread>
 
+#include "base/cpus.h"
 #include "base/log.h"
 #include "base/units.h"
 #include "directory/ticket.h"
@@ -214,6 +215,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.journal.checkpoint_interval_ms = options_.durability.checkpoint_interval_ms;
   so.service = options_.store_service;
   so.tenant = options_.tenant;
+  so.service_spin_us = options_.store_service_spin_us;
   so.max_removed_ranges = options_.max_removed_ranges;
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
@@ -236,8 +238,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     }
   }
 
-  const ReadIoPlan read_plan = PlanReadIo(options_, !store_->file()->direct(),
-                                          std::thread::hardware_concurrency());
+  const ReadIoPlan read_plan = PlanReadIo(options_, !store_->file()->direct(), UsableCpus());
   options_.read_io_threads = read_plan.threads;
   uint64_t write_split = 0;
   const std::string split_desc = ResolveIoSplit(read_plan, &write_split);

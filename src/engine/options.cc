@@ -174,6 +174,9 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   if (!o.store_service.empty() && o.ablations.index != Ablations::Index::kTree) {
     return Bad("store_service", "the index ablation (index=scalar) needs an embedded store");
   }
+  if (o.store_service_spin_us > 10000) {
+    return Bad("store_service_spin_us", "at most 10000 (10 ms of polling per call)");
+  }
   if (o.read_bank_bytes == 0) o.read_bank_bytes = w;
   if (o.store_bank_bytes == 0) {
     const auto b = CheckedMul(2ull * o.layer_group, w);
@@ -247,7 +250,7 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
   return o;
 }
 
-ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t hardware_threads) {
+ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t usable_cpus) {
   ReadIoPlan plan;
   uint32_t threads = 0;
   std::string reason;
@@ -255,9 +258,9 @@ ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t hardware_t
     threads = o.read_io_threads;
     reason = "configured";
   } else if (buffered) {
-    const uint32_t hw = std::max<uint32_t>(hardware_threads, 1);
+    const uint32_t hw = std::max<uint32_t>(usable_cpus, 1);
     threads = std::max(o.read_workers, std::min(hw, kMaxAutoReadIoThreads));
-    reason = "auto: " + std::to_string(hw) + " hardware threads, buffered";
+    reason = "auto: " + std::to_string(hw) + " usable CPUs, buffered";
   } else {
     threads = 2 * o.read_workers;
     reason = "auto: 2 x read_workers, O_DIRECT";

@@ -29,14 +29,15 @@ inline constexpr uint64_t kMaxRequestTokens = 1ull << 28;
 Result<EngineOptions> ResolveOptions(const EngineOptions& options, const Geometry& geometry);
 
 // The read side's I/O concurrency (EngineOptions::read_io_threads, io_split_bytes under
-// kIoSplitFillReads) for a resolved `options` whose pack file is buffered or not, on a machine of
-// `hardware_threads` (0: unknown, taken as 1). Pure: Open calls it once the pack file is open.
+// kIoSplitFillReads) for a resolved `options` whose pack file is buffered or not, in a process
+// that may run on `usable_cpus` (UsableCpus(); 0: unknown, taken as 1). Pure: Open calls it
+// once the pack file is open.
 struct ReadIoPlan {
   uint32_t threads = 0;
   uint64_t fill_split_bytes = 0;  // kIoSplitFillReads only: the read split (0: whole spans)
-  std::string why;                // "16 threads (auto: 16 hardware threads, buffered)"
+  std::string why;                // "16 threads (auto: 16 usable CPUs, buffered)"
 };
-ReadIoPlan PlanReadIo(const EngineOptions& options, bool buffered, uint32_t hardware_threads);
+ReadIoPlan PlanReadIo(const EngineOptions& options, bool buffered, uint32_t usable_cpus);
 
 // capacity_bytes / pack_bytes; kInvalidArgument when below one pack or above the format's
 // pack count bound.

@@ -116,6 +116,9 @@ TEST(ResolveOptionsTest, EachBadFieldIsNamed) {
   o = Base();
   o.io_split_bytes = 100;
   ExpectBad(o, "io_split_bytes");
+  o = Base();
+  o.store_service_spin_us = 10001;
+  ExpectBad(o, "store_service_spin_us");
 }
 
 TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesAndTheWorkersOnDirectOnes) {
@@ -124,7 +127,7 @@ TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesAndTheWorkersOnDire
   ReadIoPlan p = PlanReadIo(o, /*buffered=*/true, 16);
   EXPECT_EQ(p.threads, 16u);
   EXPECT_EQ(p.fill_split_bytes, kFillSplitBytes);
-  EXPECT_EQ(p.why, "16 threads (auto: 16 hardware threads, buffered)");
+  EXPECT_EQ(p.why, "16 threads (auto: 16 usable CPUs, buffered)");
   // More cores than the cap.
   p = PlanReadIo(o, true, 128);
   EXPECT_EQ(p.threads, kMaxAutoReadIoThreads);

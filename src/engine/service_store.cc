@@ -261,6 +261,7 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
     LoseConnection(sent);
     return Unavailable("store service: " + sent.ToString());
   }
+  service::SpinUntilReadable(fd_, options_.reply_spin);
   auto frame = service::ReceiveFrame(fd_);
   if (!frame.ok()) {
     LoseConnection(frame.status());

@@ -55,6 +55,8 @@ struct ServiceStoreOptions {
   bool direct = true;
   uint64_t digest_block_tokens = 0;
   std::chrono::milliseconds reconnect_interval{200};
+  // How long a call polls for its reply before sleeping (service::SpinUntilReadable).
+  std::chrono::microseconds reply_spin{0};
 };
 
 class ServiceStore final : public RangeIndex, public PayloadIntegrity, public GenerationView {

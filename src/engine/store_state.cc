@@ -61,6 +61,7 @@ Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOpti
   so.capacity_bytes = o.capacity_bytes;
   so.direct = o.direct == DirectIo::kPreferred;
   so.digest_block_tokens = o.digest_block_tokens;
+  so.reply_spin = std::chrono::microseconds(o.service_spin_us);
   RANGEKV_ASSIGN_OR_RETURN(auto service, ServiceStore::Connect(so));
   return std::unique_ptr<StoreState>(new StoreState(o.env, std::move(service)));
 }

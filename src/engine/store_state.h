@@ -71,9 +71,11 @@ struct StoreStateOptions {
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
   // Service mode (EngineOptions::store_service): the index lives in the node's store service
   // at this address; `dir`, `pack_count`, `directory`, `permissions` and `journal` are the
-  // service's business then. `tenant` names the quota account.
+  // service's business then. `tenant` names the quota account; a call to the service polls
+  // `service_spin_us` for its reply before sleeping.
   std::string service;
   std::string tenant = "default";
+  uint32_t service_spin_us = 0;
 };
 
 class StoreState {

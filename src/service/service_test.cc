@@ -13,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "engine/engine_test_util.h"
@@ -450,6 +452,70 @@ TEST_F(ServiceTest, QueryBufferIsASealedMemfdAndSharedQueriesStayInsideIt) {
   EXPECT_GT(r->lookup.hit_tokens, 0u);
   EXPECT_EQ(r->mismatches, 0u);
   EXPECT_GE(service_->stats().shared_queries, shared_before + 2);  // b's lookup and claim
+}
+
+// The service reads shared queries where the client wrote them. A client that rewrites its
+// buffer while the service walks the index with it gets answers (hits, misses or errors) for
+// its own requests only: the service keeps serving it and everyone else, bit for bit.
+TEST_F(ServiceTest, AClientRewritingItsQueryBufferMidWalkHurtsNobody) {
+  Engine& a = Client();
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
+
+  const uint64_t bytes = tokens.size() * sizeof(int32_t);
+  const uint64_t kBytes = (bytes + 4095) / 4096 * 4096;
+  auto fd = RawHello(socket_);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  const int buffer = QueryMemfd(kBytes, true);
+  ASSERT_GE(buffer, 0);
+  void* map = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, buffer, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* shared = static_cast<int32_t*>(map);
+  std::memcpy(shared, tokens.data(), bytes);
+  std::vector<uint8_t> attach;
+  Encode(AttachQueryBufferRequest{kBytes}, &attach);
+  ASSERT_TRUE(SendWithFd(*fd, MessageType::kAttachQueryBuffer, attach, buffer).ok());
+  ::close(buffer);
+
+  // The writer flips tokens of the stored prefix back and forth while the lookups walk it.
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    uint64_t i = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const size_t at = (i * 7919) % tokens.size();
+      volatile int32_t* slot = shared + at;
+      *slot = (i & 1) != 0 ? tokens[at] : tokens[at] ^ 0x5a5a;
+      ++i;
+    }
+  });
+  int answered = 0;
+  for (int i = 0; i < 300; ++i) {
+    LookupSharedRequest lookup;
+    lookup.envelope.request_id = "rewritten-" + std::to_string(i);
+    lookup.granularity_tokens = kGranularity;
+    lookup.token_count = static_cast<uint32_t>(tokens.size());
+    std::vector<uint8_t> body;
+    Encode(lookup, &body);
+    const Status reply =
+        SendRaw(*fd, Frame(static_cast<uint16_t>(MessageType::kLookupShared), body));
+    ASSERT_NE(reply.code(), StatusCode::kUnavailable) << "the service hung up at lookup " << i;
+    ++answered;
+  }
+  stop.store(true);
+  writer.join();
+  EXPECT_EQ(answered, 300);
+  ::munmap(map, kBytes);
+  ::close(*fd);
+
+  // Everyone else is served bit for bit.
+  Engine& b = Client();
+  auto dst = Fixture(b);
+  auto r = RestoreAndVerify(b, *dst, Envelope("after-rewrites"), tokens, kGranularity, kSeed, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+  EXPECT_GT(r->lookup.hit_tokens, 0u);
+  EXPECT_EQ(r->mismatches, 0u);
 }
 
 TEST_F(ServiceTest, IdsOfOtherSessionsAreRefusedAndTheConnectionStays) {

@@ -203,6 +203,7 @@ bool StoreService::Reply(Session& s, uint16_t type, const Status& status,
 void StoreService::RunSession(Session* session) {
   Session& s = *session;
   for (;;) {
+    SpinUntilReadable(s.fd, options_.request_spin);
     const Status received = ReceiveFrameInto(s.fd, &s.frame);
     if (!received.ok()) {
       const StatusCode c = received.code();
@@ -444,22 +445,31 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   StoreState& st = *s.store->state;
   Directory& d = st.directory();
   Status status;
-  // A shared lookup / claim: its tokens, copied out of the client's buffer into the session's
-  // reused vector (the client may rewrite its buffer at any time; the directory walks a copy).
-  auto shared_tokens = [&](uint32_t count, std::vector<int32_t>* tokens) -> Status {
+  // A shared lookup / claim: its tokens, read where the client wrote them (its query buffer,
+  // mapped read-only). The client may rewrite the buffer while the directory reads it; that
+  // is safe for the service and for every other client: the lookup walk and the claim use token
+  // values only in comparisons, a child lookup and digests, never as a size, an offset or an
+  // index (RadixTree::Walk, TokenDigest), and the mapping cannot shrink (F_SEAL_SHRINK). Such
+  // a client can only get a wrong answer for its own request, in its own namespace, whose pack
+  // file it can read anyway. (Walking a copy instead cost one more 512 KiB pass per 128K-token
+  // query: docs/store-service.md "Latency".)
+  auto shared_tokens = [&](uint32_t count, std::vector<int32_t>* scratch,
+                           std::span<const int32_t>* tokens) -> Status {
     if (s.query == nullptr) return FailedPrecondition("no query buffer attached to this session");
     if (uint64_t{count} * 4 > s.query_bytes) {
       return OutOfRange(std::to_string(count) + " tokens do not fit the " +
                         std::to_string(s.query_bytes) + "-byte query buffer");
     }
-    tokens->resize(count);
     shared_queries_.fetch_add(1, std::memory_order_relaxed);
     if constexpr (std::endian::native == std::endian::little) {
-      if (count != 0) std::memcpy(tokens->data(), s.query, size_t{count} * 4);
+      // The mapping is page-aligned and the tokens start it: aligned int32 values.
+      *tokens = {reinterpret_cast<const int32_t*>(s.query), count};
     } else {
+      scratch->resize(count);
       for (uint32_t i = 0; i < count; ++i) {
-        (*tokens)[i] = static_cast<int32_t>(coding::LoadU32(s.query + 4 * size_t{i}));
+        (*scratch)[i] = static_cast<int32_t>(coding::LoadU32(s.query + 4 * size_t{i}));
       }
+      *tokens = *scratch;
     }
     return OkStatus();
   };
@@ -473,18 +483,23 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
     case MessageType::kLookupShared:
     case MessageType::kLookup: {
       LookupRequest& m = s.lookup;  // its token vector keeps its capacity
+      std::span<const int32_t> tokens;
       if (t == MessageType::kLookupShared) {
         LookupSharedRequest h;
         if (Status v = Decode(body, &h); !v.ok()) return bad_body(v);
-        if (Status v = shared_tokens(h.token_count, &m.tokens); !v.ok()) return bad_body(v);
+        if (Status v = shared_tokens(h.token_count, &m.tokens, &tokens); !v.ok()) {
+          return bad_body(v);
+        }
         m.envelope = std::move(h.envelope);
         m.granularity_tokens = h.granularity_tokens;
       } else if (Status v = Decode(body, &m); !v.ok()) {
         return bad_body(v);
+      } else {
+        tokens = m.tokens;
       }
       status = WithPrefix(s.prefix, &m.envelope);
       if (!status.ok()) break;
-      auto ticket = d.Lookup(st.ns(), m.tokens, m.envelope, m.granularity_tokens);
+      auto ticket = d.Lookup(st.ns(), tokens, m.envelope, m.granularity_tokens);
       if (!ticket.ok()) {
         status = ticket.status();
         break;
@@ -500,19 +515,24 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
     case MessageType::kClaimShared:
     case MessageType::kClaim: {
       ClaimRequest& m = s.claim;
+      std::span<const int32_t> tokens;
       if (t == MessageType::kClaimShared) {
         ClaimSharedRequest h;
         if (Status v = Decode(body, &h); !v.ok()) return bad_body(v);
-        if (Status v = shared_tokens(h.token_count, &m.tokens); !v.ok()) return bad_body(v);
+        if (Status v = shared_tokens(h.token_count, &m.tokens, &tokens); !v.ok()) {
+          return bad_body(v);
+        }
         m.ticket = std::move(h.ticket);
         m.envelope = std::move(h.envelope);
         m.endpoint_tokens = h.endpoint_tokens;
       } else if (Status v = Decode(body, &m); !v.ok()) {
         return bad_body(v);
+      } else {
+        tokens = m.tokens;
       }
       status = WithPrefix(s.prefix, &m.envelope);
       if (!status.ok()) break;
-      auto claim = d.ClaimBytes(st.ns(), m.ticket, m.envelope, m.tokens, m.endpoint_tokens);
+      auto claim = d.ClaimBytes(st.ns(), m.ticket, m.envelope, tokens, m.endpoint_tokens);
       if (!claim.ok()) {
         status = claim.status();
         break;

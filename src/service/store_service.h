@@ -41,6 +41,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -68,6 +69,10 @@ struct ServiceOptions {
   uint64_t orphan_grace_ms = 10000;
   uint64_t restart_fence_ms = 1000;
   Env* env = nullptr;  // nullptr: DefaultEnv()
+  // How long a session polls for its client's next request before sleeping
+  // (SpinUntilReadable): a lookup followed by its claim, or a burst of lookups, then skips the
+  // wake-up of a sleeping session thread. Costs up to this much CPU after every reply.
+  std::chrono::microseconds request_spin{0};
   // Test seam: the uid peers must have (default: the service's effective uid).
   std::optional<uint32_t> peer_uid;
 };

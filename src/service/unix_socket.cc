@@ -1,6 +1,8 @@
 #include "service/unix_socket.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -192,6 +194,18 @@ Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_
     fd_sent = true;
     done += static_cast<size_t>(w);
   }
+}
+
+void SpinUntilReadable(int fd, std::chrono::microseconds spin) {
+  if (spin.count() <= 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + spin;
+  do {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) return;  // readable, hung up, in error, or poll itself failed
+    // A thread that waits for this one's peer on this CPU (an oversubscribed machine) runs
+    // first: polling must never delay the reply it polls for.
+    sched_yield();
+  } while (std::chrono::steady_clock::now() < deadline);
 }
 
 Status ReceiveFrameInto(int fd, ReceivedFrame* f) {

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -47,6 +48,13 @@ struct ReceivedFrame {
   std::vector<uint8_t> body;
   int passed_fd = -1;  // owned by the receiver; -1 when none came
 };
+// Polls `fd` without sleeping, for at most `spin`, until it is readable, closed or in error;
+// returns at once when `spin` is zero. A caller that then receives sleeps only if nothing came
+// within `spin`. Why poll at all: a thread asleep in recvmsg is woken by the sender's CPU, and
+// where its own CPU went idle (a VM's vCPU halts) that wake-up goes through the hypervisor and
+// costs tens of microseconds, more than a whole index operation (docs/store-service.md).
+void SpinUntilReadable(int fd, std::chrono::microseconds spin);
+
 // Receives one frame. kUnavailable on end of file (the peer closed), kCorruption /
 // kWrongVersion / kInvalidArgument / kResourceExhausted for a bad header (DecodeHeader),
 // kTruncated for a body cut short by the peer closing. At most one passed descriptor is kept;

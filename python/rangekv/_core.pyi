@@ -138,6 +138,7 @@ class Engine:
         max_removed_ranges: int = 4096,
         store_service: str = "",
         tenant: str = "default",
+        store_service_spin_us: int = 200,
     ) -> None: ...
     @property
     def geometry(self) -> dict[str, Any]: ...

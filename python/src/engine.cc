@@ -623,12 +623,12 @@ void RegisterEngine(nb::module_& m) {
              std::vector<std::string> tags, uint64_t stripe_bytes, uint64_t capacity_bytes,
              std::string device, uint32_t cuda_device, std::string io_engine, bool direct_io,
              std::string checksum, std::string durability, uint64_t checkpoint_interval_ms,
-             std::string ablations, uint32_t read_banks,
-             uint64_t read_bank_bytes, uint32_t read_workers, uint32_t prefetch_banks,
-             uint32_t lookahead_layers, uint32_t max_inflight_restores, uint32_t store_banks,
-             uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
-             uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens,
-             uint64_t max_removed_ranges, std::string store_service, std::string tenant) {
+             std::string ablations, uint32_t read_banks, uint64_t read_bank_bytes,
+             uint32_t read_workers, uint32_t prefetch_banks, uint32_t lookahead_layers,
+             uint32_t max_inflight_restores, uint32_t store_banks, uint64_t store_bank_bytes,
+             uint32_t group_workers, uint32_t write_workers, uint32_t layer_group,
+             uint32_t max_inflight_stores, uint64_t max_request_tokens, uint64_t max_removed_ranges,
+             std::string store_service, std::string tenant, uint32_t store_service_spin_us) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -684,6 +684,7 @@ void RegisterEngine(nb::module_& m) {
             o.max_removed_ranges = max_removed_ranges;
             o.store_service = std::move(store_service);
             o.tenant = std::move(tenant);
+            o.store_service_spin_us = store_service_spin_us;
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -695,15 +696,15 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("capacity_bytes") = 16ull << 30, nb::arg("device") = "auto",
           nb::arg("cuda_device") = 0, nb::arg("io_engine") = "auto", nb::arg("direct_io") = true,
           nb::arg("checksum") = "always", nb::arg("durability") = "periodic:200",
-          nb::arg("checkpoint_interval_ms") = 60000, nb::arg("ablations") = "", nb::arg("read_banks") = 8,
-          nb::arg("read_bank_bytes") = 0, nb::arg("read_workers") = 4,
+          nb::arg("checkpoint_interval_ms") = 60000, nb::arg("ablations") = "",
+          nb::arg("read_banks") = 8, nb::arg("read_bank_bytes") = 0, nb::arg("read_workers") = 4,
           nb::arg("prefetch_banks") = 7, nb::arg("lookahead_layers") = 4,
           nb::arg("max_inflight_restores") = 16, nb::arg("store_banks") = 8,
           nb::arg("store_bank_bytes") = 0, nb::arg("group_workers") = 8,
           nb::arg("write_workers") = 32, nb::arg("layer_group") = 4,
           nb::arg("max_inflight_stores") = 16, nb::arg("max_request_tokens") = 262144,
           nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",
-          nb::arg("tenant") = "default",
+          nb::arg("tenant") = "default", nb::arg("store_service_spin_us") = 200,
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error.")
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")

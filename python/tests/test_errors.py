@@ -327,6 +327,8 @@ def test_engine_option_errors(store_dir, tmp_path):
         rangekv.Engine(store_dir, **engine_kwargs(ablations="index=bogus"))
     with pytest.raises(rangekv.InvalidArgument, match="checkpoint_interval_ms"):
         rangekv.Engine(store_dir, **engine_kwargs(checkpoint_interval_ms=86_400_001))
+    with pytest.raises(rangekv.InvalidArgument, match="store_service_spin_us"):
+        rangekv.Engine(store_dir, **engine_kwargs(store_service_spin_us=10_001))
     if not _core.HAVE_PACKED_LAYOUTS:
         with pytest.raises(rangekv.Unimplemented, match="packed_nhd"):
             rangekv.Engine(store_dir, **engine_kwargs(layout="packed_nhd"))

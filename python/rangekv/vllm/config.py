@@ -59,6 +59,8 @@ KEYS: dict[str, _Key] = {
     "store": _Key("embedded", "store", "where the index lives: 'embedded' (in the worker process) "
                   "or 'unix:///run/rangekv.sock' (the node's store service, `rangekv serve`)"),
     "tenant": _Key("default", "str", "quota account at the store service (1-64 of [A-Za-z0-9._-])"),
+    "store_service_spin_us": _Key(200, "int", "with a store service: how long a call polls for its "
+                                  "reply before sleeping (us; 0 sleeps at once)"),
     "capacity": _Key(16 << 30, "size", "capacity bound of each rank's pack file (bytes or '512GiB')"),
     "stripe_bytes": _Key(32 << 20, "size", "stripe size W (bytes); a pack is layers x W"),
     "io_engine": _Key("auto", "choice", "I/O engine", ("auto", "posix", "uring")),
@@ -118,6 +120,7 @@ class ConnectorConfig:
     store_dir: str
     store: str
     tenant: str
+    store_service_spin_us: int
     capacity: int
     stripe_bytes: int
     io_engine: str

@@ -122,6 +122,16 @@ class ServiceTest : public ::testing::Test {
     EXPECT_TRUE(f.ok()) << f.status().ToString();
     return std::move(f).value();
   }
+  // A new client restores `tokens` (stored with kSeed) through the service, bit for bit.
+  void ExpectANewClientRestores(const std::vector<int32_t>& tokens, const std::string& request) {
+    Engine& b = Client();
+    auto dst = Fixture(b);
+    auto r = RestoreAndVerify(b, *dst, Envelope(request), tokens, kGranularity, kSeed, 2);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+    EXPECT_GT(r->lookup.hit_tokens, 0u);
+    EXPECT_EQ(r->mismatches, 0u);
+  }
 
   testing::TempDir dir_;
   std::string socket_ = dir_.Join("s.sock");
@@ -444,13 +454,7 @@ TEST_F(ServiceTest, QueryBufferIsASealedMemfdAndSharedQueriesStayInsideIt) {
   auto src = Fixture(a);
   const auto tokens = ClientTokens(0);
   ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
-  Engine& b = Client();
-  auto dst = Fixture(b);
-  auto r = RestoreAndVerify(b, *dst, Envelope("r"), tokens, kGranularity, kSeed, 2);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
-  EXPECT_GT(r->lookup.hit_tokens, 0u);
-  EXPECT_EQ(r->mismatches, 0u);
+  ExpectANewClientRestores(tokens, "r");
   EXPECT_GE(service_->stats().shared_queries, shared_before + 2);  // b's lookup and claim
 }
 
@@ -509,13 +513,7 @@ TEST_F(ServiceTest, AClientRewritingItsQueryBufferMidWalkHurtsNobody) {
   ::close(*fd);
 
   // Everyone else is served bit for bit.
-  Engine& b = Client();
-  auto dst = Fixture(b);
-  auto r = RestoreAndVerify(b, *dst, Envelope("after-rewrites"), tokens, kGranularity, kSeed, 2);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
-  EXPECT_GT(r->lookup.hit_tokens, 0u);
-  EXPECT_EQ(r->mismatches, 0u);
+  ExpectANewClientRestores(tokens, "after-rewrites");
 }
 
 TEST_F(ServiceTest, IdsOfOtherSessionsAreRefusedAndTheConnectionStays) {

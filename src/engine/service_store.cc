@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "engine/table_integrity.h"
 #include "env/posix_env.h"
 #include "service/unix_socket.h"
 
@@ -565,28 +566,17 @@ Result<DigestBlocks> ServiceStore::PlanVerify(const Span& span) {
     plan = fetched.ok() ? digests_->PlanVerify(span.pack_slot, span.generation, begin, end)
                         : Result<persist::VerifyPlan>(fetched);
   }
-  if (!plan.ok()) {
-    // Another stripe's OnCorruption may have dropped the pack meanwhile: report that cause.
-    if (dropped_.Contains(span.pack_slot, span.generation)) {
-      return DroppedGenerations::Error(span.pack_slot, span.generation);
-    }
-    return plan.status();
-  }
-  return DigestBlocks{plan->first_block, plan->block_count, plan->stored_tokens};
+  // Another stripe's OnCorruption may have dropped the pack meanwhile.
+  return TableBlocks(dropped_, span, plan);
 }
 
 Status ServiceStore::Verify(const Span& span, uint64_t first_block,
                             std::span<const uint64_t> computed, bool* mismatch) {
-  const Status compared =
-      digests_->Compare(span.pack_slot, span.generation, span.layer, first_block, computed);
-  *mismatch = compared.code() == StatusCode::kCorruption;
-  return dropped_.Cause(span.pack_slot, span.generation, compared);
+  return TableVerify(*digests_, dropped_, span, first_block, computed, mismatch);
 }
 
 Status ServiceStore::Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) {
-  return dropped_.Cause(
-      span.pack_slot, span.generation,
-      digests_->Recorded(span.pack_slot, span.generation, span.layer, first_block, out));
+  return TableExpected(*digests_, dropped_, span, first_block, out);
 }
 
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "engine/table_integrity.h"
 
 namespace rangekv::engine_internal {
 
@@ -38,31 +39,19 @@ Result<DigestBlocks> StoreIntegrity::PlanVerify(const Span& span) {
   if (dropped_.Contains(span.pack_slot, span.generation)) {
     return DroppedGenerations::Error(span.pack_slot, span.generation);
   }
-  Result<persist::VerifyPlan> plan =
-      digests_->PlanVerify(span.pack_slot, span.generation, span.pack_token_begin,
-                           span.pack_token_begin + span.tokens());
-  if (!plan.ok()) {
-    // OnCorruption of another stripe may have dropped the digests since the check above.
-    if (dropped_.Contains(span.pack_slot, span.generation)) {
-      return DroppedGenerations::Error(span.pack_slot, span.generation);
-    }
-    return plan.status();
-  }
-  return DigestBlocks{plan->first_block, plan->block_count, plan->stored_tokens};
+  // OnCorruption of another stripe may drop the digests after the check above.
+  return TableBlocks(dropped_, span,
+                     digests_->PlanVerify(span.pack_slot, span.generation, span.pack_token_begin,
+                                          span.pack_token_begin + span.tokens()));
 }
 
 Status StoreIntegrity::Verify(const Span& span, uint64_t first_block,
                               std::span<const uint64_t> computed, bool* mismatch) {
-  const Status compared =
-      digests_->Compare(span.pack_slot, span.generation, span.layer, first_block, computed);
-  *mismatch = compared.code() == StatusCode::kCorruption;
-  return dropped_.Cause(span.pack_slot, span.generation, compared);
+  return TableVerify(*digests_, dropped_, span, first_block, computed, mismatch);
 }
 
 Status StoreIntegrity::Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) {
-  return dropped_.Cause(
-      span.pack_slot, span.generation,
-      digests_->Recorded(span.pack_slot, span.generation, span.layer, first_block, out));
+  return TableExpected(*digests_, dropped_, span, first_block, out);
 }
 
 

@@ -798,6 +798,14 @@ TEST(IoEngineFactoryTest, UringIsUsableOrUnavailableWithAReason) {
   EXPECT_EQ((*uring)->caps().max_inflight_spans, 4u * 8u);
   IoBuffer too_big{reinterpret_cast<void*>(4096), (1ull << 30) + 1};
   EXPECT_EQ((*uring)->RegisterBuffers({&too_big, 1}).code(), StatusCode::kInvalidArgument);
+  // Each of the 4 rings would pin 2 GiB again: refused before anything is pinned (the addresses
+  // are never touched), and the engine runs without registered buffers.
+  const IoBuffer two_gib[] = {{reinterpret_cast<void*>(1ull << 40), 1ull << 30},
+                              {reinterpret_cast<void*>((1ull << 40) + (1ull << 30)), 1ull << 30}};
+  const Status refused = (*uring)->RegisterBuffers(two_gib);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("without registered buffers"), std::string::npos);
+  EXPECT_EQ((*uring)->caps().buffers_registered, 0u);
 }
 
 }  // namespace

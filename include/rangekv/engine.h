@@ -224,11 +224,16 @@ class Engine {
   // `reuse_granularity_tokens`, never covering the last token; on a hit returns a ticket bound to
   // `envelope` that leases the selected packs. With prefetch=lookup, may start reading the first
   // stripes into at most prefetch_banks read banks before any claim.
+  // `local_tokens`: how many leading tokens the caller already holds (the serving engine's own
+  // prefix cache). The prefetch reads only [local_tokens, hit), the range a claim with
+  // begin_token = local_tokens restores, and nothing when the hit does not reach past it: a
+  // request whose prefix the serving engine holds costs no read. The hit and the ticket do not
+  // depend on it.
   // Errors: kInvalidArgument (no tokens, zero granularity, more than max_request_tokens),
   // kTicketReplaced (an outstanding ticket of this request names another query), directory
   // capacity errors.
   Result<LookupResult> Lookup(const RequestEnvelope& envelope, std::span<const int32_t> tokens,
-                              uint64_t reuse_granularity_tokens);
+                              uint64_t reuse_granularity_tokens, uint64_t local_tokens = 0);
 
   // The request finished or was aborted: an unclaimed ticket is cancelled (its leases released
   // once its prefetch reads drained). Claimed restores are not affected.

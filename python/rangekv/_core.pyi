@@ -153,7 +153,11 @@ class Engine:
     @property
     def closed(self) -> bool: ...
     def lookup(
-        self, tokens: IntVector, envelope: EnvelopeLike, granularity: int | None = None
+        self,
+        tokens: IntVector,
+        envelope: EnvelopeLike,
+        granularity: int | None = None,
+        local_tokens: int = 0,
     ) -> tuple[int, bytes]: ...
     def release_request(self, envelope: EnvelopeLike) -> None: ...
     def start_restore(

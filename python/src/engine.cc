@@ -307,13 +307,14 @@ class PyEngine {
   const std::string& backends() const { return backends_; }
   const std::string& layout() const { return layout_name_; }
 
-  nb::tuple Lookup(nb::handle tokens, nb::handle envelope, nb::handle granularity) {
+  nb::tuple Lookup(nb::handle tokens, nb::handle envelope, nb::handle granularity,
+                   uint64_t local_tokens) {
     Engine& e = Get("lookup");
     std::vector<int32_t> t = ToTokens(tokens);
     RequestEnvelope env = ToEnvelope(envelope);
     uint64_t g = info_.geometry.block_size;
     if (!granularity.is_none()) g = nb::cast<uint64_t>(granularity);
-    auto r = WithoutGil([&] { return e.Lookup(env, t, g); });
+    auto r = WithoutGil([&] { return e.Lookup(env, t, g, local_tokens); });
     if (!r.ok()) ThrowStatus(r.status());
     if (r->hit_tokens > 0) RememberTicket(r->ticket, r->hit_tokens, env);
     return nb::make_tuple(r->hit_tokens, nb::bytes(r->ticket.data(), r->ticket.size()));
@@ -713,9 +714,10 @@ void RegisterEngine(nb::module_& m) {
       .def_prop_ro("layout", &PyEngine::layout, "The KV cache layout name.")
       .def_prop_ro("closed", &PyEngine::closed)
       .def("lookup", &PyEngine::Lookup, nb::arg("tokens"), nb::arg("envelope"),
-           nb::arg("granularity") = nb::none(),
+           nb::arg("granularity") = nb::none(), nb::arg("local_tokens") = 0,
            "Longest cached prefix of tokens (rounded down to granularity, default block_size) "
-           "-> (hit_tokens, ticket bytes; b'' on a miss).")
+           "-> (hit_tokens, ticket bytes; b'' on a miss). local_tokens: leading tokens the "
+           "caller already holds; a prefetch reads only past them.")
       .def("release_request", &PyEngine::ReleaseRequest, nb::arg("envelope"),
            "The request finished or aborted: its unclaimed ticket is cancelled.")
       .def(

@@ -32,8 +32,8 @@ const StoreRecovery& Engine::recovery() const { return core_->recovery(); }
 
 Result<LookupResult> Engine::Lookup(const RequestEnvelope& envelope,
                                     std::span<const int32_t> tokens,
-                                    uint64_t reuse_granularity_tokens) {
-  return core_->Lookup(envelope, tokens, reuse_granularity_tokens);
+                                    uint64_t reuse_granularity_tokens, uint64_t local_tokens) {
+  return core_->Lookup(envelope, tokens, reuse_granularity_tokens, local_tokens);
 }
 
 void Engine::ReleaseRequest(const RequestEnvelope& envelope) { core_->ReleaseRequest(envelope); }

@@ -294,7 +294,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
 
 Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
                                         std::span<const int32_t> tokens,
-                                        uint64_t reuse_granularity_tokens) {
+                                        uint64_t reuse_granularity_tokens, uint64_t local_tokens) {
   if (tokens.empty() || tokens.size() > options_.max_request_tokens) {
     return InvalidArgument("lookup of " + std::to_string(tokens.size()) +
                            " tokens: must be in [1, max_request_tokens]");
@@ -323,12 +323,16 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
   if (options_.ablations.prefetch != Ablations::Prefetch::kLookup || options_.prefetch_banks == 0) {
     return result;
   }
+  // The caller's own cache holds the first local_tokens: prefetch what a claim from there would
+  // restore (block-opaque layouts restore whole blocks, so a partial block is read again).
+  if (IsBlockOpaque(options_.model.layout)) local_tokens -= local_tokens % geometry_.block_size;
+  if (local_tokens >= ticket.hit_tokens) return result;
   MutexLock l(mu_);
   if (closed_ || prefetches_.count(envelope.request_id) != 0) return result;  // repeated lookup
   auto hold = std::make_shared<TicketHold>(&directory, ticket.ticket_id, envelope.request_id,
                                            /*claimed=*/false);
-  auto job = restore_->Start(envelope.request_id, {0, ticket.hit_tokens}, ticket.records, hold,
-                             /*claimed=*/false);
+  auto job = restore_->Start(envelope.request_id, {local_tokens, ticket.hit_tokens}, ticket.records,
+                             hold, /*claimed=*/false);
   if (!job.ok()) {
     // No slot (or a plan error): no prefetch, and the ticket stays for the claim.
     hold->Disarm();

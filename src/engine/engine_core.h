@@ -72,7 +72,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   StorePipeline& stores() const { return *stores_; }
 
   Result<LookupResult> Lookup(const RequestEnvelope& envelope, std::span<const int32_t> tokens,
-                              uint64_t reuse_granularity_tokens) EXCLUDES(mu_);
+                              uint64_t reuse_granularity_tokens, uint64_t local_tokens)
+      EXCLUDES(mu_);
   void ReleaseRequest(const RequestEnvelope& envelope) EXCLUDES(mu_);
   Result<RestoreHandle> StartRestore(const RestoreRequest& request) EXCLUDES(mu_);
   Result<StoreHandle> BeginStore(const StoreRequest& request) EXCLUDES(mu_);

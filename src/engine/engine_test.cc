@@ -283,6 +283,49 @@ TEST_F(EngineTest, ClaimOfOtherTokensThanPrefetchedStartsAFreshJobAndDrainsThePr
   EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Stats().outstanding_tickets, 0u);
 }
 
+TEST_F(EngineTest, APrefetchReadsOnlyPastTheCallersLocalTokensAndTheClaimAdoptsIt) {
+  OpenDefault();
+  auto src = Fixture();
+  auto dst = Fixture();
+  const auto tokens = RandomTokens(4 * kT + 1, 19);
+  ASSERT_TRUE(StoreAll(*engine_, *src, tokens, 131, 1)->outcome.status.ok());
+
+  // The serving engine's own cache covers the whole hit: no read at all.
+  EngineStats before = engine_->GetStats();
+  auto covered = engine_->Lookup(Envelope("covered"), tokens, 1, /*local_tokens=*/4 * kT);
+  ASSERT_TRUE(covered.ok());
+  EXPECT_EQ(covered->hit_tokens, 4 * kT);  // the hit does not depend on local_tokens
+  EXPECT_FALSE(covered->prefetch_started);
+  engine_->ReleaseRequest(Envelope("covered"));
+  EXPECT_EQ((engine_->GetStats() - before).native_reads, 0u);
+
+  // It covers the first pack: the prefetch reads past it, and the claim from there adopts it.
+  before = engine_->GetStats();
+  const RequestEnvelope env = Envelope("partly-local");
+  auto lookup = engine_->Lookup(env, tokens, 1, /*local_tokens=*/kT);
+  ASSERT_TRUE(lookup.ok() && lookup->prefetch_started);
+  RestoreRequest req;
+  req.ticket = lookup->ticket;
+  req.envelope = env;
+  req.tokens = tokens;
+  req.begin_token = kT;
+  req.endpoint_tokens = lookup->hit_tokens;
+  auto handle = engine_->StartRestore(req);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  ASSERT_TRUE(dst->Poison(0xA5).ok());
+  const auto slots = RandomSlots(3 * kT, dst->num_slots(), 3);
+  ASSERT_TRUE(handle->BindSlots(dst->kv(), slots).ok());
+  RestoreOutcome out = handle->Finish();
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  auto bad = dst->Mismatches(tokens, kT, slots, 131);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 0u);
+  const EngineStats total = engine_->GetStats() - before;
+  EXPECT_EQ(total.native_reads, 3u * 4);    // the packs of [kT, 4 kT) once each
+  EXPECT_EQ(total.cancelled_restores, 0u);  // adopted, not abandoned
+  EXPECT_GT(out.work.prefetched_stripes, 0u);
+}
+
 TEST_F(EngineTest, DispatchModeReadsNothingBeforeTheClaim) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
   o.ablations.prefetch = Ablations::Prefetch::kDispatch;

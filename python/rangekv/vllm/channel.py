@@ -39,7 +39,8 @@ def socket_path(socket_dir: str, engine_id: str, rank: int) -> str:
 class LookupServer:
     """Worker side: answers lookups on a thread of its own until close().
 
-    `lookup(req_id, tokens, granularity) -> (hit, ticket)` and `release(req_id)` are called on
+    `lookup(req_id, tokens, granularity, local) -> (hit, ticket)` (local: the tokens the
+    scheduler's own prefix cache holds) and `release(req_id)` are called on
     the server thread; they must be thread-safe (rangekv.Engine's methods are)."""
 
     def __init__(self, path: str, lookup: Callable, release: Callable) -> None:
@@ -96,7 +97,7 @@ class LookupServer:
         ticket = b""
         try:
             tokens = np.frombuffer(frames[3], dtype="<i4")
-            hit, ticket = self._lookup(req_id, tokens, int(meta["gran"]))
+            hit, ticket = self._lookup(req_id, tokens, int(meta["gran"]), int(meta.get("local", 0)))
             answer["hit"] = int(hit)
         except Exception as e:  # the answer carries the error; the scheduler treats it as a miss
             answer["error"] = str(e)
@@ -131,12 +132,16 @@ class LookupClient:
         self.timeouts = 0
         self._warned = False
 
-    def lookup(self, req_id: str, tokens: np.ndarray, granularity: int) -> list[tuple[int, bytes]] | None:
+    def lookup(self, req_id: str, tokens: np.ndarray, granularity: int,
+               local: int = 0) -> list[tuple[int, bytes]] | None:
         """Asks every rank; returns [(hit, ticket)] per rank, or None when any rank did not
-        answer in time or answered with an error (then: no hit; one warning is logged)."""
+        answer in time or answered with an error (then: no hit; one warning is logged).
+        `local`: the leading tokens vLLM's own prefix cache holds (the ranks prefetch past
+        them only)."""
         self._next_id += 1
         msg_id = self._next_id
-        meta = json.dumps({"id": msg_id, "req": req_id, "gran": granularity}).encode()
+        meta = json.dumps({"id": msg_id, "req": req_id, "gran": granularity,
+                           "local": int(local)}).encode()
         payload = np.ascontiguousarray(tokens, dtype="<i4").tobytes()
         for s in self._socks:
             s.send_multipart([b"L", meta, payload])

@@ -11,6 +11,8 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
+from .cpus import parse_cpu_list
+
 
 class ConfigError(ValueError):
     """A bad ``kv_connector_extra_config``: the message names the key and the value."""
@@ -46,7 +48,7 @@ def parse_size(key: str, value: Any) -> int:
 @dataclasses.dataclass(frozen=True)
 class _Key:
     default: Any
-    kind: str  # "str", "size", "bool", "int", "choice", "int_or_auto", "size_or_probe"
+    kind: str  # "str", "size", "bool", "int", "choice", "int_or_auto", "size_or_probe", "cpus"
     doc: str
     choices: tuple[str, ...] = ()
     minimum: int = 0
@@ -110,6 +112,9 @@ KEYS: dict[str, _Key] = {
                                minimum=1),
     "stats_log_every": _Key(100, "int", "one INFO summary line every N finished requests "
                             "(0 = never)"),
+    "cpus": _Key("auto", "cpus", "CPUs of the engine's threads on a CPU worker: 'auto' (vLLM's "
+                 "reserved CPUs, off its compute binding), 'inherit', or a list such as '1' or "
+                 "'2,4-7' (docs/integrations/vllm.md \"CPU placement\")"),
     "socket_dir": _Key("", "str", "directory of the scheduler<->worker sockets (default: the "
                        "system temporary directory)"),
 }
@@ -151,6 +156,7 @@ class ConnectorConfig:
     max_inflight_stores: int
     max_request_tokens: int
     stats_log_every: int
+    cpus: str
     socket_dir: str
 
     def engine_options(self) -> dict[str, Any]:
@@ -214,6 +220,12 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
             if not ok:
                 raise ConfigError(f"{name}: expected every_publish, periodic:<ms> (1-60000) or "
                                   f"none, got {value!r}")
+        elif key.kind == "cpus":
+            if value not in ("auto", "inherit"):
+                try:
+                    parse_cpu_list(value)
+                except ValueError as e:
+                    raise ConfigError(f"{name}: {e}") from None
         elif key.kind == "choice":
             if value not in key.choices:
                 raise ConfigError(f"{name}: expected one of {', '.join(key.choices)}, got {value!r}")

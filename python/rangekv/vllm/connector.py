@@ -46,6 +46,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from .channel import LookupClient, LookupServer, socket_path
+from . import cpus as cpu_placement
 from .config import ConfigError, ConnectorConfig, parse_config
 from .events import AnnouncedBlocks, RangeKVEvents, block_hashes, removed_event, stored_event
 from .gate import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
@@ -253,8 +254,11 @@ class RangeKVConnector(KVConnectorBase_V1):
         if found is None or found.num_tokens != n:
             attempt = self._attempts.get(req_id, 0)
             t0 = time.monotonic()
+            # The ranks prefetch only past vLLM's own hit: a prompt whose prefix vLLM holds
+            # costs no read.
             answers = self._client.lookup(f"{req_id}#{attempt}",
-                                          np.asarray(prompt, dtype=np.int32), self.block_size)
+                                          np.asarray(prompt, dtype=np.int32), self.block_size,
+                                          local=num_computed_tokens)
             if answers is None:
                 found = _Lookup(n, 0, [], attempt)
             else:
@@ -432,26 +436,37 @@ class RangeKVConnector(KVConnectorBase_V1):
         if not service:
             os.makedirs(self.cfg.store_dir, mode=0o700, exist_ok=True)
         _check_host_memory(kwargs)
-        self._engine = rangekv.Engine(store_dir, **kwargs)
-        geo = self._engine.geometry
-        if geo["tokens_per_stripe"] % self.block_size:
-            raise ValueError(f"RangeKVConnector: stripe_bytes {self.cfg.stripe_bytes} holds "
-                             f"{geo['tokens_per_stripe']} tokens, not a multiple of the block "
-                             f"size {self.block_size}; choose a power-of-two stripe_bytes")
-        path = socket_path(self.cfg.socket_dir, self.engine_id, self.rank)
-        self._server = LookupServer(path, self._serve_lookup, self._serve_release)
-        log.info("rangekv: rank %d store %s layout %s (%s), %d layers, %s; recovery %s",
+        # Every engine thread is created during open and inherits the opening thread's affinity:
+        # open it on the CPUs vLLM's compute does not use (cpus.py says why).
+        allowed, compute, reserved = cpu_placement.vllm_binding(self._vllm_config)
+        engine_cpus, why = cpu_placement.resolve(self.cfg.cpus, allowed=allowed, compute=compute,
+                                                 reserved=reserved)
+        self.engine_cpus = engine_cpus
+        with cpu_placement.threads_on(engine_cpus):
+            self._engine = rangekv.Engine(store_dir, **kwargs)
+            geo = self._engine.geometry
+            if geo["tokens_per_stripe"] % self.block_size:
+                raise ValueError(f"RangeKVConnector: stripe_bytes {self.cfg.stripe_bytes} holds "
+                                 f"{geo['tokens_per_stripe']} tokens, not a multiple of the block "
+                                 f"size {self.block_size}; choose a power-of-two stripe_bytes")
+            path = socket_path(self.cfg.socket_dir, self.engine_id, self.rank)
+            self._server = LookupServer(path, self._serve_lookup, self._serve_release)
+        log.info("rangekv: rank %d store %s layout %s (%s), %d layers, %s; recovery %s; "
+                 "engine threads on CPUs %s (%s)",
                  self.rank, store_dir, spec.name, self._engine.layout, len(self._kv_layers),
-                 self._engine.backends, self._engine.recovery)
+                 self._engine.backends, self._engine.recovery,
+                 cpu_placement.format_cpu_list(engine_cpus) if engine_cpus else
+                 cpu_placement.format_cpu_list(os.sched_getaffinity(0)), why)
 
     def _envelope(self, req_key: str) -> rangekv.Envelope:
         return rangekv.Envelope(req_key, rank=self.rank)
 
-    def _serve_lookup(self, req_key: str, tokens: np.ndarray, granularity: int):
+    def _serve_lookup(self, req_key: str, tokens: np.ndarray, granularity: int, local: int = 0):
         t0 = time.monotonic()
         with self._stats_lock:
             self._keys.setdefault(req_key.rsplit("#", 1)[0], set()).add(req_key)
-        hit, ticket = self._engine.lookup(tokens, self._envelope(req_key), granularity)
+        hit, ticket = self._engine.lookup(tokens, self._envelope(req_key), granularity,
+                                          local_tokens=local)
         with self._stats_lock:
             self._stats.add("lookups", 1)
             self._stats.add("lookup_hit_tokens", hit)

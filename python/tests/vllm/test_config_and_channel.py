@@ -51,13 +51,19 @@ def test_every_key_is_documented():
 
 
 def test_lookup_round_trip_and_release(tmp_path):
-    seen = []
-    server = LookupServer(str(tmp_path / "s.sock"),
-                          lambda req, tokens, gran: (len(tokens) // gran * gran, b"T" + req.encode()),
-                          lambda req: seen.append(req))
+    seen, locals_seen = [], []
+
+    def lookup(req, tokens, gran, local):
+        locals_seen.append(local)
+        return len(tokens) // gran * gran, b"T" + req.encode()
+
+    server = LookupServer(str(tmp_path / "s.sock"), lookup, lambda req: seen.append(req))
     client = LookupClient([str(tmp_path / "s.sock")], timeout_ms=5000)
     try:
         assert client.lookup("r1", np.arange(100, dtype=np.int32), 32) == [(96, b"Tr1")]
+        # vLLM's own hit travels with the lookup: the worker prefetches past it only.
+        assert client.lookup("r2", np.arange(100, dtype=np.int32), 32, local=64) == [(96, b"Tr2")]
+        assert locals_seen == [0, 64]
         client.release("r1")
         deadline = time.monotonic() + 30  # the server thread serves it asynchronously
         while not seen and time.monotonic() < deadline:

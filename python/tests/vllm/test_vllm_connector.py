@@ -153,6 +153,13 @@ def test_store_then_restore_identical_tokens_and_logprobs(main_run, reference):
     last = summary[-1]
     assert "'restores_started'" in last and "'scatter_launches'" in last, last
     assert "checksum_failures" not in last, last
+    # The engine's threads run off vLLM's compute CPU (rangekv/vllm/cpus.py): with two or more
+    # CPUs, vLLM reserves one (VLLM_CPU_NUM_OF_RESERVED_CPU=1) and the connector opens the
+    # engine there.
+    placed = re.findall(r"engine threads on CPUs (\S+) \(([^)]*)\)", log)
+    assert placed, log[-3000:]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert "inherited" not in placed[0][1], placed
 
 
 def test_cache_survives_restart_layerwise(workdir, main_run, reference):

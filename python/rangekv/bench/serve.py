@@ -433,6 +433,8 @@ def run_single(ctx, arms: list[dict], results: dict) -> None:
 def _run_single(ctx, arms: list[dict], results: dict) -> None:
     import torch
 
+    import rangekv
+
     from .serve_stats import metrics_delta, phase_means_ms
 
     args, log = ctx.args, ctx.progress.log
@@ -479,10 +481,10 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
                 pack = os.path.join(arm["extra"]["store_dir"], "rank-0", "packs.rkv")
                 try:
                     ceilings[medium] = best_read_ceiling(pack, args.prefix * kv_bytes_per_token(args),
-                                                         direct=medium == "disk")
+                                                         direct=medium == "disk", prefix_tokens=args.prefix)
                     log(f"[serve]   {medium} ceiling for the prefix: {ceilings[medium]['seconds'] * 1e3:.1f} ms "
                         f"({ceilings[medium]['threads']} threads x {ceilings[medium]['block_bytes'] >> 20} MiB)")
-                except OSError as e:
+                except (OSError, rangekv.Error) as e:  # no ceiling, and the row says why
                     ceilings[medium] = {"error": str(e)}
         finally:
             if medium == "shm":
@@ -536,12 +538,14 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
             r["speedup_kept"] = res_med / r["median_s"]
 
 
-def best_read_ceiling(path: str, nbytes: int, direct: bool) -> dict:
-    """The fastest of plain-pread configurations (threads x request size) reading `nbytes` of
-    the pack file: the medium's best ceiling for the prefix (ttft_hf.read_ceiling per cell)."""
-    from .ttft_hf import read_ceiling
+def best_read_ceiling(path: str, nbytes: int, direct: bool, prefix_tokens: int) -> dict:
+    """The fastest of plain-pread configurations (threads x request size) reading the prefix's
+    own bytes in the pack file (ttft_hf.prefix_extents, from `rangekv inspect` of the closed
+    store): the medium's best ceiling for the prefix (ttft_hf.read_ceiling per cell)."""
+    from .ttft_hf import prefix_extents, read_ceiling
 
-    cells = [read_ceiling(path, nbytes, direct, threads=t, block=b << 20, reps=3)
+    extents = prefix_extents(os.path.dirname(path), prefix_tokens)
+    cells = [read_ceiling(path, nbytes, direct, threads=t, block=b << 20, reps=3, extents=extents)
              for t in (1, 2, 4, 8) for b in (1, 8, 32)]
     best = min(cells, key=lambda c: c["seconds"])
     return {**best, "grid": [{"threads": c["threads"], "block_bytes": c["block_bytes"], "seconds": c["seconds"]}

@@ -291,6 +291,29 @@ class PyEngine {
     return d;
   }
 
+  // The options as the engine resolved them at open (bank sizes and thread counts filled in):
+  // what the engine actually allocated, for callers that budget memory around it.
+  nb::dict Options() {
+    const EngineOptions& o = Get("options").options();
+    nb::dict d;
+    d["stripe_bytes"] = o.stripe_bytes;
+    d["capacity_bytes"] = o.capacity_bytes;
+    d["read_banks"] = o.read_banks;
+    d["read_bank_bytes"] = o.read_bank_bytes;
+    d["prefetch_banks"] = o.prefetch_banks;
+    d["read_workers"] = o.read_workers;
+    d["lookahead_layers"] = o.lookahead_layers;
+    d["store_banks"] = o.store_banks;
+    d["store_bank_bytes"] = o.store_bank_bytes;
+    d["layer_group"] = o.layer_group;
+    d["group_workers"] = o.group_workers;
+    d["write_workers"] = o.write_workers;
+    d["max_inflight_restores"] = o.max_inflight_restores;
+    d["max_inflight_stores"] = o.max_inflight_stores;
+    d["max_request_tokens"] = o.max_request_tokens;
+    return d;
+  }
+
   nb::dict Recovery() {
     const StoreRecovery& r = Get("recovery").recovery();
     nb::dict d;
@@ -710,6 +733,8 @@ void RegisterEngine(nb::module_& m) {
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")
       .def_prop_ro("recovery", &PyEngine::Recovery, "What open found in the store directory.")
+      .def_prop_ro("options", &PyEngine::Options,
+                   "The options as resolved at open (bank sizes and thread counts filled in).")
       .def_prop_ro("backends", &PyEngine::backends, "e.g. 'device=host io=uring ...'.")
       .def_prop_ro("layout", &PyEngine::layout, "The KV cache layout name.")
       .def_prop_ro("closed", &PyEngine::closed)

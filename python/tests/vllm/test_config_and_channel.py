@@ -116,3 +116,22 @@ def test_banks_that_do_not_fit_host_memory_are_refused_with_the_remedy(monkeypat
     connector._check_host_memory(kwargs)  # fits: no error
     monkeypatch.setattr(connector, "_available_host_bytes", lambda: None)
     connector._check_host_memory(kwargs)  # unknown: not refused
+
+
+@pytest.mark.parametrize("over", [{}, {"read_bank_bytes": 64 << 10, "store_bank_bytes": 256 << 10},
+                                  {"layer_group": 3, "read_banks": 3, "prefetch_banks": 2}])
+def test_the_memory_check_counts_what_the_engine_allocates(tmp_path, over):
+    """The check runs before the engine opens, so it computes the banks' size itself; the
+    engine's resolved options (Engine.options) are the truth it must match."""
+    import rangekv
+    from rangekv.vllm import connector
+
+    kwargs = dict(layers=4, kv_heads=2, head_size=16, dtype="bfloat16", block_size=16,
+                  stripe_bytes=16 << 10, capacity_bytes=1 << 20, device="host", read_banks=4,
+                  read_bank_bytes=0, prefetch_banks=2, store_banks=2, store_bank_bytes=0,
+                  layer_group=2)
+    kwargs.update(over)
+    with rangekv.Engine(str(tmp_path / "store"), **kwargs) as eng:
+        o = eng.options
+    assert connector._bank_host_bytes(kwargs) == (o["read_banks"] * o["read_bank_bytes"]
+                                                  + o["store_banks"] * o["store_bank_bytes"])

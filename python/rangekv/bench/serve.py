@@ -236,7 +236,7 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
         arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise, "block_size": gran,
                      "medium": medium, "extra": cfg["kv_connector_extra_config"],
                      "env": {"VLLM_SERVER_DEV_MODE": "1"},
-                     "args": ["--kv-transfer-config", json.dumps(cfg)]})
+                     "args": ["--kv-transfer-config", json.dumps(cfg), *SHUTDOWN_ARGS]})
 
     if not args.skip_rangekv:
         for g in grans:
@@ -302,11 +302,18 @@ def connector_extra(args, store_dir: str, tokens: int, **extra) -> dict:
             "capacity": store_capacity(args, tokens), **json.loads(args.connector_extra), **extra}
 
 
+# vLLM's API server kills its workers at once on SIGTERM unless --shutdown-timeout is set: the
+# connector's shutdown (drain, clean snapshot) would never run and every store would be left
+# dirty (reopened from its journal; `rangekv inspect`, which the read ceiling uses, then lists
+# no records).
+SHUTDOWN_ARGS = ("--shutdown-timeout", "30")
+
+
 def connector_args(args, extra: dict) -> list[str]:
     cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
            "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
            "kv_connector_extra_config": extra}
-    return ["--kv-transfer-config", json.dumps(cfg)]
+    return ["--kv-transfer-config", json.dumps(cfg), *SHUTDOWN_ARGS]
 
 
 def arm_resources(server: "Server", extra: dict | None, layers: int, kv_cache_bytes: int | None,

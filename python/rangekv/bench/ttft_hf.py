@@ -125,6 +125,10 @@ def prefix_extents(store_dir: str, prefix_tokens: int) -> list[tuple[int, int]]:
     import rangekv
 
     info = rangekv.inspect(store_dir)
+    if info["state"]["index"] != "loaded":
+        raise OSError(f"{store_dir}: its index is {info['state']['index']} "
+                      f"({info['state']['reason']}): the store was not closed cleanly, so inspect "
+                      f"lists no records to read")
     geo = info["pack_file"]["geometry"]
     base, pack, stripe, tb = (info["pack_file"]["data_offset"], geo["pack_bytes"],
                               geo["stripe_bytes"], geo["token_bytes"])

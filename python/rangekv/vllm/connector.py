@@ -457,6 +457,12 @@ class RangeKVConnector(KVConnectorBase_V1):
                  self._engine.backends, self._engine.recovery,
                  cpu_placement.format_cpu_list(engine_cpus) if engine_cpus else
                  cpu_placement.format_cpu_list(os.sched_getaffinity(0)), why)
+        if getattr(self._vllm_config, "shutdown_timeout", None) == 0:
+            log.info("rangekv: vLLM's --shutdown-timeout is 0, so a server stopped by SIGTERM kills "
+                     "this worker without calling the connector's shutdown: the store then reopens "
+                     "from its journal (losing at most the durability window, %s). Set "
+                     "--shutdown-timeout 30 to let it drain and save a clean snapshot.",
+                     self.cfg.durability)
 
     def _envelope(self, req_key: str) -> rangekv.Envelope:
         return rangekv.Envelope(req_key, rank=self.rank)

@@ -327,7 +327,8 @@ def test_aborts_while_requests_load_and_prefill(workdir, reference):
 
 
 def test_metrics_on_a_live_server(workdir):
-    """`vllm serve` with the connector: RangeKV's counters show on the server's /metrics."""
+    """`vllm serve` with the connector: RangeKV's counters show on the server's /metrics, and
+    with --shutdown-timeout a SIGTERM lets the connector save a clean store."""
     import urllib.request
 
     from rangekv.bench.serve import Server
@@ -337,7 +338,8 @@ def test_metrics_on_a_live_server(workdir):
                         "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                         "kv_connector_extra_config": connector_config(workdir / "store-server")})
     server = Server(str(workdir / "model"), ["--kv-transfer-config", extra,
-                                             "--no-enable-prefix-caching"],
+                                             "--no-enable-prefix-caching",
+                                             "--shutdown-timeout", "60"],
                     {"PYTHONUNBUFFERED": "1"}, str(workdir / "server.log"), max_len=8192,
                     kv_gib=1, python=sys.executable)
     try:
@@ -360,7 +362,11 @@ def test_metrics_on_a_live_server(workdir):
             "\n".join(l for l in text.splitlines() if "rangekv" in l) or text[-3000:])
         assert re.search(r"^vllm:rangekv_stored_tokens_total\{[^}]*\} [1-9]", text, re.M)
     finally:
-        server.stop()
+        server.stop()  # SIGTERM to the server's process group
+    store = workdir / "store-server" / "rank-0"
+    assert not (store / "dirty.rkv").exists(), (workdir / "server.log").read_text()[-3000:]
+    import rangekv
+    assert rangekv.inspect(store)["state"]["index"] == "loaded"
 
 
 def test_two_engines_share_one_store_service(workdir, reference):

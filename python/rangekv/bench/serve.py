@@ -19,10 +19,13 @@ Arms:
               prefix cache on: a setup request stores the prefix once, then every measured
               prompt (the same prefix, a fresh suffix) restores it from RangeKV, vLLM's own cache
               emptied first (POST /reset_prefix_cache), and the same shape is measured with the
-              prefix resident in vLLM's cache back to back in the same server. The connector
-              looks up at vLLM's block size, so the reuse granularity G (prefix / G logical
-              objects) is the server's ``--block-size`` (32..256 on the CPU backend; the resident
-              and recompute arms run at 32); ``rangekv LW`` the connector's layerwise mode;
+              prefix resident in vLLM's cache back to back in the same server. The reuse
+              granularity G (prefix / G logical objects) is the connector's
+              ``reuse_granularity`` on servers of block size 32 (``--granularity-by connector``,
+              the default: every server pages the same way, only the object size moves), or the
+              server's ``--block-size`` itself (``--granularity-by block``, 32..256 on the CPU
+              backend; how runs before 2026-12-04 did it, which also changes vLLM's own
+              attention cost per arm); ``rangekv LW`` the connector's layerwise mode;
               ablations through the connector's ``ablations`` option
   lmcache / offloading  LMCache's connector and vLLM's OffloadingConnector, tried: each row
               shows TTFT or the error with which the server or the requests failed
@@ -216,8 +219,9 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
     arms = [{"name": "recompute", "kind": "recompute", "args": ["--no-enable-prefix-caching"]},
             {"name": "resident", "kind": "resident", "args": []}]
 
-    # The connector looks up at vLLM's block size: the reuse granularity (and so the prefix's
-    # logical object count) is the server's --block-size.
+    # The reuse granularity (and so the prefix's logical object count) is the connector's
+    # reuse_granularity on block-32 servers, or with --granularity-by block the server's
+    # --block-size (the connector's default granularity).
     # Each connector arm's server keeps vLLM's prefix cache on (the realistic deployment) and
     # runs with VLLM_SERVER_DEV_MODE=1 for POST /reset_prefix_cache: every repetition measures
     # the request restored by RangeKV (vLLM's own cache emptied first) and, back to back in the
@@ -228,12 +232,16 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
         # run's own: run_single removes it.
         root = store_root if medium == "disk" else (
             shm_root or os.path.join(args.shm_dir, os.path.basename(os.path.dirname(store_root)) + "-single"))
+        by_block = args.granularity_by == "block"
+        if not by_block:
+            extra = {"reuse_granularity": gran, **extra}
         cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                "kv_connector_extra_config": connector_extra(
                    args, os.path.join(root, name.replace(" ", "_").replace("=", "-")), tokens,
                    **extra)}
-        arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise, "block_size": gran,
+        arms.append({"name": name, "kind": kind, "granularity": gran, "layerwise": layerwise,
+                     "block_size": gran if by_block else 32,
                      "medium": medium, "extra": cfg["kv_connector_extra_config"],
                      "env": {"VLLM_SERVER_DEV_MODE": "1"},
                      "args": ["--kv-transfer-config", json.dumps(cfg), *SHUTDOWN_ARGS]})
@@ -552,8 +560,9 @@ def best_read_ceiling(path: str, nbytes: int, direct: bool, prefix_tokens: int) 
     from .ttft_hf import prefix_extents, read_ceiling
 
     extents = prefix_extents(os.path.dirname(path), prefix_tokens)
+    # 4 MiB on 8 threads is the engine's own default read (O_DIRECT pieces x 2 x read_workers).
     cells = [read_ceiling(path, nbytes, direct, threads=t, block=b << 20, reps=3, extents=extents)
-             for t in (1, 2, 4, 8) for b in (1, 8, 32)]
+             for t in (1, 2, 4, 8, 16) for b in (1, 4, 8, 32)]
     best = min(cells, key=lambda c: c["seconds"])
     return {**best, "grid": [{"threads": c["threads"], "block_bytes": c["block_bytes"], "seconds": c["seconds"]}
                              for c in cells]}
@@ -592,6 +601,9 @@ def add_parser(sub) -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--granularities", default="256,128,64,32",
                    help="vLLM block sizes of the RangeKV arms (the connector's reuse granularity), coarse first")
+    p.add_argument("--granularity-by", choices=("connector", "block"), default="connector",
+                   help="connector: servers of block size 32, the connector's reuse_granularity set per "
+                        "arm; block: the server's --block-size is the granularity (runs before 2026-12-04)")
     p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep")
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--no-shm-arm", dest="shm_arm", action="store_false",

@@ -78,6 +78,9 @@ KEYS: dict[str, _Key] = {
     "checkpoint_interval_ms": _Key(60000, "int", "fold a journal that has held records this long "
                                    "into a new snapshot, bounding a dirty reopen's replay (ms; 0: "
                                    "only past 256 MiB and at shutdown; at most a day)", minimum=0),
+    "reuse_granularity": _Key(0, "int", "tokens a hit is rounded down to: a multiple of vLLM's "
+                              "block size (0 = the block size). The Range paper's logical object "
+                              "size; RangeKV's own costs do not depend on it", minimum=0),
     "lookup_timeout_ms": _Key(2000, "int", "bound on the scheduler's wait for a rank's lookup "
                               "answer (ms); no answer = no hit", minimum=1),
     "min_hit_tokens": _Key(0, "int_or_auto", "break-even gate: restores shorter than this many "
@@ -135,6 +138,7 @@ class ConnectorConfig:
     checksum: str
     durability: str
     checkpoint_interval_ms: int
+    reuse_granularity: int
     lookup_timeout_ms: int
     min_hit_tokens: int | str      # tokens, or "auto" (gate.py derives it at start-up)
     gate_prefill_tokens_per_s: int

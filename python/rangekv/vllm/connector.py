@@ -171,6 +171,12 @@ class RangeKVConnector(KVConnectorBase_V1):
             raise ValueError("RangeKVConnector: pipeline parallelism is not supported (each "
                              "stage would hold a subset of layers; packs hold all layers)")
         self.block_size = vllm_config.cache_config.block_size
+        # Hits are whole multiples of this (vLLM loads whole blocks; a coarser granularity is a
+        # coarser logical object, as LMCache's chunk_size).
+        self.granularity = self.cfg.reuse_granularity or self.block_size
+        if self.granularity % self.block_size:
+            raise ValueError(f"RangeKVConnector: reuse_granularity {self.granularity} is not a "
+                             f"multiple of vLLM's block size {self.block_size}")
         self.tp_size = parallel.tensor_parallel_size
         self.engine_id = self._kv_transfer_config.engine_id or "rangekv"
         if self._kv_transfer_config.kv_load_failure_policy != "recompute":
@@ -257,7 +263,7 @@ class RangeKVConnector(KVConnectorBase_V1):
             # The ranks prefetch only past vLLM's own hit: a prompt whose prefix vLLM holds
             # costs no read.
             answers = self._client.lookup(f"{req_id}#{attempt}",
-                                          np.asarray(prompt, dtype=np.int32), self.block_size,
+                                          np.asarray(prompt, dtype=np.int32), self.granularity,
                                           local=num_computed_tokens)
             if answers is None:
                 found = _Lookup(n, 0, [], attempt)

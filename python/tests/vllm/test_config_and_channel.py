@@ -29,6 +29,7 @@ def test_defaults_and_sizes():
     ({"store_dir": "/x", "layerwise": "yes"}, "layerwise: expected true or false"),
     ({"store_dir": "/x", "checksum": "sometimes"}, "checksum: expected one of always, off"),
     ({"store_dir": "/x", "lookup_timeout_ms": 0}, "lookup_timeout_ms: must be >= 1"),
+    ({"store_dir": "/x", "reuse_granularity": -32}, "reuse_granularity: must be >= 0"),
     ({"store_dir": "/x", "durability": "periodic:0"}, "durability: expected every_publish"),
     ({"store_dir": "/x", "durability": "always"}, "durability: expected every_publish"),
     ({"store_dir": "/x", "checkpoint_interval_ms": -1}, "checkpoint_interval_ms: must be >= 0"),

@@ -173,6 +173,17 @@ def test_cache_survives_restart_layerwise(workdir, main_run, reference):
     assert_same(results[1][0], ref[1][0], "P1 after restart (layerwise)")
 
 
+def test_a_coarser_reuse_granularity_rounds_hits_down(workdir, main_run):
+    # P2's 2,592 stored tokens (81 blocks of 32) as whole 256-token objects: 2,560.
+    store = main_run[0]
+    results, _ = run_engine(workdir, "granularity", [[P2]],
+                            connector_config(store, reuse_granularity=256), max_tokens=4)
+    assert results[0][0]["num_cached"] == 2560
+    rc, log = run_engine(workdir, "granularity_bad", [[P2]],
+                         connector_config(store, reuse_granularity=48), check=False)
+    assert rc != 0 and "reuse_granularity 48 is not a multiple of vLLM's block size 32" in log
+
+
 def _flip_payload(store_src, store_dst):
     shutil.copytree(store_src, store_dst)
     pack = os.path.join(store_dst, "rank-0", "packs.rkv")

@@ -215,6 +215,17 @@ def test_flipped_byte_with_checksums_is_recomputed(workdir, main_run, cold):
                      r"start: stale_generation)", log), log[-4000:]
 
 
+def test_flipped_byte_with_checksums_is_recomputed_layerwise(workdir, main_run, cold):
+    """Layerwise delivery fails closed too: the failed span's layer is never marked ready, and
+    vLLM recomputes the blocks the connector reports."""
+    store = main_run[0]
+    bad = _flip_payload(store, workdir / "store-flipped-lw")
+    results, log = run_engine(workdir, "flipped_lw", [[P1]], connector_config(bad, layerwise=True),
+                              max_tokens=4)
+    assert_same(results[0][0], cold[0][0], "P1 from a corrupted store, layerwise")
+    assert "failed payload verification and was dropped" in log, log[-4000:]
+
+
 def test_negative_control_flipped_byte_without_checksums_changes_output(workdir, main_run,
                                                                          reference):
     """The comparison catches wrong KV: the same flipped bytes, unverified, change the output."""

@@ -513,3 +513,22 @@ def test_table3_shows_the_phases_where_measured():
     assert "| phase: lookup (ms) | - | - | - | 1.2 |" in t
     assert "| phase: last layer ready (ms) | - | - | - | 80.0 |" in t
     assert not any("claim" in line for line in t)
+
+
+def test_arms_vary_the_connectors_granularity_on_block_32_servers():
+    from rangekv.bench import serve
+
+    args = bench_args("--granularities", "256,32", "--lw-granularities", "128,32", "--no-ablations",
+                      "--layers", "4")
+    arms = {a["name"]: a for a in serve.arm_configs(args, "/tmp/x/stores", "/dev/shm/x")}
+    plain, lw = arms["rangekv 32"], arms["rangekv 256 LW"]
+    assert plain["block_size"] == lw["block_size"] == 32
+    assert plain["extra"]["reuse_granularity"] == 256 and plain["extra"]["layerwise"] is False
+    assert lw["extra"]["reuse_granularity"] == 128 and lw["extra"]["layerwise"] is True
+    assert "rangekv 1024 LW" in arms and arms["rangekv 32 shm"]["extra"]["layerwise"] is False
+    assert "--shutdown-timeout" in plain["args"]
+    old = {a["name"]: a for a in serve.arm_configs(
+        bench_args("--granularities", "256", "--granularity-by", "block", "--no-ablations"),
+        "/tmp/x/stores", "/dev/shm/x")}
+    assert old["rangekv 32"]["block_size"] == 256
+    assert "reuse_granularity" not in old["rangekv 32"]["extra"]

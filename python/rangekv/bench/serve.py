@@ -247,15 +247,21 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
                      "args": ["--kv-transfer-config", json.dumps(cfg), *SHUTDOWN_ARGS]})
 
     if not args.skip_rangekv:
+        # Plain arms deliver the whole prefix before the forward (the connector's layerwise off);
+        # the LW arm is the connector's default delivery.
         for g in grans:
-            connector(f"rangekv {args.prefix // g}", {}, gran=g)
-        connector(f"rangekv {args.prefix // grans[0] * args.layers} LW", {"layerwise": True}, gran=grans[0],
-                  layerwise=True)
+            connector(f"rangekv {args.prefix // g}", {"layerwise": False}, gran=g)
+        lw_grans = [int(g) for g in args.lw_granularities.split(",")] if args.lw_granularities else grans[:1]
+        for g in lw_grans:
+            connector(f"rangekv {args.prefix // g * args.layers} LW", {"layerwise": True}, gran=g,
+                      layerwise=True)
         if args.shm_arm:
-            connector(f"rangekv {args.prefix // grans[0]} shm", {}, gran=grans[0], medium="shm")
+            connector(f"rangekv {args.prefix // grans[0]} shm", {"layerwise": False}, gran=grans[0],
+                      medium="shm")
         if not args.no_ablations:
             for ab in ABLATIONS:
-                connector(f"{ab} @ {args.prefix // grans[0]}", {"ablations": f"{ab},object_tokens={grans[0]}"},
+                connector(f"{ab} @ {args.prefix // grans[0]}",
+                          {"ablations": f"{ab},object_tokens={grans[0]}", "layerwise": False},
                           kind="ablation", gran=grans[0])
     if args.peers:
         arms.append({"name": "lmcache", "kind": "peer", "args": [
@@ -601,6 +607,8 @@ def add_parser(sub) -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--granularities", default="256,128,64,32",
                    help="vLLM block sizes of the RangeKV arms (the connector's reuse granularity), coarse first")
+    p.add_argument("--lw-granularities", default="",
+                   help="granularities of the layerwise arms (default: the first of --granularities only)")
     p.add_argument("--granularity-by", choices=("connector", "block"), default="connector",
                    help="connector: servers of block size 32, the connector's reuse_granularity set per "
                         "arm; block: the server's --block-size is the granularity (runs before 2026-12-04)")

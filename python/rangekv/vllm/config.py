@@ -69,8 +69,9 @@ KEYS: dict[str, _Key] = {
     "direct_io": _Key(True, "bool", "O_DIRECT where the file system supports it"),
     "device": _Key("auto", "choice", "engine device: 'auto' follows the KV tensors' device",
                    ("auto", "host", "cuda")),
-    "layerwise": _Key(False, "bool", "deliver layer by layer (True) or the whole prefix before the "
-                      "first layer (False)"),
+    "layerwise": _Key(True, "bool", "deliver layer by layer, each layer's attention waiting only "
+                      "for its own layer (True), or the whole prefix before the forward starts "
+                      "(False)"),
     "checksum": _Key("always", "choice", "verify payload digests on restore", ("always", "off")),
     "durability": _Key("periodic:200", "durability", "what a crash may lose (docs/fault-model.md): "
                        "'every_publish' (nothing published), 'periodic:<ms>' (at most that "

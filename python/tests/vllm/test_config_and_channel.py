@@ -17,7 +17,7 @@ def test_defaults_and_sizes():
     cfg = parse_config({"store_dir": "/x", "capacity": "512GiB"})
     assert cfg.capacity == 512 << 30
     assert cfg.stripe_bytes == 32 << 20
-    assert cfg.layerwise is False and cfg.checksum == "always"
+    assert cfg.layerwise is True and cfg.checksum == "always"
     assert parse_size("k", "1.5KiB") == 1536 and parse_size("k", 4096) == 4096
 
 

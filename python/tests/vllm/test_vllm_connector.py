@@ -162,15 +162,16 @@ def test_store_then_restore_identical_tokens_and_logprobs(main_run, reference):
         assert "inherited" not in placed[0][1], placed
 
 
-def test_cache_survives_restart_layerwise(workdir, main_run, reference):
+def test_cache_survives_restart_plain(workdir, main_run, reference):
+    # The main run delivered layer by layer (the default); this engine, the whole prefix first.
     store = main_run[0]
-    results, log = run_engine(workdir, "layerwise", RESTART_CALLS,
-                              connector_config(store, layerwise=True), max_tokens=4)
+    results, log = run_engine(workdir, "plain", RESTART_CALLS,
+                              connector_config(store, layerwise=False), max_tokens=4)
     assert [b[0]["num_cached"] for b in results] == [2592, 2528]
     ref = reference[len(CALLS):]
     assert [b[0]["num_cached"] for b in ref] == [2592, 2528]
-    assert_same(results[0][0], ref[0][0], "P2 after restart (layerwise)")
-    assert_same(results[1][0], ref[1][0], "P1 after restart (layerwise)")
+    assert_same(results[0][0], ref[0][0], "P2 after restart (plain)")
+    assert_same(results[1][0], ref[1][0], "P1 after restart (plain)")
 
 
 def test_a_coarser_reuse_granularity_rounds_hits_down(workdir, main_run):
@@ -204,7 +205,7 @@ def _flip_payload(store_src, store_dst):
 def test_flipped_byte_with_checksums_is_recomputed(workdir, main_run, cold):
     store = main_run[0]
     bad = _flip_payload(store, workdir / "store-flipped-on")
-    results, log = run_engine(workdir, "flipped_on", [[P1]], connector_config(bad),
+    results, log = run_engine(workdir, "flipped_on", [[P1]], connector_config(bad, layerwise=False),
                               max_tokens=4)
     # Every pack of P1 fails verification: vLLM recomputes all of it, as a cold prefill.
     assert_same(results[0][0], cold[0][0], "P1 from a corrupted store")

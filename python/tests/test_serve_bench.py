@@ -113,10 +113,12 @@ def single_results():
     for g, med in ((256, 0.45), (32, 0.47)):
         arms.append({"name": f"rangekv {8192 // g}", "kind": "rangekv", "granularity": g,
                      "layerwise": False, "ttft_s": [med, med], "median_s": med, "error": None,
-                     "tokens_match": [True, True], "median_minus_resident_ms": (med - 0.41) * 1e3})
+                     "tokens_match": [True, True], "median_minus_resident_ms": (med - 0.41) * 1e3,
+                     **({"exact_resident": [True, True]} if g == 256 else {})})
     arms.append({"name": "rangekv LW", "kind": "rangekv", "granularity": 256, "layerwise": True,
                  "ttft_s": [0.44, 0.46], "median_s": 0.45, "error": None,
-                 "tokens_match": [True, False], "median_minus_resident_ms": 40.0})
+                 "tokens_match": [True, False], "exact_resident": [True, False],
+                 "median_minus_resident_ms": 40.0})
     # The tmpfs arm, with resident runs paired in its own server.
     arms.append({"name": "rangekv 32 shm", "kind": "rangekv", "granularity": 256, "layerwise": False,
                  "medium": "shm", "ttft_s": [0.43, 0.43], "median_s": 0.43, "error": None,
@@ -141,7 +143,8 @@ def test_table3_has_the_papers_rows_one_column_per_object_count():
     assert t[7] == "| (RangeKV - resident) / prefix read at best ceiling | - | - | - | 0.25 |"
     assert t[8] == "| Speedup kept (resident / RangeKV) | - | - | - | 0.95 |"
     assert t[9] == "| Tokens = recompute | 2/2 | 2/2 | 1/2 | 2/2 |"
-    assert "shm: 80.0 ms (4 threads x 8 MiB)" in t[11]
+    assert t[10] == "| Tokens and logprobs = resident, bitwise | 2/2 | - | 1/2 | - |"
+    assert "shm: 80.0 ms (4 threads x 8 MiB)" in t[12]
     assert st.table3({"arms": [], "config": {}}) == ""
 
 

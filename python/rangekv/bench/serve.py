@@ -536,6 +536,14 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
             row["max_logprob_diff"] = [
                 max((abs(x - y) for x, y in zip(a, b) if x is not None and y is not None), default=None)
                 for a, b in zip(row["logprobs"], reference["logprobs"])]
+        # The exact reference for a restored prefix: vLLM serving the same prompts with the prefix
+        # in its own cache (a cold prefill splits the attention differently; its logprobs differ
+        # in the last bits, and near-tied tokens can flip).
+        resident_row = next((r for r in results["arms"] if r["kind"] == "resident"), None)
+        if arm["kind"] in ("rangekv", "ablation", "peer") and resident_row is not None:
+            row["exact_resident"] = [
+                a == b and la == lb for a, b, la, lb in zip(row["token_ids"], resident_row["token_ids"],
+                                                          row["logprobs"], resident_row["logprobs"])]
         results["arms"].append(row)
         log(f"[serve]   {arm['name']}: median {row['median_s']} s, samples {row['ttft_s']}")
     resident = next((r for r in results["arms"] if r["kind"] == "resident"), None)

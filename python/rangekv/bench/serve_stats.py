@@ -247,7 +247,7 @@ def table3(results: dict) -> str:
     rec = next((r for r in rows if r["kind"] == "recompute"), {})
     res = next((r for r in rows if r["kind"] == "resident"), {})
     prefix = cfg.get("prefix", 0)
-    heads, sizes, resid, rk, diff, ratio, kept, tm = [], [], [], [], [], [], [], []
+    heads, sizes, resid, rk, diff, ratio, kept, tm, ex = [], [], [], [], [], [], [], [], []
     for r in cols:
         g = r.get("granularity") or 32
         n = prefix // g * (layers if r.get("layerwise") else 1)
@@ -261,6 +261,8 @@ def table3(results: dict) -> str:
         kept.append(_f(r.get("speedup_kept"), "{:.2f}"))
         m = r.get("tokens_match")
         tm.append("-" if m is None else f"{sum(m)}/{len(m)}")
+        e = r.get("exact_resident")
+        ex.append("-" if e is None else f"{sum(e)}/{len(e)}")
     n = len(cols)
     lines = ["| Objects | " + " | ".join(heads) + " |", "| --- " * (n + 1) + "|",
              "| Object size | " + " | ".join(sizes) + " |",
@@ -270,7 +272,8 @@ def table3(results: dict) -> str:
              "| RangeKV - resident (ms) | " + " | ".join(diff) + " |",
              "| (RangeKV - resident) / prefix read at best ceiling | " + " | ".join(ratio) + " |",
              "| Speedup kept (resident / RangeKV) | " + " | ".join(kept) + " |",
-             "| Tokens = recompute | " + " | ".join(tm) + " |"]
+             "| Tokens = recompute | " + " | ".join(tm) + " |",
+             "| Tokens and logprobs = resident, bitwise | " + " | ".join(ex) + " |"]
     # Where a restore's time goes (the connector's phases, mean ms over the arm's server life).
     for name in PHASE_NAMES:
         vals = [(r.get("phases_ms") or {}).get(name) for r in cols]

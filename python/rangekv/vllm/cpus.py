@@ -25,6 +25,7 @@ Pure functions here; only :func:`vllm_binding` imports vLLM.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -50,16 +51,10 @@ def parse_cpu_list(text: str) -> frozenset[int]:
 
 def format_cpu_list(cpus: Iterable[int]) -> str:
     """{0, 2, 3, 4} -> "0,2-4" (the form `taskset -c` and /proc print)."""
-    out: list[str] = []
-    run: list[int] = []
-    for c in sorted(set(cpus)):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
+    out = []
+    # Consecutive CPUs share (cpu - position): each group is one run.
+    for _, group in itertools.groupby(enumerate(sorted(set(cpus))), lambda p: p[1] - p[0]):
+        run = [c for _, c in group]
         out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
     return ",".join(out)
 
@@ -77,7 +72,9 @@ def resolve(setting: str, *, allowed: frozenset[int], compute: frozenset[int],
         return parse_cpu_list(setting), "configured"
     if not compute:
         return None, "inherited (vLLM bound no compute CPUs)"
-    free = (reserved or (allowed - compute)) & allowed if allowed else reserved
+    free = reserved or (allowed - compute)
+    if allowed:
+        free &= allowed
     if not free:
         return None, "inherited (vLLM left no CPU outside its compute binding)"
     return frozenset(free), ("vLLM's reserved CPUs" if reserved else

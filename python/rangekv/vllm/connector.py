@@ -447,7 +447,6 @@ class RangeKVConnector(KVConnectorBase_V1):
         allowed, compute, reserved = cpu_placement.vllm_binding(self._vllm_config)
         engine_cpus, why = cpu_placement.resolve(self.cfg.cpus, allowed=allowed, compute=compute,
                                                  reserved=reserved)
-        self.engine_cpus = engine_cpus
         with cpu_placement.threads_on(engine_cpus):
             self._engine = rangekv.Engine(store_dir, **kwargs)
             geo = self._engine.geometry

@@ -44,13 +44,16 @@ inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
 // The default: reads are cut into pieces when the read I/O engine has more threads than there
 // are read workers (each worker has one span in flight), so every thread has a piece to work
 // on: kFillSplitBytes on a buffered pack file (threads copying out of the page cache),
-// kFillSplitBytesDirect on O_DIRECT (requests the device serves side by side). Writes stay
-// whole.
+// kFillSplitBytesDirect on O_DIRECT (requests the device serves side by side). Both are 1 MiB,
+// measured apart: 1 MiB O_DIRECT pieces over 4 threads per read worker beat 4 MiB over 2 by
+// 8-10% at 768 MiB and more at 6 GiB on the dev VM's virtio disk (docs/benchmarks.md,
+// 2026-12-05). Writes stay whole.
 inline constexpr uint64_t kIoSplitFillReads = UINT64_MAX - 1;
 inline constexpr uint64_t kFillSplitBytes = 1ull << 20;
-inline constexpr uint64_t kFillSplitBytesDirect = 4ull << 20;
+inline constexpr uint64_t kFillSplitBytesDirect = 1ull << 20;
 // Auto read I/O threads (EngineOptions::read_io_threads == 0) on a buffered pack file never
-// exceed this (on O_DIRECT they are 2 x read_workers).
+// exceed this (on O_DIRECT they are kDirectReadIoThreadsPerWorker x read_workers).
+inline constexpr uint32_t kDirectReadIoThreadsPerWorker = 4;
 inline constexpr uint32_t kMaxAutoReadIoThreads = 16;
 
 enum class DirectIoPreference : uint8_t {
@@ -211,10 +214,10 @@ struct EngineOptions {
   // Threads of the read I/O engine (posix: pread threads; uring: rings, one thread each; cufile:
   // threads). 0 = auto: on a buffered pack file max(read_workers, min(usable CPUs,
   // kMaxAutoReadIoThreads)), since page-cache reads are memory copies that scale with the
-  // threads doing them; on O_DIRECT 2 x read_workers (with fill_reads each span goes out as
-  // 4 MiB requests, two spans' worth in flight per worker, so the first layer's pieces are not
-  // queued behind whole later spans). options() reports the count in effect. Otherwise
-  // [1, 256].
+  // threads doing them; on O_DIRECT kDirectReadIoThreadsPerWorker x read_workers (with
+  // fill_reads each span goes out as 1 MiB requests, 16 in flight at the defaults: the lowest
+  // stripes' pieces go first, so the first layer's are not queued behind whole later spans).
+  // options() reports the count in effect. Otherwise [1, 256].
   uint32_t read_io_threads = 0;
   uint32_t prefetch_banks = 7;  // banks lookup-time prefetch may hold; < read_banks
   // Layers read ahead of the lowest unfinished one. At least read_workers: a layer is often one

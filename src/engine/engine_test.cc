@@ -656,17 +656,17 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
       << engine_->DescribeBackends();
   engine_.reset();
 
-  // Auto threads on an O_DIRECT file (where the medium has it): twice the read workers, 4 MiB
-  // pieces.
+  // Auto threads on an O_DIRECT file (where the medium has it): four times the read workers,
+  // 1 MiB pieces.
   o.store_dir = dir_.path() + "/store3";
   o.read_io_threads = 0;
   o.direct_io = DirectIoPreference::kPreferred;
   Open(o);
   const std::string d = engine_->DescribeBackends();
   if (d.find("direct=on") != std::string::npos) {
-    EXPECT_EQ(engine_->options().read_io_threads, 4u);
+    EXPECT_EQ(engine_->options().read_io_threads, 8u);
     EXPECT_EQ(engine_->options().io_split_bytes, kFillSplitBytesDirect);
-    EXPECT_NE(d.find("split=4194304 reads (fill_reads: 4 read I/O threads > 2 read workers, "
+    EXPECT_NE(d.find("split=1048576 reads (fill_reads: 8 read I/O threads > 2 read workers, "
                      "O_DIRECT)"),
               std::string::npos)
         << d;

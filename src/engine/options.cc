@@ -262,8 +262,8 @@ ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t usable_cpu
     threads = std::max(o.read_workers, std::min(hw, kMaxAutoReadIoThreads));
     reason = "auto: " + std::to_string(hw) + " usable CPUs, buffered";
   } else {
-    threads = 2 * o.read_workers;
-    reason = "auto: 2 x read_workers, O_DIRECT";
+    threads = kDirectReadIoThreadsPerWorker * o.read_workers;
+    reason = "auto: " + std::to_string(kDirectReadIoThreadsPerWorker) + " x read_workers, O_DIRECT";
   }
   plan.threads = std::min<uint32_t>(threads, 256);
   plan.why = std::to_string(plan.threads) + " threads (" + reason + ")";

@@ -140,12 +140,12 @@ TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesAndTheWorkersOnDire
   p = PlanReadIo(o, true, 0);  // unknown: taken as 1
   EXPECT_EQ(p.threads, 4u);
   EXPECT_EQ(p.fill_split_bytes, 0u);
-  // O_DIRECT: two threads per read worker and 4 MiB pieces, whatever the cores.
+  // O_DIRECT: four threads per read worker and 1 MiB pieces, whatever the cores.
   for (uint32_t cores : {2u, 16u, 128u}) {
     p = PlanReadIo(o, /*buffered=*/false, cores);
-    EXPECT_EQ(p.threads, 8u) << cores;
-    EXPECT_EQ(p.fill_split_bytes, kFillSplitBytesDirect) << cores;
-    EXPECT_EQ(p.why, "8 threads (auto: 2 x read_workers, O_DIRECT)");
+    EXPECT_EQ(p.threads, 16u) << cores;
+    EXPECT_EQ(p.fill_split_bytes, uint64_t{1} << 20) << cores;
+    EXPECT_EQ(p.why, "16 threads (auto: 4 x read_workers, O_DIRECT)");
   }
   o.read_workers = 24;  // more workers than the cap: the workers
   p = PlanReadIo(o, true, 16);

@@ -574,7 +574,7 @@ def best_read_ceiling(path: str, nbytes: int, direct: bool, prefix_tokens: int) 
     from .ttft_hf import prefix_extents, read_ceiling
 
     extents = prefix_extents(os.path.dirname(path), prefix_tokens)
-    # 4 MiB on 8 threads is the engine's own default read (O_DIRECT pieces x 2 x read_workers).
+    # 1 MiB on 16 threads is the engine's own default read (O_DIRECT pieces x 4 x read_workers).
     cells = [read_ceiling(path, nbytes, direct, threads=t, block=b << 20, reps=3, extents=extents)
              for t in (1, 2, 4, 8, 16) for b in (1, 4, 8, 32)]
     best = min(cells, key=lambda c: c["seconds"])

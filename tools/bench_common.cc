@@ -541,44 +541,76 @@ std::vector<Extent> SuffixExtents(const Geometry& g, uint64_t first_token, uint6
 
 }  // namespace
 
+struct ReadCeilingProbe::State {
+  std::string path;
+  Geometry geometry;
+  std::vector<CeilingPayload> payloads;
+  std::vector<Extent> extents;
+  std::vector<std::vector<Extent>> groups;  // per payload, for the pattern check
+  uint64_t bytes = 0;
+  PinnedHostBuffer buffer;
+  Fd fd;
+  bool direct = false;
+};
+
+ReadCeilingProbe::ReadCeilingProbe() : state_(std::make_unique<State>()) {}
+ReadCeilingProbe::~ReadCeilingProbe() = default;
+
+Result<std::unique_ptr<ReadCeilingProbe>> ReadCeilingProbe::Make(
+    Device& device, const std::string& pack_path, const Geometry& g,
+    std::span<const CeilingPayload> payloads, bool buffered) {
+  std::unique_ptr<ReadCeilingProbe> probe(new ReadCeilingProbe());
+  State& c = *probe->state_;
+  c.path = pack_path;
+  c.geometry = g;
+  c.payloads.assign(payloads.begin(), payloads.end());
+  for (const CeilingPayload& p : payloads) {
+    RANGEKV_ASSIGN_OR_RETURN(std::vector<Extent> e, LocatePayload(pack_path, g, p.tokens, p.seed));
+    const uint64_t base = c.extents.empty() ? 0 : ExtentBytes(c.extents);
+    for (Extent& x : e) {
+      x.buffer_offset += base;
+      c.extents.push_back(x);
+    }
+    c.groups.push_back(std::move(e));
+    c.bytes += p.tokens * g.token_bytes * g.layers;
+  }
+  RANGEKV_ASSIGN_OR_RETURN(c.buffer, device.AllocatePinnedHost(ExtentBytes(c.extents)));
+  std::memset(c.buffer.data(), 0, c.buffer.size_bytes());  // no first-touch faults timed
+  RANGEKV_ASSIGN_OR_RETURN(c.fd, OpenForCeiling(pack_path, O_RDONLY, buffered, &c.direct));
+  return probe;
+}
+
+Result<std::vector<double>> ReadCeilingProbe::Measure(uint32_t threads, uint64_t request_bytes,
+                                                      uint32_t warmups, uint32_t reps) {
+  State& c = *state_;
+  const std::vector<Extent> requests =
+      request_bytes == 0 ? c.extents : CutExtents(c.extents, request_bytes, UINT64_MAX);
+  std::vector<double> out;
+  for (uint32_t rep = 0; rep < warmups + reps; ++rep) {
+    if (!c.direct) DropCache(c.path);
+    RANGEKV_ASSIGN_OR_RETURN(
+        double sec, ParallelIo(c.fd.get(), requests, c.buffer.data(), threads, /*write=*/false));
+    uint64_t bad = 0;
+    for (size_t i = 0; i < c.groups.size(); ++i) {
+      bad += CountExtentMismatches(c.groups[i], c.buffer.data(), c.payloads[i].seed,
+                                   c.geometry.token_bytes);
+    }
+    if (bad != 0) return Corruption("ceiling read " + std::to_string(bad) + " wrong rows");
+    std::memset(c.buffer.data(), 0, c.buffer.size_bytes());
+    if (rep >= warmups) out.push_back(static_cast<double>(c.bytes) / kGiB / sec);
+  }
+  return out;
+}
+
 Result<std::vector<double>> MeasureReadCeiling(Device& device, const std::string& pack_path,
                                                const Geometry& g,
                                                std::span<const CeilingPayload> payloads,
                                                uint32_t threads, bool buffered, uint32_t warmups,
                                                uint32_t reps) {
-  std::vector<Extent> extents;
-  std::vector<std::vector<Extent>> groups;  // per payload, for the pattern check
-  uint64_t bytes = 0;
-  for (const CeilingPayload& p : payloads) {
-    RANGEKV_ASSIGN_OR_RETURN(std::vector<Extent> e, LocatePayload(pack_path, g, p.tokens, p.seed));
-    const uint64_t base = extents.empty() ? 0 : ExtentBytes(extents);
-    for (Extent& x : e) {
-      x.buffer_offset += base;
-      extents.push_back(x);
-    }
-    groups.push_back(std::move(e));
-    bytes += p.tokens * g.token_bytes * g.layers;
-  }
-  RANGEKV_ASSIGN_OR_RETURN(PinnedHostBuffer buffer, device.AllocatePinnedHost(ExtentBytes(extents)));
-  std::memset(buffer.data(), 0, buffer.size_bytes());  // no first-touch faults timed
-  bool direct = false;
-  RANGEKV_ASSIGN_OR_RETURN(Fd fd, OpenForCeiling(pack_path, O_RDONLY, buffered, &direct));
-  std::vector<double> out;
-  for (uint32_t rep = 0; rep < warmups + reps; ++rep) {
-    if (!direct) DropCache(pack_path);
-    RANGEKV_ASSIGN_OR_RETURN(double sec,
-                             ParallelIo(fd.get(), extents, buffer.data(), threads, /*write=*/false));
-    uint64_t bad = 0;
-    for (size_t i = 0; i < groups.size(); ++i) {
-      bad += CountExtentMismatches(groups[i], buffer.data(), payloads[i].seed, g.token_bytes);
-    }
-    if (bad != 0) return Corruption("ceiling read " + std::to_string(bad) + " wrong rows");
-    std::memset(buffer.data(), 0, buffer.size_bytes());
-    if (rep >= warmups) out.push_back(static_cast<double>(bytes) / kGiB / sec);
-  }
-  return out;
+  RANGEKV_ASSIGN_OR_RETURN(auto probe,
+                           ReadCeilingProbe::Make(device, pack_path, g, payloads, buffered));
+  return probe->Measure(threads, 0, warmups, reps);
 }
-
 
 // ---- the sweep ------------------------------------------------------------------------------
 

@@ -131,10 +131,31 @@ struct CeilingPayload {
   uint64_t tokens = 0;
   uint64_t seed = 0;
 };
-// The sweep's read ceiling for payloads stored by an engine in `pack_path`: `threads` threads of
-// plain pread of the stripe extents holding them (found by content) into one pinned buffer,
-// O_DIRECT unless `buffered` (then the page cache is dropped first), every byte verified. GiB/s
-// of each of `reps` repetitions after `warmups`.
+// The read ceiling for payloads stored by an engine in `pack_path`: threads of plain pread of
+// the stripe extents holding them (found by content) into one pinned buffer, allocated and
+// touched once and reused by every Measure, O_DIRECT unless `buffered` (then the page cache is
+// dropped before each pass), every byte verified.
+class ReadCeilingProbe {
+ public:
+  static Result<std::unique_ptr<ReadCeilingProbe>> Make(Device& device,
+                                                        const std::string& pack_path,
+                                                        const Geometry& g,
+                                                        std::span<const CeilingPayload> payloads,
+                                                        bool buffered);
+  // GiB/s of each of `reps` passes after `warmups`, `threads` threads, each extent one request
+  // or, with `request_bytes` != 0, cut into requests of that size.
+  Result<std::vector<double>> Measure(uint32_t threads, uint64_t request_bytes, uint32_t warmups,
+                                      uint32_t reps);
+
+  ~ReadCeilingProbe();
+
+ private:
+  struct State;  // extents, buffer and file (types private to bench_common.cc)
+  ReadCeilingProbe();
+  std::unique_ptr<State> state_;
+};
+
+// One ReadCeilingProbe's passes with `threads` threads of whole extents (the sweeps' ceiling).
 Result<std::vector<double>> MeasureReadCeiling(Device& device, const std::string& pack_path,
                                                const Geometry& g,
                                                std::span<const CeilingPayload> payloads,

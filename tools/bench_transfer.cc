@@ -264,9 +264,11 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");
   cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 4)");
   cmd->add_option("--write-workers", flags->write_workers, "engine write workers (0: default 32)");
-  cmd->add_option("--group-workers", flags->group_workers,
-                  "engine store group workers (0: default 8)");
-  cmd->add_option("--layer-group", flags->layer_group, "engine store layer group (0: default 4)");
+  cmd->add_option(
+      "--group-workers", flags->group_workers,
+      "engine store group workers (0: auto, 8 on CUDA, min(8, usable CPUs) on the host device)");
+  cmd->add_option("--layer-group", flags->layer_group,
+                  "engine store layer group (0: auto, 4 on CUDA, 2 on the host device)");
   cmd->add_option("--checksum", flags->checksum, "engine span digests: on (default) | off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();

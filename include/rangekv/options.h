@@ -226,13 +226,22 @@ struct EngineOptions {
   uint32_t lookahead_layers = 4;
   uint32_t max_inflight_restores = 16;  // restore job slots (prefetching jobs included)
 
-  // Store side. Store bank bytes 0 means 2 * layer_group * W (256 MiB at the defaults): a full
+  // Store side. Store bank bytes 0 means 2 * layer_group * W (256 MiB with groups of 4): a full
   // group of layer_group layers and two stripes per layer (a pack and its partial tail).
   uint32_t store_banks = 8;
   uint64_t store_bank_bytes = 0;
-  uint32_t group_workers = 8;
+  // Store group workers (each gathers one batch at a time) and the layers a batch gathers and
+  // writes together. 0 = auto, resolved at Open from the device: on CUDA the paper's 8 workers
+  // and groups of 4 (a gather is an asynchronous kernel; more batches in flight keep the GPU
+  // and the writes busy); on the host device min(8, usable CPUs) workers and groups of 2 (a
+  // gather is CPU work already spread over the device's pool: more concurrent gathers than
+  // cores only make every batch finish later, and a smaller group lets the first writes start
+  // sooner; on the 2-core dev VM this took a 252 MiB store from 0.72-0.78 to 0.85-0.92 of the
+  // best write ceiling, docs/benchmarks.md 2026-12-05). Both are clipped to the model's layers
+  // (and the gather's kernels::kMaxGatherLayers). options() reports the values in effect.
+  uint32_t group_workers = 0;
   uint32_t write_workers = 32;
-  uint32_t layer_group = 4;
+  uint32_t layer_group = 0;
   uint32_t max_inflight_stores = 16;  // store job slots, including detached write debt
   // Pack slots kept free ahead of the stores by evicting early (DirectoryOptions::
   // free_reserve_packs): a store then reuses a slot whose eviction is already durable instead

@@ -155,20 +155,21 @@ std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* wr
 
 Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& config) {
   RANGEKV_ASSIGN_OR_RETURN(geometry_, DeriveGeometry(in.model, in.stripe_bytes));
-  RANGEKV_ASSIGN_OR_RETURN(options_, ResolveOptions(in, geometry_));
-  if (options_.env == nullptr) options_.env = DefaultEnv();
   hooks_ = config.hooks;
-
+  // The device first: the store shape's auto values depend on its kind.
   if (config.device != nullptr) {
     device_ = config.device;
   } else {
     DeviceOptions d;
-    d.kind = ToDeviceKind(options_.device);
-    d.ordinal = static_cast<int>(options_.cuda_device_ordinal);
+    d.kind = ToDeviceKind(in.device);
+    d.ordinal = static_cast<int>(in.cuda_device_ordinal);
     RANGEKV_ASSIGN_OR_RETURN(owned_device_, MakeDevice(d));
     device_ = owned_device_.get();
   }
   const DeviceCapabilities& caps = device_->capabilities();
+  RANGEKV_ASSIGN_OR_RETURN(
+      options_, ResolveOptions(in, geometry_, caps.kind == DeviceKind::kHost, UsableCpus()));
+  if (options_.env == nullptr) options_.env = DefaultEnv();
 
   StoreStateOptions so;
   so.env = options_.env;

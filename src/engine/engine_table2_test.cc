@@ -162,6 +162,7 @@ std::unique_ptr<FullGeometryEngine> OpenFullGeometry(Ablations ablations = {}) {
   o.env = &f->env;
   o.io_engine = IoEngineSelection::kPosix;
   o.ablations = ablations;
+  o.layer_group = 4;  // the paper's (a host device's auto group is 2)
   engine_internal::EngineInternalConfig config;
   config.device = f->device.get();
   auto e = engine_internal::OpenEngineForTesting(o, config);
@@ -279,6 +280,7 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
   o.device = DeviceSelection::kHost;
   o.io_engine = IoEngineSelection::kPosix;
   // The paper's pool shapes (bank bytes follow W), with fewer threads for a 2-core CI box.
+  o.layer_group = 4;
   o.group_workers = 4;
   o.write_workers = 4;
   o.max_inflight_restores = 2;

@@ -165,7 +165,8 @@ Result<uint64_t> PackCountForCapacity(uint64_t capacity_bytes, const Geometry& g
   return packs;
 }
 
-Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g) {
+Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g, bool host_device,
+                                     uint32_t usable_cpus) {
   EngineOptions o = in;
   const uint64_t w = g.stripe_bytes;
   if (o.store_dir.empty() && o.store_service.empty()) {
@@ -178,6 +179,14 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g)
     return Bad("store_service_spin_us", "at most 10000 (10 ms of polling per call)");
   }
   if (o.read_bank_bytes == 0) o.read_bank_bytes = w;
+  if (o.layer_group == 0) {
+    o.layer_group = std::min({host_device ? kAutoLayerGroupHost : kAutoLayerGroupCuda, g.layers,
+                              kernels::kMaxGatherLayers});
+  }
+  if (o.group_workers == 0) {
+    o.group_workers =
+        host_device ? std::clamp(usable_cpus, 1u, kAutoGroupWorkersCuda) : kAutoGroupWorkersCuda;
+  }
   if (o.store_bank_bytes == 0) {
     const auto b = CheckedMul(2ull * o.layer_group, w);
     if (!b) return Bad("store_bank_bytes", "2 x layer_group x W overflows");

@@ -20,8 +20,8 @@ EngineOptions Base() {
   return o;
 }
 
-TEST(ResolveOptionsTest, DefaultsAreThePapers) {
-  auto r = ResolveOptions(Base(), Geometry8B());
+TEST(ResolveOptionsTest, DefaultsAreThePapersOnCuda) {
+  auto r = ResolveOptions(Base(), Geometry8B(), /*host_device=*/false, /*usable_cpus=*/16);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->read_banks, 8u);
   EXPECT_EQ(r->read_bank_bytes, 32 * kMiB);
@@ -38,6 +38,44 @@ TEST(ResolveOptionsTest, DefaultsAreThePapers) {
   auto packs = PackCountForCapacity(r->capacity_bytes, Geometry8B());
   ASSERT_TRUE(packs.ok());
   EXPECT_EQ(*packs, 16u);
+}
+
+// On the host device a gather is CPU work over the device's pool: no more concurrent gathers
+// than cores, and groups of 2 so the first writes start sooner. Configured values are kept.
+TEST(ResolveOptionsTest, TheStoreShapeFollowsTheHostDevicesCores) {
+  auto r = ResolveOptions(Base(), Geometry8B(), /*host_device=*/true, /*usable_cpus=*/2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->group_workers, 2u);
+  EXPECT_EQ(r->layer_group, 2u);
+  EXPECT_EQ(r->store_bank_bytes, 2 * 2 * 32 * kMiB);  // banks follow the resolved group
+  r = ResolveOptions(Base(), Geometry8B(), true, 64);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->group_workers, kAutoGroupWorkersCuda);  // never more than on CUDA
+  r = ResolveOptions(Base(), Geometry8B(), true, 0);   // unknown CPUs: one worker
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->group_workers, 1u);
+  EngineOptions o = Base();
+  o.group_workers = 5;
+  o.layer_group = 3;
+  r = ResolveOptions(o, Geometry8B(), true, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->group_workers, 5u);
+  EXPECT_EQ(r->layer_group, 3u);
+  EXPECT_EQ(r->store_bank_bytes, 2 * 3 * 32 * kMiB);
+  // A model shallower than the auto group: its layer count.
+  ModelSpec shallow = Llama31_8BSpec();
+  shallow.layers = 3;
+  auto g = DeriveGeometry(shallow);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  r = ResolveOptions(Base(), *g, /*host_device=*/false, 16);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->layer_group, 3u);
+  shallow.layers = 1;
+  g = DeriveGeometry(shallow);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  r = ResolveOptions(Base(), *g, /*host_device=*/true, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->layer_group, 1u);
 }
 
 // The read window is clipped to the model: past its last layer it is the whole model, so the
@@ -92,7 +130,7 @@ TEST(ResolveOptionsTest, EachBadFieldIsNamed) {
   o.store_bank_bytes = 64 * kMiB;  // below 4 stripes
   ExpectBad(o, "store_bank_bytes");
   o = Base();
-  o.layer_group = 0;
+  o.layer_group = 9;  // more than a gather takes (0 is auto)
   ExpectBad(o, "layer_group");
   o = Base();
   o.write_workers = 0;

@@ -156,13 +156,15 @@ def crossing(xs: list[float], ys_a: list[float], ys_b: list[float]) -> float | N
 
 # ---- resources -------------------------------------------------------------------------------
 
-def bank_bytes(extra: dict, layers: int) -> int:
+def bank_bytes(extra: dict, layers: int, device: str = "host") -> int:
     """Host bytes one rank's engine allocates for banks at start-up, from the connector's
     config (docs/integrations/vllm.md "Engine sizing"): read_banks x read_bank_bytes (default
     stripe_bytes) + store_banks x store_bank_bytes (default 2 x layer_group x stripe_bytes, the
-    layer group capped at the layer count)."""
+    layer group as the engine resolves it: config.resolved_layer_group)."""
+    from ..vllm.config import resolved_layer_group
+
     stripe = _size(extra.get("stripe_bytes", 32 << 20))
-    group = min(int(extra.get("layer_group", 4)), layers)
+    group = resolved_layer_group(min(int(extra.get("layer_group", 0)), layers), device, layers)
     read = int(extra.get("read_banks", 8)) * (_size(extra.get("read_bank_bytes", 0)) or stripe)
     store = int(extra.get("store_banks", 8)) * (_size(extra.get("store_bank_bytes", 0))
                                                  or 2 * group * stripe)

@@ -24,8 +24,8 @@ def engine_for_model(config, store_dir, *, block_size: int = 16, dtype=None, dev
     import rangekv
 
     g = model_kv_geometry(config)
-    # The engine's layer-count-bound defaults, clipped for shallow models.
-    options.setdefault("layer_group", min(4, g["layers"]))
+    # The engine's layer-count-bound default, clipped for shallow models (the layer group's auto
+    # value clips itself).
     options.setdefault("lookahead_layers", min(4, g["layers"]))
     return rangekv.Engine(
         str(store_dir),

@@ -27,6 +27,17 @@ _SIZE_UNITS = {
 }
 
 
+def resolved_layer_group(layer_group: int, device: str, layers: int | None = None) -> int:
+    """EngineOptions' layer group as the engine resolves it at open (include/rangekv/options.h):
+    the configured one, or for 0 (auto) 2 on the host device and 4 on CUDA, at most the layers
+    and the gather's 8. The memory checks that run before the engine exists use it; a test holds
+    it to Engine.options. `device` "auto" counts as CUDA (the larger banks)."""
+    if layer_group:
+        return layer_group
+    group = 2 if device == "host" else 4
+    return min(group, layers, 8) if layers else group
+
+
 def parse_size(key: str, value: Any) -> int:
     """Bytes from an int or a string such as ``"512GiB"``, ``"32MiB"``, ``"1.5TB"``."""
     if isinstance(value, bool):
@@ -106,9 +117,11 @@ KEYS: dict[str, _Key] = {
     "lookahead_layers": _Key(4, "int", "layers read ahead of the lowest unfinished layer", minimum=1),
     "store_banks": _Key(8, "int", "store banks", minimum=1),
     "store_bank_bytes": _Key(0, "int", "store bank bytes (0 = 2 x layer_group x stripe_bytes)"),
-    "group_workers": _Key(8, "int", "store gather worker threads", minimum=1),
+    "group_workers": _Key(0, "int", "store gather worker threads (0 = auto: 8 on CUDA, min(8, "
+                          "usable CPUs) on the CPU)"),
     "write_workers": _Key(32, "int", "store write worker threads", minimum=1),
-    "layer_group": _Key(4, "int", "layers gathered and written together", minimum=1),
+    "layer_group": _Key(0, "int", "layers gathered and written together (0 = auto: 4 on CUDA, 2 on "
+                        "the CPU, at most the model's layers)"),
     "max_inflight_restores": _Key(16, "int", "restore job slots (prefetching lookups included)",
                                   minimum=1),
     "max_inflight_stores": _Key(16, "int", "store job slots (write debt included)", minimum=1),

@@ -47,7 +47,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from .channel import LookupClient, LookupServer, socket_path
 from . import cpus as cpu_placement
-from .config import ConfigError, ConnectorConfig, parse_config
+from .config import ConfigError, ConnectorConfig, parse_config, resolved_layer_group
 from .events import AnnouncedBlocks, RangeKVEvents, block_hashes, removed_event, stored_event
 from .gate import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
 from .stats import RangeKVPromMetrics, RangeKVStats
@@ -116,7 +116,9 @@ def _bank_host_bytes(kwargs: dict[str, Any]) -> int:
     size."""
     w = kwargs["stripe_bytes"]
     read = kwargs["read_banks"] * (kwargs["read_bank_bytes"] or w)
-    store = kwargs["store_banks"] * (kwargs["store_bank_bytes"] or 2 * kwargs["layer_group"] * w)
+    group = resolved_layer_group(kwargs["layer_group"], kwargs.get("device", "auto"),
+                                 kwargs.get("layers"))
+    store = kwargs["store_banks"] * (kwargs["store_bank_bytes"] or 2 * group * w)
     return read + store
 
 

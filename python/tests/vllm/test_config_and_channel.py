@@ -120,7 +120,8 @@ def test_banks_that_do_not_fit_host_memory_are_refused_with_the_remedy(monkeypat
 
 
 @pytest.mark.parametrize("over", [{}, {"read_bank_bytes": 64 << 10, "store_bank_bytes": 256 << 10},
-                                  {"layer_group": 3, "read_banks": 3, "prefetch_banks": 2}])
+                                  {"layer_group": 3, "read_banks": 3, "prefetch_banks": 2},
+                                  {"layer_group": 0}, {"layer_group": 0, "layers": 1}])
 def test_the_memory_check_counts_what_the_engine_allocates(tmp_path, over):
     """The check runs before the engine opens, so it computes the banks' size itself; the
     engine's resolved options (Engine.options) are the truth it must match."""

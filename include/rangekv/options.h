@@ -47,7 +47,8 @@ inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
 // kFillSplitBytesDirect on O_DIRECT (requests the device serves side by side). Both are 1 MiB,
 // measured apart: 1 MiB O_DIRECT pieces over 4 threads per read worker beat 4 MiB over 2 by
 // 8-10% at 768 MiB and more at 6 GiB on the dev VM's virtio disk (docs/benchmarks.md,
-// 2026-12-05). Writes stay whole.
+// 2026-12-05). On O_DIRECT, writes are cut into the same pieces (a store has only a few
+// batches' spans in flight for the write engine's threads); buffered writes stay whole.
 inline constexpr uint64_t kIoSplitFillReads = UINT64_MAX - 1;
 inline constexpr uint64_t kFillSplitBytes = 1ull << 20;
 inline constexpr uint64_t kFillSplitBytesDirect = 1ull << 20;

@@ -116,8 +116,14 @@ std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* wr
       return "off (fill_reads: " + threads + ", " + workers + ")";
     }
     options_.io_split_bytes = read_plan.fill_split_bytes;
-    return std::to_string(read_plan.fill_split_bytes) + " reads (fill_reads: " + threads + " > " +
-           workers + (store_->file()->direct() ? ", O_DIRECT)" : ", buffered)");
+    // O_DIRECT writes too: a store has only a few batches' spans in flight (2 per batch with the
+    // host device's groups of 2), far fewer than the write engine's threads; 1 MiB pieces took
+    // the dev VM's 252 MiB store from 0.89-0.91 to 0.94-0.96 of its best write ceiling
+    // (docs/benchmarks.md, 2026-12-05). Buffered writes stay whole (not measured split).
+    const bool direct = store_->file()->direct();
+    if (direct) *write_split = read_plan.fill_split_bytes;
+    return std::to_string(read_plan.fill_split_bytes) + (direct ? " reads and writes" : " reads") +
+           " (fill_reads: " + threads + " > " + workers + (direct ? ", O_DIRECT)" : ", buffered)");
   }
   if (configured != kIoSplitAuto) {
     *write_split = configured;

@@ -666,7 +666,8 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
   if (d.find("direct=on") != std::string::npos) {
     EXPECT_EQ(engine_->options().read_io_threads, 8u);
     EXPECT_EQ(engine_->options().io_split_bytes, kFillSplitBytesDirect);
-    EXPECT_NE(d.find("split=1048576 reads (fill_reads: 8 read I/O threads > 2 read workers, "
+    EXPECT_NE(d.find("split=1048576 reads and writes (fill_reads: 8 read I/O threads > 2 read "
+                     "workers, "
                      "O_DIRECT)"),
               std::string::npos)
         << d;

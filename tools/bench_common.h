@@ -227,6 +227,11 @@ struct SweepOptions {
   std::vector<std::string> durabilities;
 };
 
+// The ablation name of RangeKV's default configuration measured again rep by rep beside the
+// per-object model (Sweep::RunBaseline): the "never slower" comparison uses it, so both see the
+// same medium at the same moment.
+inline constexpr const char* kBesidePerObject = "beside per-object";
+
 struct SweepResult {
   std::string engine;                   // "rangekv" | "per-object"
   std::optional<std::string> ablation;  // null for the default configuration

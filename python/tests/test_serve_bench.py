@@ -90,9 +90,14 @@ def test_crossing_interpolates_and_reports_start_and_never():
 
 
 def test_bank_bytes_match_the_documented_defaults():
-    assert st.bank_bytes({}, layers=32) == 8 * (32 << 20) + 8 * 2 * 4 * (32 << 20)  # 2.25 GiB
+    # The serve bench runs vLLM's CPU backend: the host device's auto layer group of 2.
+    assert st.bank_bytes({}, layers=32) == 8 * (32 << 20) + 8 * 2 * 2 * (32 << 20)  # 1.25 GiB
+    assert st.bank_bytes({}, layers=32, device="cuda") == 8 * (32 << 20) + 8 * 2 * 4 * (32 << 20)
+    assert st.bank_bytes({"layer_group": 4}, layers=32) == 8 * (32 << 20) + 8 * 2 * 4 * (32 << 20)
     # Shallow model: the layer group is capped at the layer count; sizes as strings.
-    assert st.bank_bytes({"stripe_bytes": "4MiB"}, layers=2) == 8 * (4 << 20) + 8 * 2 * 2 * (4 << 20)
+    assert st.bank_bytes({"stripe_bytes": "4MiB"}, layers=1) == 8 * (4 << 20) + 8 * 2 * 1 * (4 << 20)
+    assert st.bank_bytes({"layer_group": 4, "stripe_bytes": "4MiB"}, layers=2) == (
+        8 * (4 << 20) + 8 * 2 * 2 * (4 << 20))
     assert st.bank_bytes({"read_bank_bytes": 1 << 20, "store_bank_bytes": "2MiB",
                           "read_banks": 2, "store_banks": 1}, layers=4) == 2 * (1 << 20) + (2 << 20)
 

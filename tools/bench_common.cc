@@ -602,16 +602,6 @@ Result<std::vector<double>> ReadCeilingProbe::Measure(uint32_t threads, uint64_t
   return out;
 }
 
-Result<std::vector<double>> MeasureReadCeiling(Device& device, const std::string& pack_path,
-                                               const Geometry& g,
-                                               std::span<const CeilingPayload> payloads,
-                                               uint32_t threads, bool buffered, uint32_t warmups,
-                                               uint32_t reps) {
-  RANGEKV_ASSIGN_OR_RETURN(auto probe,
-                           ReadCeilingProbe::Make(device, pack_path, g, payloads, buffered));
-  return probe->Measure(threads, 0, warmups, reps);
-}
-
 // ---- the sweep ------------------------------------------------------------------------------
 
 std::string_view WorkloadName(Workload w) { return w == Workload::kRestore ? "restore" : "store"; }

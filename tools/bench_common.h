@@ -155,13 +155,6 @@ class ReadCeilingProbe {
   std::unique_ptr<State> state_;
 };
 
-// One ReadCeilingProbe's passes with `threads` threads of whole extents (the sweeps' ceiling).
-Result<std::vector<double>> MeasureReadCeiling(Device& device, const std::string& pack_path,
-                                               const Geometry& g,
-                                               std::span<const CeilingPayload> payloads,
-                                               uint32_t threads, bool buffered, uint32_t warmups,
-                                               uint32_t reps);
-
 // ---- the sweep ------------------------------------------------------------------------------
 
 enum class Workload : uint8_t { kRestore, kStore };

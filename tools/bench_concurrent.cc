@@ -337,7 +337,6 @@ class Bench {
   // cell, then the fastest cell re-measured with the bench's warm-ups and repetitions. Every
   // "x ceiling" is against it, as `bench restore` states its ratios against its grid's best.
   void MeasureCeiling(const RunPlan& p, const std::string& pack_path, uint32_t read_threads) {
-    if (p.variant != Variant::kDistinct || ceiling_.count(p.n) != 0) return;
     std::vector<CeilingPayload> payloads;
     for (uint32_t i = 0; i < p.prefixes; ++i) payloads.push_back({p.tokens, PrefixSeed(p, i)});
     std::vector<uint32_t> threads = {f_.ceiling_threads != 0 ? f_.ceiling_threads : read_threads};

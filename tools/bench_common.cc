@@ -699,6 +699,10 @@ class Sweep {
     if (o_.run_baseline) {
       for (size_t pi = 0; pi < points_.size(); ++pi) RANGEKV_RETURN_IF_ERROR(RunBaseline(pi));
     }
+    if (default_session_.has_value()) {
+      RANGEKV_RETURN_IF_ERROR(CloseSession(*default_session_));
+      default_session_.reset();
+    }
     // Point-major order for the table: the default, each ablation, then the per-object model.
     for (auto& [key, r] : kept_) report_.results.push_back(std::move(r));
     report_.ceiling_gib_s = Median(report_.ceiling_samples_gib_s);
@@ -1474,7 +1478,11 @@ class Sweep {
       write_ceiling.reset();
     }
     for (size_t j = 0; j < m; ++j) {
-      RANGEKV_RETURN_IF_ERROR(CloseSession(sessions[j]));
+      if (cis[j] == 0 && o_.run_baseline) {
+        default_session_ = std::move(sessions[j]);  // RunBaseline's "beside" repetitions
+      } else {
+        RANGEKV_RETURN_IF_ERROR(CloseSession(sessions[j]));
+      }
       for (size_t pi = 0; pi < n; ++pi) Keep(pi, cis[j], std::move(results[j][pi]));
     }
     return OkStatus();
@@ -1519,19 +1527,25 @@ class Sweep {
     const bool restore = o_.workload == Workload::kRestore;
     SweepResult r = NewResult("per-object", std::nullopt, p);
     const std::string data_path = dir + "/objects.dat";
-    // RangeKV's default configuration again, rep by rep beside the model's, in an engine of its
-    // own: the "never slower" comparison then sees the same medium at the same moment. (Run
-    // after all of RangeKV's repetitions, the model met a disk that had drifted: on the dev VM
-    // it read at 2.3 GiB/s where RangeKV's repetitions had met 1.4, docs/benchmarks.md
-    // 2026-12-05.)
-    std::optional<EngineSession> beside;
+    // RangeKV's default configuration again, rep by rep beside the model's: the "never slower"
+    // comparison then sees the same medium at the same moment. (Run after all of RangeKV's
+    // repetitions, the model met a disk that had drifted: on the dev VM it read at 2.3 GiB/s
+    // where RangeKV's repetitions had met 1.4, docs/benchmarks.md 2026-12-05.) The engine is
+    // the one the default configuration's rows were measured on (its pack file), kept open for
+    // this: an engine opened per point wrote a fresh pack file each time, and on the dev VM's
+    // disk some fresh files read 1.6x slower than others through every repetition (alternate
+    // points, same run), which judged the file's placement rather than RangeKV.
+    EngineSession own;
+    EngineSession* beside = nullptr;
     SweepResult beside_r = NewResult("rangekv", std::string(kBesidePerObject), p);
-    if (o_.run_rangekv) {
-      RANGEKV_ASSIGN_OR_RETURN(EngineSession session,
-                               OpenSession(0, pi, "rkv-beside-" + std::to_string(pi)));
-      session.tag = std::string("rangekv ") + kBesidePerObject;
-      beside = std::move(session);
+    if (default_session_.has_value()) {
+      beside = &*default_session_;
+    } else if (o_.run_rangekv) {
+      RANGEKV_ASSIGN_OR_RETURN(own, OpenSession(0, pi, "rkv-beside-" + std::to_string(pi)));
+      beside = &own;
     }
+    const std::string default_tag = beside != nullptr ? beside->tag : std::string();
+    if (beside != nullptr) beside->tag = std::string("rangekv ") + kBesidePerObject;
     if (restore) {
       RANGEKV_RETURN_IF_ERROR(EnsurePrefixPattern());
       baseline::PerObjectStoreReport put = store->Put(prefix_, p.naming, kv_->baseline_kv());
@@ -1584,8 +1598,9 @@ class Sweep {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     Keep(pi, configs_.size(), std::move(r));
-    if (beside) {
-      RANGEKV_RETURN_IF_ERROR(CloseSession(*beside));
+    if (beside != nullptr) {
+      beside->tag = default_tag;
+      if (beside == &own) RANGEKV_RETURN_IF_ERROR(CloseSession(own));
       Keep(pi, configs_.size() + 1, std::move(beside_r));
     }
     return OkStatus();
@@ -1605,6 +1620,8 @@ class Sweep {
   std::vector<int32_t> prompt_;
   SweepReport report_;
   std::map<std::pair<size_t, size_t>, SweepResult> kept_;  // (point, config) -> result
+  // The default configuration's engine, kept from RunRangeKvShared for RunBaseline.
+  std::optional<EngineSession> default_session_;
   const double start_s_ = NowS();
   const bool tty_ = ::isatty(2) != 0;
   bool line_open_ = false;

@@ -66,6 +66,16 @@ void OwnedRange::reset() {
 
 }  // namespace device_internal
 
+// ---- Stream ----
+
+Status Stream::VerifiedScatter(const kernels::VerifiedScatterArgs& args) {
+  RANGEKV_RETURN_IF_ERROR(kernels::ValidateVerifiedScatterArgs(args));
+  RANGEKV_RETURN_IF_ERROR(Digest(args.digest));
+  kernels::ScatterArgs gated = args.scatter;
+  gated.skip_if_set = args.digest.mismatch;
+  return Scatter(gated);
+}
+
 // ---- factory ----
 
 bool CudaCompiledIn() {

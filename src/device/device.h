@@ -293,6 +293,10 @@ class Stream {
   virtual Status Gather(const kernels::GatherArgs& args) = 0;
   // Writes one digest per span to args.digests (device memory).
   virtual Status Digest(const kernels::DigestArgs& args) = 0;
+  // Writes the scatter's rows of each digest span whose digest matched (kernels/span_digest.h).
+  // This default enqueues Digest, then Scatter gated on the mismatch word, so one failed span
+  // writes no row of the call; HostDevice runs both in one pass per span instead, in cache.
+  virtual Status VerifiedScatter(const kernels::VerifiedScatterArgs& args);
 
   // Blocks until all work enqueued so far has completed; the device error otherwise.
   virtual Status Synchronize() = 0;

@@ -719,6 +719,111 @@ TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
   EXPECT_EQ(s->Digest(half).code(), StatusCode::kInvalidArgument) << "expected without mismatch";
 }
 
+// A verified scatter writes the rows of the digest spans that matched and never a row of one
+// that did not; its spans may reach past the scatter's first and last row (the verify extent
+// of a clipped restore). HostDevice writes the matching spans' rows; Stream's default (Digest,
+// then a gated Scatter) writes none when any span differs. Both write every computed digest.
+TEST_P(DeviceConformance, VerifiedScatterWritesOnlyRowsWhoseDigestMatched) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::mt19937_64 rng(321);
+  const kernels::PagedShape shape{.num_blocks = 16 * GetParam().case_scale,
+                                  .block_size = 16,
+                                  .num_heads = 4,
+                                  .head_size = 64,
+                                  .elem_bytes = 2};
+  const LayoutCase c{.layout = kernels::PagedLayout::kFlashAttnNhd,
+                     .shape = shape,
+                     .num_tokens = shape.num_blocks * 12};
+  const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
+  const uint64_t row = kernels::testing::RowBytes(c);
+  const uint64_t stripe_bytes = c.num_tokens * row;
+  std::vector<uint8_t> stripe(stripe_bytes);
+  kernels::testing::FillRandom(stripe, rng);
+  DeviceBuffer d_stripe = Take(device_->AllocateDevice(stripe_bytes));
+  Upload(*device_, *s, d_stripe.data(), stripe);
+  const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 0, rng);
+  DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
+  Upload(*device_, *s, d_slots.data(),
+         {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
+  DeviceBuffer paged = Take(device_->AllocateDevice(layer_bytes));
+
+  // The scatter covers rows [first, last) of the buffer; three digest spans cover all of it.
+  const uint32_t first = 3, last = c.num_tokens - 2;
+  constexpr uint32_t kSpans = 3;
+  const uint32_t span_rows = c.num_tokens / kSpans + 1;
+  std::vector<uint64_t> expected(kSpans);
+  kernels::VerifiedScatterArgs a;
+  a.digest.seed = 0x5EED;
+  for (uint32_t i = 0; i < kSpans; ++i) {
+    const uint64_t lo = uint64_t{i} * span_rows * row;
+    const uint64_t hi = std::min(stripe_bytes, lo + span_rows * row);
+    a.digest.spans[a.digest.num_spans++] = {d_stripe.bytes() + lo, hi - lo};
+    expected[i] = kernels::SpanDigest(stripe.data() + lo, hi - lo, a.digest.seed);
+  }
+  DeviceBuffer digests = Take(device_->AllocateDevice(kSpans * sizeof(uint64_t)));
+  DeviceBuffer d_expected = Take(device_->AllocateDevice(kSpans * sizeof(uint64_t)));
+  DeviceBuffer mismatch = Take(device_->AllocateDevice(sizeof(uint32_t)));
+  a.digest.digests = static_cast<uint64_t*>(digests.data());
+  a.digest.expected = static_cast<const uint64_t*>(d_expected.data());
+  a.digest.mismatch = static_cast<uint32_t*>(mismatch.data());
+  a.scatter = {.dst = Take(kernels::MakePagedKvView(c.layout, shape, paged.data())),
+               .stripe = d_stripe.bytes() + first * row,
+               .slots = static_cast<const int64_t*>(d_slots.data()) + first,
+               .num_tokens = last - first};
+  ASSERT_TRUE(kernels::ValidateVerifiedScatterArgs(a).ok());
+
+  // The oracle: rows [lo, hi) of the buffer scattered into `paged`.
+  auto scatter_rows = [&](std::vector<uint8_t> into, uint32_t lo, uint32_t hi) {
+    if (lo >= hi) return into;
+    LayoutCase part = c;
+    part.num_tokens = hi - lo;
+    return kernels::testing::OracleScatter(
+        part, std::move(into), std::span<const uint8_t>(stripe).subspan(lo * row, (hi - lo) * row),
+        std::span<const int64_t>(slots).subspan(lo, hi - lo));
+  };
+  const std::vector<uint8_t> poison(layer_bytes, kPoison);
+  for (const int corrupt : {-1, 0, 1, 2}) {
+    SCOPED_TRACE(corrupt < 0 ? "digests match" : "span " + std::to_string(corrupt) + " differs");
+    std::vector<uint64_t> want_digests = expected;
+    if (corrupt >= 0) want_digests[corrupt] ^= 1;
+    Upload(*device_, *s, d_expected.data(),
+           {reinterpret_cast<const uint8_t*>(want_digests.data()), kSpans * sizeof(uint64_t)});
+    ASSERT_TRUE(s->Fill(paged.data(), kPoison, layer_bytes).ok());
+    ASSERT_TRUE(s->Fill(mismatch.data(), 0, sizeof(uint32_t)).ok());
+    ASSERT_TRUE(s->VerifiedScatter(a).ok());
+    const std::vector<uint8_t> verdict = Download(*device_, *s, mismatch.data(), sizeof(uint32_t));
+    uint32_t bad = 0;
+    std::memcpy(&bad, verdict.data(), sizeof bad);
+    EXPECT_EQ(bad, corrupt >= 0 ? 1u : 0u);
+    const std::vector<uint8_t> computed =
+        Download(*device_, *s, digests.data(), kSpans * sizeof(uint64_t));
+    EXPECT_EQ(std::memcmp(computed.data(), expected.data(), computed.size()), 0);
+    // The rows of every matching span, clipped to the scatter's.
+    std::vector<uint8_t> matching = poison;
+    for (uint32_t i = 0; i < kSpans; ++i) {
+      if (static_cast<int>(i) == corrupt) continue;
+      matching = scatter_rows(std::move(matching), std::max(first, i * span_rows),
+                              std::min(last, (i + 1) * span_rows));
+    }
+    const std::vector<uint8_t> got = Download(*device_, *s, paged.data(), layer_bytes);
+    if (GetParam().kind == DeviceKind::kHost || corrupt < 0) {
+      EXPECT_EQ(kernels::testing::FirstDifference(got, matching), -1);
+    } else {
+      EXPECT_TRUE(AllBytes(got, kPoison)) << "the default (gated) form wrote";
+    }
+  }
+  kernels::VerifiedScatterArgs shifted = a;
+  shifted.digest.spans[1].data += row;  // a gap between spans 0 and 1
+  EXPECT_EQ(s->VerifiedScatter(shifted).code(), StatusCode::kInvalidArgument);
+  kernels::VerifiedScatterArgs short_spans = a;
+  short_spans.digest.num_spans = 1;  // rows of the scatter left uncovered
+  EXPECT_EQ(s->VerifiedScatter(short_spans).code(), StatusCode::kInvalidArgument);
+  kernels::VerifiedScatterArgs no_verdict = a;
+  no_verdict.digest.expected = nullptr;
+  no_verdict.digest.mismatch = nullptr;
+  EXPECT_EQ(s->VerifiedScatter(no_verdict).code(), StatusCode::kInvalidArgument);
+}
+
 // Three streams in a ring hand one buffer around 48 times, each hop ordered only by events
 // that are re-recorded every round. A missing or wrongly captured wait shows up as a wrong
 // round number in the copies (more likely under HostDevice jitter).

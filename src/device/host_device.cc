@@ -262,6 +262,26 @@ struct Splitter {
     });
   }
 
+  // One chunk per digest span: its digest, then (when it matched) its rows' copy while the
+  // span is still in this core's cache, so the stripe is read from memory once instead of twice
+  // (a whole-stripe digest pass, then the scatter's). Spans are about 1 MiB (the digest block).
+  void VerifiedScatter(const kernels::VerifiedScatterArgs& args) const {
+    Run(args.digest.num_spans, &args, [](const void* p, uint32_t k) {
+      const kernels::VerifiedScatterArgs& a = *static_cast<const kernels::VerifiedScatterArgs*>(p);
+      const kernels::DigestSpan& s = a.digest.spans[k];
+      const uint64_t digest = kernels::DigestLengthTerm(s.bytes, a.digest.seed) +
+                              kernels::SpanDigestWordSum(s.data, s.bytes, 0, a.digest.seed);
+      a.digest.digests[k] = digest;
+      if (digest != a.digest.expected[k]) {
+        std::atomic_ref<uint32_t>(*a.digest.mismatch).store(1, std::memory_order_relaxed);
+        return;
+      }
+      uint32_t begin = 0, end = 0;
+      kernels::VerifiedSpanRows(a, k, &begin, &end);
+      if (begin < end) kernels::ScatterReference(a.scatter, begin, end);
+    });
+  }
+
   // Every span is cut into word-aligned parts whose word sums add up (span_digest.h).
   void Digest(const kernels::DigestArgs& args) const {
     struct Ctx {
@@ -328,6 +348,7 @@ enum class OpKind : uint8_t {
   kScatter,
   kGather,
   kDigest,
+  kVerifiedScatter,
 };
 
 // One queued operation; only the fields of its kind are meaningful.
@@ -345,7 +366,8 @@ struct Op {
   uint32_t flag_value = 0;
   std::shared_ptr<EventState> event;
   uint64_t generation = 0;
-  std::variant<std::monostate, kernels::ScatterArgs, kernels::GatherArgs, kernels::DigestArgs>
+  std::variant<std::monostate, kernels::ScatterArgs, kernels::GatherArgs, kernels::DigestArgs,
+               kernels::VerifiedScatterArgs>
       kernel;
 };
 
@@ -545,6 +567,15 @@ class HostStream final : public Stream {
     return OkStatus();
   }
 
+  Status VerifiedScatter(const kernels::VerifiedScatterArgs& args) override {
+    RANGEKV_RETURN_IF_ERROR(kernels::ValidateVerifiedScatterArgs(args));
+    Op op;
+    op.kind = OpKind::kVerifiedScatter;
+    op.kernel = args;
+    Enqueue(std::move(op));
+    return OkStatus();
+  }
+
   Status Synchronize() override {
     uint64_t target;
     {
@@ -651,6 +682,9 @@ class HostStream final : public Stream {
         break;
       case OpKind::kDigest:
         splitter_.Digest(std::get<kernels::DigestArgs>(op.kernel));
+        break;
+      case OpKind::kVerifiedScatter:
+        splitter_.VerifiedScatter(std::get<kernels::VerifiedScatterArgs>(op.kernel));
         break;
     }
   }

@@ -495,40 +495,82 @@ Status RestorePipeline::CheckBlocksInRead(const Span& span, const DigestBlocks& 
   return OkStatus();
 }
 
-Status RestorePipeline::EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span,
-                                       const Bank& bank, const DigestBlocks& blocks,
-                                       uint64_t* digests, const uint64_t* expected,
-                                       uint32_t* mismatch) {
-  const uint64_t d = context_.integrity->block_tokens();
-  const uint64_t s = context_.geometry.token_bytes;
-  const uint64_t buffer_at = span.pack_token_begin * s - span.payload_offset_bytes;
-  for (uint64_t i = 0; i < blocks.count; i += kernels::kMaxDigestSpans) {
-    kernels::DigestArgs args;
-    args.seed = context_.integrity->digest_seed();
-    args.digests = digests + i;
-    if (expected != nullptr) {
-      args.expected = expected + i;
-      args.mismatch = mismatch;
-    }
-    args.num_spans =
-        static_cast<uint32_t>(std::min<uint64_t>(kernels::kMaxDigestSpans, blocks.count - i));
-    for (uint32_t k = 0; k < args.num_spans; ++k) {
-      const uint64_t b = blocks.first_block + i + k;
-      const uint64_t lo = b * d * s;
-      const uint64_t hi = std::min((b + 1) * d, blocks.stored_tokens) * s;
-      args.spans[k] = {bank.device.bytes() + (lo - buffer_at), hi - lo};
-    }
-    RANGEKV_RETURN_IF_ERROR(stream.Digest(args));
-    Count(&job, &Counters::digest_launches);
-  }
-  return OkStatus();
-}
-
 // Offsets in a bank's verdict buffers (Bank::verdict_host / verdict_device).
 namespace {
 uint64_t ComputedAt(uint64_t capacity) { return capacity * sizeof(uint64_t); }
 uint64_t MismatchAt(uint64_t capacity) { return 2 * capacity * sizeof(uint64_t); }
 }  // namespace
+
+kernels::DigestArgs RestorePipeline::DigestGroup(const Span& span, const Bank& bank,
+                                                 const DigestBlocks& blocks, uint64_t i,
+                                                 uint64_t* digests, const uint64_t* expected,
+                                                 uint32_t* mismatch) const {
+  const uint64_t d = context_.integrity->block_tokens();
+  const uint64_t s = context_.geometry.token_bytes;
+  const uint64_t buffer_at = span.pack_token_begin * s - span.payload_offset_bytes;
+  kernels::DigestArgs args;
+  args.seed = context_.integrity->digest_seed();
+  args.digests = digests + i;
+  if (expected != nullptr) {
+    args.expected = expected + i;
+    args.mismatch = mismatch;
+  }
+  args.num_spans =
+      static_cast<uint32_t>(std::min<uint64_t>(kernels::kMaxDigestSpans, blocks.count - i));
+  for (uint32_t k = 0; k < args.num_spans; ++k) {
+    const uint64_t b = blocks.first_block + i + k;
+    const uint64_t lo = b * d * s;
+    const uint64_t hi = std::min((b + 1) * d, blocks.stored_tokens) * s;
+    args.spans[k] = {bank.device.bytes() + (lo - buffer_at), hi - lo};
+  }
+  return args;
+}
+
+Status RestorePipeline::EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span,
+                                       const Bank& bank, const DigestBlocks& blocks,
+                                       uint64_t* digests, const uint64_t* expected,
+                                       uint32_t* mismatch) {
+  for (uint64_t i = 0; i < blocks.count; i += kernels::kMaxDigestSpans) {
+    RANGEKV_RETURN_IF_ERROR(
+        stream.Digest(DigestGroup(span, bank, blocks, i, digests, expected, mismatch)));
+    Count(&job, &Counters::digest_launches);
+  }
+  return OkStatus();
+}
+
+Status RestorePipeline::EnqueueVerifiedScatters(RestoreJob& job, Stream& stream, const Span& span,
+                                                Bank& bank, const kernels::ScatterArgs& scatter) {
+  const DigestBlocks& blocks = bank.verdict_blocks;
+  uint8_t* dev = bank.verdict_device.bytes();
+  auto* computed = reinterpret_cast<uint64_t*>(dev + ComputedAt(verdict_capacity_));
+  auto* expected = reinterpret_cast<const uint64_t*>(dev);
+  auto* mismatch = reinterpret_cast<uint32_t*>(dev + MismatchAt(verdict_capacity_));
+  const uint64_t d = context_.integrity->block_tokens();
+  const uint64_t s = context_.geometry.token_bytes;
+  for (uint64_t i = 0; i < blocks.count; i += kernels::kMaxDigestSpans) {
+    kernels::VerifiedScatterArgs args;
+    args.digest = DigestGroup(span, bank, blocks, i, computed, expected, mismatch);
+    // The group's blocks cover pack tokens [b0 * D, end); the scatter's row r is pack token
+    // span.pack_token_begin + r. Its rows inside the group go with it.
+    const uint64_t b0 = blocks.first_block + i;
+    const uint64_t end = std::min((b0 + args.digest.num_spans) * d, blocks.stored_tokens);
+    const uint64_t first = std::max(b0 * d, span.pack_token_begin) - span.pack_token_begin;
+    const uint64_t last = std::min<uint64_t>(
+        std::max(end, span.pack_token_begin) - span.pack_token_begin, scatter.num_tokens);
+    Count(&job, &Counters::digest_launches);
+    if (first >= last) {  // no row of the scatter in these blocks: their digests still count
+      RANGEKV_RETURN_IF_ERROR(stream.Digest(args.digest));
+      continue;
+    }
+    args.scatter = scatter;
+    args.scatter.stripe = scatter.stripe + first * s;
+    args.scatter.slots = scatter.slots + first;
+    args.scatter.num_tokens = static_cast<uint32_t>(last - first);
+    RANGEKV_RETURN_IF_ERROR(stream.VerifiedScatter(args));
+    Count(&job, &Counters::scatter_launches);
+  }
+  return OkStatus();
+}
 
 Status RestorePipeline::PlanVerdict(const Span& span, Bank& bank) {
   bank.verdict_blocks = {};
@@ -547,16 +589,24 @@ Status RestorePipeline::PlanVerdict(const Span& span, Bank& bank) {
 }
 
 Status RestorePipeline::EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span,
-                                       Bank& bank) {
+                                       Bank& bank, bool digests) {
   const DigestBlocks& blocks = bank.verdict_blocks;
   uint8_t* dev = bank.verdict_device.bytes();
   RANGEKV_RETURN_IF_ERROR(
       stream.CopyHostToDevice(dev, bank.verdict_host.data(), blocks.count * sizeof(uint64_t)));
   auto* mismatch = reinterpret_cast<uint32_t*>(dev + MismatchAt(verdict_capacity_));
   RANGEKV_RETURN_IF_ERROR(stream.Fill(mismatch, 0, sizeof(uint32_t)));
+  if (!digests) return OkStatus();
   return EnqueueDigests(job, stream, span, bank, blocks,
                         reinterpret_cast<uint64_t*>(dev + ComputedAt(verdict_capacity_)),
                         reinterpret_cast<const uint64_t*>(dev), mismatch);
+}
+
+Status RestorePipeline::EnqueueVerdictCopyBack(Stream& stream, Bank& bank) {
+  // The computed digests and the mismatch word, for the reaper's confirmation.
+  const uint64_t at = ComputedAt(verdict_capacity_);
+  return stream.CopyDeviceToHost(bank.verdict_host.data() + at, bank.verdict_device.bytes() + at,
+                                 MismatchAt(verdict_capacity_) + sizeof(uint32_t) - at);
 }
 
 Status RestorePipeline::ConfirmVerdict(RestoreJob& job, const Span& span, const Bank& bank) {
@@ -659,17 +709,16 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
   // device (no host wait): stripes of one job are copied and verified side by side, and the
   // job's stream only scatters. Otherwise all of it goes on the job's stream in order.
   Stream& prep = b.verdict_stream != nullptr ? *b.verdict_stream : stream;
+  // On one stream, the digests and the scatter go as verified scatters (per digest span, the
+  // rows of the spans that matched: HostDevice reads each span once for both); beside a
+  // verdict stream, digests there and one scatter gated on the stripe's mismatch word here.
+  const bool verified_scatter = verdict != nullptr && &prep == &stream;
   if (!b.staging.empty()) {
     e = prep.CopyHostToDevice(b.device.data(), b.staging.data(), span.length_bytes);
     if (e.ok()) Count(&job, &Counters::h2d_copies);
   }
-  if (e.ok() && verdict != nullptr) e = EnqueueVerdict(job, prep, span, b);
-  if (e.ok() && verdict != nullptr) {
-    // The computed digests and the mismatch word, for the reaper's confirmation.
-    const uint64_t at = ComputedAt(verdict_capacity_);
-    e = prep.CopyDeviceToHost(b.verdict_host.data() + at, verdict + at,
-                              MismatchAt(verdict_capacity_) + sizeof(uint32_t) - at);
-  }
+  if (e.ok() && verdict != nullptr) e = EnqueueVerdict(job, prep, span, b, !verified_scatter);
+  if (e.ok() && verdict != nullptr && !verified_scatter) e = EnqueueVerdictCopyBack(prep, b);
   if (e.ok() && &prep != &stream) {
     e = prep.Record(*b.verified);
     if (e.ok()) e = stream.WaitEvent(*b.verified);
@@ -681,11 +730,17 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
     args.slots = slot.mapping.slots() +
                  (span.path_token_begin - job.tokens.begin);
     args.num_tokens = static_cast<uint32_t>(span.tokens());
-    if (verdict != nullptr) {
-      args.skip_if_set = reinterpret_cast<const uint32_t*>(verdict + MismatchAt(verdict_capacity_));
+    if (verified_scatter) {
+      e = EnqueueVerifiedScatters(job, stream, span, b, args);
+      if (e.ok()) e = EnqueueVerdictCopyBack(stream, b);
+    } else {
+      if (verdict != nullptr) {
+        args.skip_if_set =
+            reinterpret_cast<const uint32_t*>(verdict + MismatchAt(verdict_capacity_));
+      }
+      e = stream.Scatter(args);
+      if (e.ok()) Count(&job, &Counters::scatter_launches);
     }
-    e = stream.Scatter(args);
-    if (e.ok()) Count(&job, &Counters::scatter_launches);
   }
   if (e.ok()) e = stream.Record(*b.fence);
   st.progress.LaunchScatter(stripe);

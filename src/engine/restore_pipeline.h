@@ -22,10 +22,13 @@
 //     (PlanVerdict, outside the lock); the launch enqueues, before the scatter, [the stripe's H2D
 //     copy,] their upload, the digests with the comparison (setting the bank's mismatch word) and
 //     the computed digests' copy back, on the bank's own stream joined by an event when the device
-//     stages reads (several stripes are copied and verified side by side), else on the job's
-//     stream; the scatter is gated on the word, so a stripe that fails writes nothing into paged
-//     KV; the reaper confirms on the host (ConfirmVerdict) before the stripe counts as delivered,
-//     and fails it otherwise;
+//     stages reads (several stripes are copied and verified side by side), and the scatter is
+//     gated on the word, so a stripe that fails writes nothing into paged KV; else on the job's
+//     stream, as verified scatters (Stream::VerifiedScatter: a digest block's rows are written
+//     only if its digest matched; HostDevice digests and copies each ~1 MiB block in one pass
+//     while it is in cache), then the copy back. Either way no byte that failed its digest
+//     reaches paged KV; the reaper confirms on the host (ConfirmVerdict) before the stripe counts
+//     as delivered, and fails it otherwise;
 //   completion (under the lock): failed -> the stripe fails, its bank returns (the I/O
 //     completion proves the buffer is no longer written); cancelled job -> dropped, bank
 //     returns; slots not bound yet -> the stripe lands and keeps its bank; else -> launch;
@@ -224,15 +227,25 @@ class RestorePipeline {
   // Verdict, read worker (no lock): plans the digest blocks of the stripe read into
   // `bank` and copies their recorded digests into its pinned verdict buffer.
   Status PlanVerdict(const Span& span, Bank& bank);
-  // Verdict, under the lock: enqueues the recorded digests' upload, the digest launches
-  // that compare with them, on `stream` before the gated scatter.
-  Status EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span, Bank& bank)
+  // Verdict, under the lock: enqueues the recorded digests' upload, the cleared mismatch word
+  // and (with `digests`) the digest launches that compare with them, on `stream` before the
+  // gated scatter.
+  Status EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span, Bank& bank, bool digests)
       REQUIRES(mu_);
-  // Enqueues the digests of `blocks` of the stripe in `bank` into `digests` (device memory),
-  // compared with `expected` into `*mismatch`.
+  // The computed digests and the mismatch word back to the bank's pinned verdict buffer.
+  Status EnqueueVerdictCopyBack(Stream& stream, Bank& bank) REQUIRES(mu_);
+  // The digest launch of blocks [i, i + kMaxDigestSpans) of `blocks` of the stripe in `bank`,
+  // into `digests` (device memory), compared with `expected` into `*mismatch`.
+  kernels::DigestArgs DigestGroup(const Span& span, const Bank& bank, const DigestBlocks& blocks,
+                                  uint64_t i, uint64_t* digests, const uint64_t* expected,
+                                  uint32_t* mismatch) const;
   Status EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span, const Bank& bank,
                         const DigestBlocks& blocks, uint64_t* digests, const uint64_t* expected,
                         uint32_t* mismatch);
+  // The stripe's digests and `scatter` as verified scatters (kernels/span_digest.h), one per
+  // digest launch, each with the scatter's rows inside its blocks.
+  Status EnqueueVerifiedScatters(RestoreJob& job, Stream& stream, const Span& span, Bank& bank,
+                                 const kernels::ScatterArgs& scatter) REQUIRES(mu_);
   // Verdict, fence reaper (no lock; the fence proved the copies back): the host compares
   // the computed digests itself; a mismatch is a checksum failure (OnCorruption), and a device
   // verdict that disagrees fails the stripe too (its scatter may have been skipped).

@@ -1,5 +1,6 @@
 #include "kernels/span_digest.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -198,6 +199,55 @@ Status ValidateDigestArgs(const DigestArgs& a) {
     }
   }
   return OkStatus();
+}
+
+Status ValidateVerifiedScatterArgs(const VerifiedScatterArgs& a) {
+  RANGEKV_RETURN_IF_ERROR(ValidateScatterArgs(a.scatter));
+  RANGEKV_RETURN_IF_ERROR(ValidateDigestArgs(a.digest));
+  if (a.digest.expected == nullptr) {
+    return InvalidArgument("verified scatter needs the expected digests and the mismatch word");
+  }
+  if (a.scatter.skip_if_set != nullptr) {
+    return InvalidArgument("verified scatter: skip_if_set must be null (the verdict is per span)");
+  }
+  const uint64_t row = a.scatter.dst.token_bytes();
+  const uint64_t rows_end = uint64_t{a.scatter.num_tokens} * row;
+  // Byte offsets from the scatter's row 0; the first span may begin before it.
+  const auto offset = [&](const uint8_t* p) {
+    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) -
+                                reinterpret_cast<uintptr_t>(a.scatter.stripe));
+  };
+  const int64_t first = offset(a.digest.spans[0].data);
+  if (first > 0 || (-first) % static_cast<int64_t>(row) != 0) {
+    return InvalidArgument(
+        "verified scatter: the first digest span must begin at or before row "
+        "0, a whole number of rows before it");
+  }
+  int64_t at = first;
+  for (uint32_t k = 0; k < a.digest.num_spans; ++k) {
+    const DigestSpan& sp = a.digest.spans[k];
+    if (offset(sp.data) != at || sp.bytes == 0 || sp.bytes % row != 0) {
+      return InvalidArgument("verified scatter: digest span " + std::to_string(k) +
+                             " is not the next run of whole rows");
+    }
+    at += static_cast<int64_t>(sp.bytes);
+  }
+  if (at < static_cast<int64_t>(rows_end)) {
+    return InvalidArgument("verified scatter: the digest spans end before the scatter's last row");
+  }
+  return OkStatus();
+}
+
+void VerifiedSpanRows(const VerifiedScatterArgs& a, uint32_t k, uint32_t* begin, uint32_t* end) {
+  const int64_t row = static_cast<int64_t>(a.scatter.dst.token_bytes());
+  const DigestSpan& sp = a.digest.spans[k];
+  const int64_t lo = static_cast<int64_t>(reinterpret_cast<uintptr_t>(sp.data) -
+                                          reinterpret_cast<uintptr_t>(a.scatter.stripe)) /
+                     row;
+  const int64_t hi = lo + static_cast<int64_t>(sp.bytes) / row;
+  const int64_t n = a.scatter.num_tokens;
+  *begin = static_cast<uint32_t>(std::clamp<int64_t>(lo, 0, n));
+  *end = static_cast<uint32_t>(std::clamp<int64_t>(hi, 0, n));
 }
 
 }  // namespace rangekv::kernels

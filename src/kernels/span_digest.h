@@ -94,4 +94,28 @@ struct DigestArgs {
 // non-empty span, and expected / mismatch both set or both null. kInvalidArgument otherwise.
 Status ValidateDigestArgs(const DigestArgs& args);
 
+// A scatter whose rows are written only once the digest of the bytes holding them matched.
+// `digest` (expected and mismatch set) names consecutive spans of whole rows of
+// `scatter.stripe` (span k ends where span k + 1 begins) that together cover its num_tokens
+// rows; the first may begin before row 0 and the last end after the last row (a verify extent
+// reaches whole digest blocks). For every span: its digest goes to digest.digests[k]; if it
+// equals digest.expected[k], the rows of the scatter inside the span are written as
+// ScatterArgs would write them; otherwise *digest.mismatch is set to 1 and none of them is.
+// (scatter.skip_if_set must be null: the verdict is per span.) So no byte that failed its
+// digest ever reaches the paged KV, and each row is read from memory once for both: HostDevice
+// digests a span and copies its rows while they are still in the core's cache. Stream's
+// default runs Digest, then Scatter gated on the mismatch word (all or nothing).
+struct VerifiedScatterArgs {
+  ScatterArgs scatter;
+  DigestArgs digest;
+};
+
+// ValidateScatterArgs and ValidateDigestArgs, a verdict (expected, mismatch), no skip_if_set,
+// and the span layout above (whole rows, consecutive, covering every row of the scatter).
+Status ValidateVerifiedScatterArgs(const VerifiedScatterArgs& args);
+
+// Rows [begin, end) of `args.scatter` that lie inside digest span k (clipped to the scatter's
+// rows; begin == end when none does). For spans that passed ValidateVerifiedScatterArgs.
+void VerifiedSpanRows(const VerifiedScatterArgs& args, uint32_t k, uint32_t* begin, uint32_t* end);
+
 }  // namespace rangekv::kernels

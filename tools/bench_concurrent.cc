@@ -10,9 +10,9 @@
 // aggregate GiB/s = bytes moved / that time. Per-request latency: Lookup -> last layer ready
 // (restore), BeginStore -> visible (store), with percentiles per kind (a mixed row prints its
 // restores' and its stores' apart). Every restore is verified bit for bit outside the
-// timed region. The read ceiling is the best of a short grid of plain-pread configurations
-// (MeasureCeiling: threads x request sizes over the same stripe extents), taken on the distinct
-// variant's prefixes of each N once every variant of that N has run (DeferCeiling).
+// timed region. The read ceiling is the best cell of a short grid of plain-pread configurations
+// (threads x request sizes over the distinct variant's stripe extents) read once before every
+// round of the N, the median of those passes (BeginCeiling, CeilingPass).
 //
 // --mode service | both: the same rounds through a node-wide store service
 // (docs/store-service.md) started in-process for each (variant, N), every request in its own
@@ -122,7 +122,7 @@ struct RunResult {
   std::vector<double> store_latencies_s;
   double p50 = 0, p90 = 0, p99 = 0;
   double store_p50 = 0, store_p99 = 0;  // a mixed row's stores
-  double ceiling_gib_s = 0;             // the best read ceiling of this N (MeasureCeiling)
+  double ceiling_gib_s = 0;             // the best read ceiling of this N (BeginCeiling)
   std::string ceiling_config;
   double embedded_gib_s = 0;  // service rows under --mode both: the embedded row's aggregate
   uint64_t verify_failures = 0;
@@ -331,24 +331,32 @@ class Bench {
     }
   }
 
-  // The medium's best read ceiling for the distinct variant's prefixes of each N: a short grid
-  // of plain-pread configurations (the engine's read I/O threads and 16, each with whole stripe
-  // extents, 4 MiB and 1 MiB requests; --ceiling-threads fixes the threads), one pass per
-  // cell, then the fastest cell re-measured with the bench's warm-ups and repetitions. Every
-  // "x ceiling" is against it, as `bench restore` states its ratios against its grid's best.
-  void MeasureCeiling(const RunPlan& p, const std::string& pack_path, uint32_t read_threads) {
+  // The medium's best read ceiling of each N, measured beside the rounds. On the distinct
+  // variant's store, before its first round: a short grid of plain-pread configurations (the
+  // engine's read I/O threads and 16, each with whole stripe extents, 4 MiB and 1 MiB requests;
+  // --ceiling-threads fixes the threads), one pass per cell, picks the fastest cell. That cell
+  // then reads the payload once right before every round of every variant and mode of the N,
+  // and the N's ceiling is the median of the passes before timed rounds. Every "x ceiling" is
+  // against it, as `bench restore` states its ratios against its grid's best re-measured in
+  // its rounds. Why beside: the dev VM's disk changes speed over seconds (after minutes of load
+  // it reads at about half the rate for a while), so a ceiling taken before all rounds or after
+  // them measured another disk than the rounds met ("x ceiling" from 0.72 to 2.3 within one
+  // run, docs/benchmarks.md 2026-12-05).
+  void BeginCeiling(const RunPlan& p, const std::string& pack_path, uint32_t read_threads) {
+    if (p.variant != Variant::kDistinct || (ceiling_state_ && ceiling_state_->n == p.n)) return;
     std::vector<CeilingPayload> payloads;
     for (uint32_t i = 0; i < p.prefixes; ++i) payloads.push_back({p.tokens, PrefixSeed(p, i)});
     std::vector<uint32_t> threads = {f_.ceiling_threads != 0 ? f_.ceiling_threads : read_threads};
     if (f_.ceiling_threads == 0 && read_threads != 16) threads.push_back(16);
     auto probe = ReadCeilingProbe::Make(*device_, pack_path, geometry_, payloads, f_.buffered);
     if (!probe.ok()) Fail("ceiling: " + probe.status().ToString());
-    uint32_t best_threads = threads[0];
-    uint64_t best_request = 0;  // 0: whole stripe extents
+    CeilingState st;
+    st.n = p.n;
+    st.probe = std::move(probe).value();
     double best_gib_s = 0;
     for (uint32_t t : threads) {
       for (uint64_t request : {uint64_t{0}, 4 * kMiB, 1 * kMiB}) {
-        auto c = (*probe)->Measure(t, request, /*warmups=*/0, /*reps=*/1);
+        auto c = st.probe->Measure(t, request, /*warmups=*/0, /*reps=*/1);
         if (!c.ok()) Fail("ceiling: " + c.status().ToString());
         Progress(
             "N=%u ceiling grid pread: %2u threads x %s: %.2f GiB/s", p.n, t,
@@ -356,20 +364,51 @@ class Bench {
             c->front());
         if (c->front() > best_gib_s) {
           best_gib_s = c->front();
-          best_threads = t;
-          best_request = request;
+          st.threads = t;
+          st.request = request;
         }
       }
     }
-    auto c = (*probe)->Measure(best_threads, best_request, f_.warmups, f_.reps);
+    st.config = std::to_string(st.threads) + " threads x " +
+                (st.request == 0 ? std::string("stripe extents")
+                                 : std::to_string(st.request / kMiB) + " MiB requests") +
+                ", best of a grid of " + std::to_string(threads.size() * 3);
+    Progress("N=%u best ceiling cell: %s; read before every round of the N", p.n,
+             st.config.c_str());
+    ceiling_state_ = std::move(st);
+  }
+
+  // One pass of the N's best ceiling cell, right before round `round` (untimed).
+  void CeilingPass(uint32_t n, uint32_t round) {
+    if (!ceiling_state_ || ceiling_state_->n != n) return;
+    CeilingState& st = *ceiling_state_;
+    auto c = st.probe->Measure(st.threads, st.request, /*warmups=*/0, /*reps=*/1);
     if (!c.ok()) Fail("ceiling: " + c.status().ToString());
-    ceiling_[p.n] = Median(*c);
-    ceiling_config_[p.n] =
-        std::to_string(best_threads) + " threads x " +
-        (best_request == 0 ? std::string("stripe extents")
-                           : std::to_string(best_request / kMiB) + " MiB requests");
-    Progress("N=%u best ceiling (pread, %s of a grid of %zu): %.2f GiB/s", p.n,
-             ceiling_config_[p.n].c_str(), threads.size() * 3, ceiling_[p.n]);
+    Progress("N=%u ceiling pass before round %u: %.2f GiB/s%s", n, round, c->front(),
+             round < f_.warmups ? " (warm-up)" : "");
+    if (round >= f_.warmups) st.samples.push_back(c->front());
+  }
+
+  // The distinct variant's store stays until the N's last variant has run (its pack is what
+  // the ceiling passes read).
+  void KeepCeilingStore(const RunPlan& p, std::unique_ptr<ScratchDir> scratch) {
+    if (ceiling_state_ && ceiling_state_->n == p.n && !ceiling_state_->scratch) {
+      ceiling_state_->scratch = std::move(scratch);
+    }
+  }
+
+  void FinishCeiling(uint32_t n) {
+    if (ceiling_state_ && ceiling_state_->n == n && !ceiling_state_->samples.empty()) {
+      ceiling_[n] = Median(ceiling_state_->samples);
+      ceiling_config_[n] = ceiling_state_->config + ", median of " +
+                           std::to_string(ceiling_state_->samples.size()) + " passes";
+    }
+    ceiling_state_.reset();  // closes the probe, removes the kept store
+    for (RunResult& r : results_) {
+      if (r.n != n) continue;
+      r.ceiling_gib_s = ceiling_.count(n) != 0 ? ceiling_[n] : 0;
+      r.ceiling_config = ceiling_config_.count(n) != 0 ? ceiling_config_[n] : "";
+    }
   }
 
   // One timed repetition's bookkeeping, the same for both modes.
@@ -411,30 +450,6 @@ class Bench {
     r.store_p99 = Percentile(r.store_latencies_s, 0.99);
   }
 
-  // The distinct variant's store of this N is kept (its scratch directory alive) and its ceiling
-  // measured once every variant of the N has run (RunAll): on the dev VM's virtio disk the
-  // rounds that followed the ceiling's passes ran slow for seconds (the same-prefix variant's
-  // N = 1 row, one restore like the distinct one's, measured 0.83 of the ceiling against 1.13;
-  // docs/benchmarks.md 2026-12-05), so no variant's rounds follow it.
-  void DeferCeiling(const RunPlan& p, std::unique_ptr<ScratchDir> scratch, std::string pack_path,
-                    uint32_t read_threads) {
-    if (p.variant != Variant::kDistinct || ceiling_.count(p.n) != 0 || pending_ceiling_) return;
-    pending_ceiling_ = PendingCeiling{p, std::move(scratch), std::move(pack_path), read_threads};
-  }
-
-  void MeasurePendingCeiling(uint32_t n) {
-    if (pending_ceiling_) {
-      MeasureCeiling(pending_ceiling_->plan, pending_ceiling_->pack_path,
-                     pending_ceiling_->read_threads);
-      pending_ceiling_.reset();  // removes the kept store
-    }
-    for (RunResult& r : results_) {
-      if (r.n != n) continue;
-      r.ceiling_gib_s = ceiling_.count(n) != 0 ? ceiling_[n] : 0;
-      r.ceiling_config = ceiling_config_.count(n) != 0 ? ceiling_config_[n] : "";
-    }
-  }
-
   RunResult RunEmbedded(Variant variant, uint32_t n) {
     const RunPlan p = Plan(variant, n);
     RunResult r = Start(p, Mode::kEmbedded);
@@ -451,9 +466,13 @@ class Bench {
     std::vector<std::vector<int32_t>> prompts(n);  // restores: their prefix; stores: per round
     for (uint32_t i = 0; i < p.restores; ++i) prompts[i] = Prompt(p, i);
     StorePrefixes(engine, p, kv);
+    // The engine's read concurrency: its read I/O engine's threads (read_io_threads as resolved
+    // at Open), which the ceiling's grid includes.
+    BeginCeiling(p, eo.store_dir + "/packs.rkv", engine.options().read_io_threads);
 
     for (uint32_t round = 0; round < p.rounds; ++round) {
       for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, round, i, *kv[i], &prompts[i]);
+      CeilingPass(n, round);
       std::vector<Timeline> timelines(n);
       std::vector<Status> status(n);
       std::atomic<uint32_t> ready{0};
@@ -475,13 +494,9 @@ class Bench {
       for (uint32_t i = 0; i < n; ++i) r.verify_failures += VerifyRequest(p, i, *kv[i]);
       Record(r, round, t0, wall, timelines);
     }
-    // The ceiling is measured after every variant of this N (DeferCeiling). The engine's read
-    // concurrency: its read I/O engine's threads (read_io_threads as resolved at Open), which
-    // the ceiling's grid includes.
-    const uint32_t read_threads = engine.options().read_io_threads;
     Status closed = engine.Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
-    DeferCeiling(p, std::move(*scratch), eo.store_dir + "/packs.rkv", read_threads);
+    KeepCeilingStore(p, std::move(*scratch));
     Finish(r);
     return r;
   }
@@ -609,12 +624,14 @@ class Bench {
       Status closed = (*opened)->Close();
       if (!closed.ok()) Fail("close: " + closed.ToString());
     }
+    BeginCeiling(p, pack_path, read_io_threads);  // with --mode service: the N's first store
     std::vector<Client> clients;
     for (uint32_t i = 0; i < n; ++i) clients.push_back(Spawn(p, i, so.socket_path));
     for (uint32_t round = 0; round < p.rounds; ++round) {
       for (Client& c : clients) {
         if (ReadLine(c) != "ready\n") Fail("client protocol: expected ready");
       }
+      CeilingPass(n, round);
       const double t0 = NowSeconds();
       for (Client& c : clients) {
         std::fputs("go\n", c.to);
@@ -658,7 +675,7 @@ class Bench {
     }
     Status stopped = (*svc)->Stop();
     if (!stopped.ok()) Fail("store service stop: " + stopped.ToString());
-    DeferCeiling(p, std::move(*scratch), pack_path, read_io_threads);  // as RunEmbedded does
+    KeepCeilingStore(p, std::move(*scratch));  // as RunEmbedded does
     Finish(r);
     return r;
   }
@@ -678,7 +695,7 @@ class Bench {
           results_.back().embedded_gib_s = embedded_gib_s;
         }
       }
-      MeasurePendingCeiling(n);
+      FinishCeiling(n);
     }
     wall_s_ = NowSeconds() - wall0;
   }
@@ -875,13 +892,16 @@ class Bench {
   uint64_t total_tokens_ = 0;
   std::vector<uint32_t> ns_;
   std::unique_ptr<Device> device_;
-  struct PendingCeiling {
-    RunPlan plan;
-    std::unique_ptr<ScratchDir> scratch;
-    std::string pack_path;
-    uint32_t read_threads = 0;
+  struct CeilingState {  // the N whose rounds run now (BeginCeiling .. FinishCeiling)
+    std::unique_ptr<ScratchDir> scratch;  // the distinct variant's store, while passes read it
+    uint32_t n = 0;
+    std::unique_ptr<ReadCeilingProbe> probe;
+    uint32_t threads = 0;
+    uint64_t request = 0;  // 0: whole stripe extents
+    std::string config;
+    std::vector<double> samples;  // passes before timed rounds, GiB/s
   };
-  std::optional<PendingCeiling> pending_ceiling_;
+  std::optional<CeilingState> ceiling_state_;
   std::map<uint32_t, double> ceiling_;
   std::map<uint32_t, std::string> ceiling_config_;
   std::vector<RunResult> results_;

@@ -174,6 +174,9 @@ struct GridCell {
 
 struct SweepOptions {
   Workload workload = Workload::kRestore;
+  // Restore: the largest spread of the default configuration's medians across the points that
+  // --check accepts (the acceptance's 2%; `rangekv demo`, a smaller payload, states 5%).
+  double spread_target = 0.02;
   std::string tool = "rangekv bench";  // prefix of progress lines
   ModelSpec model;
   uint64_t payload_tokens = 0;  // the cached prefix
@@ -248,6 +251,8 @@ struct SweepResult {
 
 struct SweepReport {
   Workload workload = Workload::kRestore;
+  // The restore's spread across namings that --check holds it to (SweepOptions::spread_target).
+  double spread_target = 0.02;
   std::string device;  // capabilities().name
   std::string io;      // "posix x4, O_DIRECT"
   bool direct = true;

@@ -35,6 +35,7 @@ SweepOptions DemoOptions(Workload workload) {
   o.payload_tokens = 6144;
   o.points = {"192", "768", "3072", "6144", "6144-LW", "327680-TP"};
   o.run_ceiling = true;
+  o.spread_target = 0.05;
   o.reps = 5;
   o.warmups = 1;
   o.device = DeviceKind::kHost;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call (carry [".deb"]), 2026-12-05 second session: issue 13's four client processes
+# against one process (bench concurrent --mode both --n 4, tmpfs, CUDA), the ceiling measured
+# after the rounds (--ceiling-passes end: passes before rounds slowed the embedded rounds that
+# followed them), unpinned and with --pin-clients, three rounds in turn.
+set -uo pipefail
+. "$(dirname "$0")/call_lib.sh"
+call_begin service4 420
+call_build
+shm=/dev/shm/rkv-s4
+for round in 1 2 3; do
+  for pin in "" "--pin-clients"; do
+    (( $(left) > 100 )) || break 2
+    name=conc-r$round${pin:+-pinned}
+    rm -rf $shm && mkdir -p $shm
+    timeout 95 $rkv bench concurrent --device cuda --dir $shm --buffered --mode both --n 4 \
+      --size 4GiB --reps 3 --ceiling-passes end $pin --json "$work/$name.json" \
+      >"$work/$name.txt" 2>"$work/$name.err"
+    note "== $name"
+    grep -E "^(embedded|service) " "$work/$name.txt" | head -6 | tee -a "$sum"
+  done
+done
+rm -rf $shm
+call_end service4

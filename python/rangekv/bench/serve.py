@@ -301,9 +301,10 @@ def store_capacity(args, tokens: int) -> int:
     bytes, at least 8 packs, in whole packs (a pack is layers x stripe_bytes). The engine
     allocates the whole file at start-up, so the connector's 16 GiB default would take 16 GiB
     of RAM on /dev/shm and of disk per arm."""
-    from .serve_stats import _size
+    from ..vllm.config import parse_size
 
-    stripe = _size(json.loads(args.connector_extra).get("stripe_bytes", 32 << 20))
+    stripe = parse_size("stripe_bytes",
+                        json.loads(args.connector_extra).get("stripe_bytes", 32 << 20))
     pack = args.layers * stripe
     packs = max(8, -(-2 * tokens * kv_bytes_per_token(args) // pack))
     return packs * pack

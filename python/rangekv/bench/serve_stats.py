@@ -161,27 +161,19 @@ def bank_bytes(extra: dict, layers: int, device: str = "host") -> int:
     config (docs/integrations/vllm.md "Engine sizing"): read_banks x read_bank_bytes (default
     stripe_bytes) + store_banks x store_bank_bytes (default 2 x layer_group x stripe_bytes, the
     layer group as the engine resolves it: config.resolved_layer_group)."""
-    from ..vllm.config import resolved_layer_group
+    from ..vllm.config import bank_host_bytes, parse_size
 
-    stripe = _size(extra.get("stripe_bytes", 32 << 20))
-    group = resolved_layer_group(min(int(extra.get("layer_group", 0)), layers), device, layers)
-    read = int(extra.get("read_banks", 8)) * (_size(extra.get("read_bank_bytes", 0)) or stripe)
-    store = int(extra.get("store_banks", 8)) * (_size(extra.get("store_bank_bytes", 0))
-                                                 or 2 * group * stripe)
-    return read + store
+    def size(key: str, default: int) -> int:
+        v = extra.get(key, default)
+        return v if isinstance(v, int) else parse_size(key, v)
 
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1000, "m": 1 << 20, "mib": 1 << 20,
-          "mb": 1000**2, "g": 1 << 30, "gib": 1 << 30, "gb": 1000**3}
-
-
-def _size(v) -> int:
-    if isinstance(v, int):
-        return v
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(v))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {v!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    return bank_host_bytes(stripe_bytes=size("stripe_bytes", 32 << 20),
+                           read_banks=int(extra.get("read_banks", 8)),
+                           read_bank_bytes=size("read_bank_bytes", 0),
+                           store_banks=int(extra.get("store_banks", 8)),
+                           store_bank_bytes=size("store_bank_bytes", 0),
+                           layer_group=min(int(extra.get("layer_group", 0)), layers),
+                           device=device, layers=layers)
 
 
 def process_tree_memory(pgid: int, proc: str = "/proc") -> dict:

@@ -38,6 +38,18 @@ def resolved_layer_group(layer_group: int, device: str, layers: int | None = Non
     return min(group, layers, 8) if layers else group
 
 
+def bank_host_bytes(*, stripe_bytes: int, read_banks: int, read_bank_bytes: int,
+                    store_banks: int, store_bank_bytes: int, layer_group: int, device: str,
+                    layers: int | None) -> int:
+    """Host bytes an engine's banks take (docs/integrations/vllm.md "Engine sizing"): read_banks
+    x read_bank_bytes (0: stripe_bytes) + store_banks x store_bank_bytes (0: 2 x the resolved
+    layer group x stripe_bytes). A host-device engine's banks are host memory, and a CUDA engine
+    without GDS has pinned staging of the same size."""
+    read = read_banks * (read_bank_bytes or stripe_bytes)
+    group = resolved_layer_group(layer_group, device, layers)
+    return read + store_banks * (store_bank_bytes or 2 * group * stripe_bytes)
+
+
 def parse_size(key: str, value: Any) -> int:
     """Bytes from an int or a string such as ``"512GiB"``, ``"32MiB"``, ``"1.5TB"``."""
     if isinstance(value, bool):

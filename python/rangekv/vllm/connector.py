@@ -47,7 +47,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from .channel import LookupClient, LookupServer, socket_path
 from . import cpus as cpu_placement
-from .config import ConfigError, ConnectorConfig, parse_config, resolved_layer_group
+from .config import ConfigError, ConnectorConfig, bank_host_bytes, parse_config
 from .events import AnnouncedBlocks, RangeKVEvents, block_hashes, removed_event, stored_event
 from .gate import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
 from .stats import RangeKVPromMetrics, RangeKVStats
@@ -111,15 +111,11 @@ class _Request:
 
 
 def _bank_host_bytes(kwargs: dict[str, Any]) -> int:
-    """Host memory the engine's banks take (the defaults of EngineOptions where 0): a host-device
-    engine's banks are host memory, and a CUDA engine without GDS has pinned staging of the same
-    size."""
-    w = kwargs["stripe_bytes"]
-    read = kwargs["read_banks"] * (kwargs["read_bank_bytes"] or w)
-    group = resolved_layer_group(kwargs["layer_group"], kwargs.get("device", "auto"),
-                                 kwargs.get("layers"))
-    store = kwargs["store_banks"] * (kwargs["store_bank_bytes"] or 2 * group * w)
-    return read + store
+    """Host memory the engine's banks take (config.bank_host_bytes of the engine's kwargs)."""
+    keys = ("stripe_bytes", "read_banks", "read_bank_bytes", "store_banks", "store_bank_bytes",
+            "layer_group")
+    return bank_host_bytes(**{k: kwargs[k] for k in keys}, device=kwargs.get("device", "auto"),
+                           layers=kwargs.get("layers"))
 
 
 def _available_host_bytes() -> int | None:

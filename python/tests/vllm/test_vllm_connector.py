@@ -202,29 +202,22 @@ def _flip_payload(store_src, store_dst):
     return store_dst
 
 
-def test_flipped_byte_with_checksums_is_recomputed(workdir, main_run, cold):
-    store = main_run[0]
-    bad = _flip_payload(store, workdir / "store-flipped-on")
-    results, log = run_engine(workdir, "flipped_on", [[P1]], connector_config(bad, layerwise=False),
+@pytest.mark.parametrize("layerwise", [False, True], ids=["plain", "layerwise"])
+def test_flipped_byte_with_checksums_is_recomputed(workdir, main_run, cold, layerwise):
+    """Every pack of P1 fails verification: vLLM recomputes all of it, as a cold prefill. With
+    layerwise delivery the failed span's layer is never marked ready, and vLLM recomputes the
+    blocks the connector reports."""
+    name = "flipped_lw" if layerwise else "flipped_on"
+    bad = _flip_payload(main_run[0], workdir / f"store-{name}")
+    results, log = run_engine(workdir, name, [[P1]], connector_config(bad, layerwise=layerwise),
                               max_tokens=4)
-    # Every pack of P1 fails verification: vLLM recomputes all of it, as a cold prefill.
-    assert_same(results[0][0], cold[0][0], "P1 from a corrupted store")
-    # Caught by the digests either when the restore reads the pack, or already by the lookup's
-    # prefetch (the pack is then dropped and the claim fails as stale): recomputed either way.
+    assert_same(results[0][0], cold[0][0], f"P1 from a corrupted store ({name})")
     assert "failed payload verification and was dropped" in log, log[-4000:]
-    assert re.search(r"restore of \S+ (failed for tokens \[\(0, \d+\)|\[0, \d+\) could not "
-                     r"start: stale_generation)", log), log[-4000:]
-
-
-def test_flipped_byte_with_checksums_is_recomputed_layerwise(workdir, main_run, cold):
-    """Layerwise delivery fails closed too: the failed span's layer is never marked ready, and
-    vLLM recomputes the blocks the connector reports."""
-    store = main_run[0]
-    bad = _flip_payload(store, workdir / "store-flipped-lw")
-    results, log = run_engine(workdir, "flipped_lw", [[P1]], connector_config(bad, layerwise=True),
-                              max_tokens=4)
-    assert_same(results[0][0], cold[0][0], "P1 from a corrupted store, layerwise")
-    assert "failed payload verification and was dropped" in log, log[-4000:]
+    if not layerwise:
+        # Caught by the digests either when the restore reads the pack, or already by the
+        # lookup's prefetch (the pack is then dropped and the claim fails as stale).
+        assert re.search(r"restore of \S+ (failed for tokens \[\(0, \d+\)|\[0, \d+\) could not "
+                         r"start: stale_generation)", log), log[-4000:]
 
 
 def test_negative_control_flipped_byte_without_checksums_changes_output(workdir, main_run,

@@ -515,7 +515,7 @@ TEST_P(DeviceConformance, KernelsReadPinnedHostMemoryWhenAdvertised) {
          {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
   DeviceBuffer paged = Take(device_->AllocateDevice(layer_bytes));
   ASSERT_TRUE(s->Fill(paged.data(), kPoison, layer_bytes).ok());
-  ASSERT_TRUE(s->Scatter({.dst = Take(kernels::MakePagedKvView(c.layout, shape, paged.data())),
+  ASSERT_TRUE(s->Scatter({.dst = Take(kernels::MakePagedKvView(c.layout, c.shape, paged.data())),
                           .stripe = stripe.data(),
                           .slots = static_cast<const int64_t*>(d_slots.data()),
                           .num_tokens = c.num_tokens})
@@ -640,32 +640,49 @@ TEST_P(DeviceConformance, DigestMatchesTheReference) {
   }
 }
 
+// The two verdict tests' case: a random stripe of one FlashAttention-layout layer, its slot
+// mapping and the paged layer, on the device.
+struct VerdictCase {
+  VerdictCase(Device& device, Stream& s, uint32_t case_scale, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const kernels::PagedShape shape{.num_blocks = 16 * case_scale,
+                                    .block_size = 16,
+                                    .num_heads = 4,
+                                    .head_size = 64,
+                                    .elem_bytes = 2};
+    c = {.layout = kernels::PagedLayout::kFlashAttnNhd,
+         .shape = shape,
+         .num_tokens = shape.num_blocks * 12};
+    layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
+    row = kernels::testing::RowBytes(c);
+    stripe.resize(c.num_tokens * row);
+    kernels::testing::FillRandom(stripe, rng);
+    d_stripe = Take(device.AllocateDevice(stripe.size()));
+    Upload(device, s, d_stripe.data(), stripe);
+    slots = kernels::testing::CaseSlotMapping(c, 0, rng);
+    d_slots = Take(device.AllocateDevice(slots.size() * sizeof(int64_t)));
+    Upload(device, s, d_slots.data(),
+           {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
+    paged = Take(device.AllocateDevice(layer_bytes));
+  }
+  LayoutCase c;
+  uint64_t layer_bytes = 0, row = 0;
+  std::vector<uint8_t> stripe;
+  std::vector<int64_t> slots;
+  DeviceBuffer d_stripe, d_slots, paged;
+};
+
 // The restore path's device-side verdict: the digest compares with the expected digests and
 // sets the mismatch word; the scatter gated on that word writes everything when the digests
 // match and nothing when one block differs, with no host wait between them.
 TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());
-  std::mt19937_64 rng(123);
-  const kernels::PagedShape shape{.num_blocks = 16 * GetParam().case_scale,
-                                  .block_size = 16,
-                                  .num_heads = 4,
-                                  .head_size = 64,
-                                  .elem_bytes = 2};
-  const LayoutCase c{.layout = kernels::PagedLayout::kFlashAttnNhd,
-                     .shape = shape,
-                     .num_tokens = shape.num_blocks * 12};
-  const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
-  const uint64_t row = kernels::testing::RowBytes(c);
-  const uint64_t stripe_bytes = c.num_tokens * row;
-  std::vector<uint8_t> stripe(stripe_bytes);
-  kernels::testing::FillRandom(stripe, rng);
-  DeviceBuffer d_stripe = Take(device_->AllocateDevice(stripe_bytes));
-  Upload(*device_, *s, d_stripe.data(), stripe);
-  const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 0, rng);
-  DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
-  Upload(*device_, *s, d_slots.data(),
-         {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
-  DeviceBuffer paged = Take(device_->AllocateDevice(layer_bytes));
+  VerdictCase v(*device_, *s, GetParam().case_scale, 123);
+  const LayoutCase& c = v.c;
+  const uint64_t layer_bytes = v.layer_bytes, row = v.row, stripe_bytes = v.stripe.size();
+  const std::vector<uint8_t>& stripe = v.stripe;
+  const std::vector<int64_t>& slots = v.slots;
+  DeviceBuffer &d_stripe = v.d_stripe, &d_slots = v.d_slots, &paged = v.paged;
 
   // Three digest blocks over the stripe (the last one short), as the restore path cuts them.
   constexpr uint32_t kBlocks = 3;
@@ -685,7 +702,7 @@ TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
   a.expected = static_cast<const uint64_t*>(d_expected.data());
   a.mismatch = static_cast<uint32_t*>(mismatch.data());
   const kernels::ScatterArgs scatter{
-      .dst = Take(kernels::MakePagedKvView(c.layout, shape, paged.data())),
+      .dst = Take(kernels::MakePagedKvView(c.layout, c.shape, paged.data())),
       .stripe = d_stripe.bytes(),
       .slots = static_cast<const int64_t*>(d_slots.data()),
       .num_tokens = c.num_tokens,
@@ -725,27 +742,12 @@ TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
 // then a gated Scatter) writes none when any span differs. Both write every computed digest.
 TEST_P(DeviceConformance, VerifiedScatterWritesOnlyRowsWhoseDigestMatched) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());
-  std::mt19937_64 rng(321);
-  const kernels::PagedShape shape{.num_blocks = 16 * GetParam().case_scale,
-                                  .block_size = 16,
-                                  .num_heads = 4,
-                                  .head_size = 64,
-                                  .elem_bytes = 2};
-  const LayoutCase c{.layout = kernels::PagedLayout::kFlashAttnNhd,
-                     .shape = shape,
-                     .num_tokens = shape.num_blocks * 12};
-  const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
-  const uint64_t row = kernels::testing::RowBytes(c);
-  const uint64_t stripe_bytes = c.num_tokens * row;
-  std::vector<uint8_t> stripe(stripe_bytes);
-  kernels::testing::FillRandom(stripe, rng);
-  DeviceBuffer d_stripe = Take(device_->AllocateDevice(stripe_bytes));
-  Upload(*device_, *s, d_stripe.data(), stripe);
-  const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 0, rng);
-  DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
-  Upload(*device_, *s, d_slots.data(),
-         {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
-  DeviceBuffer paged = Take(device_->AllocateDevice(layer_bytes));
+  VerdictCase v(*device_, *s, GetParam().case_scale, 321);
+  const LayoutCase& c = v.c;
+  const uint64_t layer_bytes = v.layer_bytes, row = v.row, stripe_bytes = v.stripe.size();
+  const std::vector<uint8_t>& stripe = v.stripe;
+  const std::vector<int64_t>& slots = v.slots;
+  DeviceBuffer &d_stripe = v.d_stripe, &d_slots = v.d_slots, &paged = v.paged;
 
   // The scatter covers rows [first, last) of the buffer; three digest spans cover all of it.
   const uint32_t first = 3, last = c.num_tokens - 2;
@@ -766,7 +768,7 @@ TEST_P(DeviceConformance, VerifiedScatterWritesOnlyRowsWhoseDigestMatched) {
   a.digest.digests = static_cast<uint64_t*>(digests.data());
   a.digest.expected = static_cast<const uint64_t*>(d_expected.data());
   a.digest.mismatch = static_cast<uint32_t*>(mismatch.data());
-  a.scatter = {.dst = Take(kernels::MakePagedKvView(c.layout, shape, paged.data())),
+  a.scatter = {.dst = Take(kernels::MakePagedKvView(c.layout, c.shape, paged.data())),
                .stripe = d_stripe.bytes() + first * row,
                .slots = static_cast<const int64_t*>(d_slots.data()) + first,
                .num_tokens = last - first};

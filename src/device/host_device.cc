@@ -541,38 +541,26 @@ class HostStream final : public Stream {
   Status Scatter(const kernels::ScatterArgs& args) override {
     RANGEKV_RETURN_IF_ERROR(kernels::ValidateScatterArgs(args));
     if (args.num_tokens == 0) return OkStatus();
-    Op op;
-    op.kind = OpKind::kScatter;
-    op.kernel = args;
-    Enqueue(std::move(op));
+    EnqueueKernel(OpKind::kScatter, args);
     return OkStatus();
   }
 
   Status Gather(const kernels::GatherArgs& args) override {
     RANGEKV_RETURN_IF_ERROR(kernels::ValidateGatherArgs(args));
     if (args.num_tokens == 0) return OkStatus();
-    Op op;
-    op.kind = OpKind::kGather;
-    op.kernel = args;
-    Enqueue(std::move(op));
+    EnqueueKernel(OpKind::kGather, args);
     return OkStatus();
   }
 
   Status Digest(const kernels::DigestArgs& args) override {
     RANGEKV_RETURN_IF_ERROR(kernels::ValidateDigestArgs(args));
-    Op op;
-    op.kind = OpKind::kDigest;
-    op.kernel = args;
-    Enqueue(std::move(op));
+    EnqueueKernel(OpKind::kDigest, args);
     return OkStatus();
   }
 
   Status VerifiedScatter(const kernels::VerifiedScatterArgs& args) override {
     RANGEKV_RETURN_IF_ERROR(kernels::ValidateVerifiedScatterArgs(args));
-    Op op;
-    op.kind = OpKind::kVerifiedScatter;
-    op.kernel = args;
-    Enqueue(std::move(op));
+    EnqueueKernel(OpKind::kVerifiedScatter, args);
     return OkStatus();
   }
 
@@ -606,6 +594,15 @@ class HostStream final : public Stream {
     op.bytes = bytes;
     Enqueue(std::move(op));
     return OkStatus();
+  }
+
+  // A kernel launch, its arguments already validated.
+  template <class Args>
+  void EnqueueKernel(OpKind kind, const Args& args) {
+    Op op;
+    op.kind = kind;
+    op.kernel = args;
+    Enqueue(std::move(op));
   }
 
   // Appends op (blocking while the ring is full) and returns its sequence number, which is the

@@ -538,18 +538,22 @@ Status RestorePipeline::EnqueueDigests(RestoreJob& job, Stream& stream, const Sp
   return OkStatus();
 }
 
+RestorePipeline::VerdictWords RestorePipeline::VerdictOf(Bank& bank) const {
+  uint8_t* dev = bank.verdict_device.bytes();
+  return {reinterpret_cast<uint64_t*>(dev + ComputedAt(verdict_capacity_)),
+          reinterpret_cast<const uint64_t*>(dev),
+          reinterpret_cast<uint32_t*>(dev + MismatchAt(verdict_capacity_))};
+}
+
 Status RestorePipeline::EnqueueVerifiedScatters(RestoreJob& job, Stream& stream, const Span& span,
                                                 Bank& bank, const kernels::ScatterArgs& scatter) {
   const DigestBlocks& blocks = bank.verdict_blocks;
-  uint8_t* dev = bank.verdict_device.bytes();
-  auto* computed = reinterpret_cast<uint64_t*>(dev + ComputedAt(verdict_capacity_));
-  auto* expected = reinterpret_cast<const uint64_t*>(dev);
-  auto* mismatch = reinterpret_cast<uint32_t*>(dev + MismatchAt(verdict_capacity_));
+  const VerdictWords w = VerdictOf(bank);
   const uint64_t d = context_.integrity->block_tokens();
   const uint64_t s = context_.geometry.token_bytes;
   for (uint64_t i = 0; i < blocks.count; i += kernels::kMaxDigestSpans) {
     kernels::VerifiedScatterArgs args;
-    args.digest = DigestGroup(span, bank, blocks, i, computed, expected, mismatch);
+    args.digest = DigestGroup(span, bank, blocks, i, w.computed, w.expected, w.mismatch);
     // The group's blocks cover pack tokens [b0 * D, end); the scatter's row r is pack token
     // span.pack_token_begin + r. Its rows inside the group go with it.
     const uint64_t b0 = blocks.first_block + i;
@@ -588,18 +592,12 @@ Status RestorePipeline::PlanVerdict(const Span& span, Bank& bank) {
   return OkStatus();
 }
 
-Status RestorePipeline::EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span,
-                                       Bank& bank, bool digests) {
-  const DigestBlocks& blocks = bank.verdict_blocks;
-  uint8_t* dev = bank.verdict_device.bytes();
-  RANGEKV_RETURN_IF_ERROR(
-      stream.CopyHostToDevice(dev, bank.verdict_host.data(), blocks.count * sizeof(uint64_t)));
-  auto* mismatch = reinterpret_cast<uint32_t*>(dev + MismatchAt(verdict_capacity_));
-  RANGEKV_RETURN_IF_ERROR(stream.Fill(mismatch, 0, sizeof(uint32_t)));
-  if (!digests) return OkStatus();
-  return EnqueueDigests(job, stream, span, bank, blocks,
-                        reinterpret_cast<uint64_t*>(dev + ComputedAt(verdict_capacity_)),
-                        reinterpret_cast<const uint64_t*>(dev), mismatch);
+Status RestorePipeline::EnqueueVerdictInputs(Stream& stream, Bank& bank) {
+  const VerdictWords w = VerdictOf(bank);
+  RANGEKV_RETURN_IF_ERROR(stream.CopyHostToDevice(bank.verdict_device.data(),
+                                                  bank.verdict_host.data(),
+                                                  bank.verdict_blocks.count * sizeof(uint64_t)));
+  return stream.Fill(w.mismatch, 0, sizeof(uint32_t));
 }
 
 Status RestorePipeline::EnqueueVerdictCopyBack(Stream& stream, Bank& bank) {
@@ -703,7 +701,6 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
   jobs_.PromoteBank(bank);
 
   Status e = OkStatus();
-  uint8_t* const verdict = verify_ ? b.verdict_device.bytes() : nullptr;
   // With the device verdict on a staged device, the bank's own stream copies the stripe up,
   // digests, compares and copies the results back, and the job's stream waits for it on the
   // device (no host wait): stripes of one job are copied and verified side by side, and the
@@ -712,13 +709,17 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
   // On one stream, the digests and the scatter go as verified scatters (per digest span, the
   // rows of the spans that matched: HostDevice reads each span once for both); beside a
   // verdict stream, digests there and one scatter gated on the stripe's mismatch word here.
-  const bool verified_scatter = verdict != nullptr && &prep == &stream;
+  const bool verified_scatter = verify_ && &prep == &stream;
   if (!b.staging.empty()) {
     e = prep.CopyHostToDevice(b.device.data(), b.staging.data(), span.length_bytes);
     if (e.ok()) Count(&job, &Counters::h2d_copies);
   }
-  if (e.ok() && verdict != nullptr) e = EnqueueVerdict(job, prep, span, b, !verified_scatter);
-  if (e.ok() && verdict != nullptr && !verified_scatter) e = EnqueueVerdictCopyBack(prep, b);
+  if (e.ok() && verify_) e = EnqueueVerdictInputs(prep, b);
+  if (e.ok() && verify_ && !verified_scatter) {
+    const VerdictWords w = VerdictOf(b);
+    e = EnqueueDigests(job, prep, span, b, b.verdict_blocks, w.computed, w.expected, w.mismatch);
+    if (e.ok()) e = EnqueueVerdictCopyBack(prep, b);
+  }
   if (e.ok() && &prep != &stream) {
     e = prep.Record(*b.verified);
     if (e.ok()) e = stream.WaitEvent(*b.verified);
@@ -734,10 +735,7 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
       e = EnqueueVerifiedScatters(job, stream, span, b, args);
       if (e.ok()) e = EnqueueVerdictCopyBack(stream, b);
     } else {
-      if (verdict != nullptr) {
-        args.skip_if_set =
-            reinterpret_cast<const uint32_t*>(verdict + MismatchAt(verdict_capacity_));
-      }
+      if (verify_) args.skip_if_set = VerdictOf(b).mismatch;
       e = stream.Scatter(args);
       if (e.ok()) Count(&job, &Counters::scatter_launches);
     }

@@ -227,11 +227,17 @@ class RestorePipeline {
   // Verdict, read worker (no lock): plans the digest blocks of the stripe read into
   // `bank` and copies their recorded digests into its pinned verdict buffer.
   Status PlanVerdict(const Span& span, Bank& bank);
-  // Verdict, under the lock: enqueues the recorded digests' upload, the cleared mismatch word
-  // and (with `digests`) the digest launches that compare with them, on `stream` before the
-  // gated scatter.
-  Status EnqueueVerdict(RestoreJob& job, Stream& stream, const Span& span, Bank& bank, bool digests)
-      REQUIRES(mu_);
+  // Where a bank's verdict lives in its device buffer: the computed digests, the recorded
+  // (expected) ones and the mismatch word.
+  struct VerdictWords {
+    uint64_t* computed;
+    const uint64_t* expected;
+    uint32_t* mismatch;
+  };
+  VerdictWords VerdictOf(Bank& bank) const;
+  // Verdict, under the lock: enqueues the recorded digests' upload and the cleared mismatch
+  // word on `stream`, before the digests (EnqueueDigests or EnqueueVerifiedScatters).
+  Status EnqueueVerdictInputs(Stream& stream, Bank& bank) REQUIRES(mu_);
   // The computed digests and the mismatch word back to the bank's pinned verdict buffer.
   Status EnqueueVerdictCopyBack(Stream& stream, Bank& bank) REQUIRES(mu_);
   // The digest launch of blocks [i, i + kMaxDigestSpans) of `blocks` of the stripe in `bank`,

@@ -1769,9 +1769,14 @@ std::vector<std::string> CheckTargets(const SweepReport& rep) {
       beside[r.point] = &r;
   }
   double on_s = 0, off_s = 0;
+  double lo = 0, hi = 0;  // the default's medians across the points
+  size_t points = 0;
   char buf[256];
   for (const SweepResult& r : rep.results) {
     if (r.engine != "rangekv" || r.ablation) continue;
+    lo = points == 0 ? r.median_s : std::min(lo, r.median_s);
+    hi = std::max(hi, r.median_s);
+    ++points;
     if (ref > 0 && r.gib_s / ref < target) {
       std::snprintf(buf, sizeof(buf), "%s point %s: %.3f of the best ceiling (target >= %.2f)",
                     std::string(WorkloadName(rep.workload)).c_str(), r.point.c_str(), r.gib_s / ref,
@@ -1793,14 +1798,6 @@ std::vector<std::string> CheckTargets(const SweepReport& rep) {
       on_s += r.median_s;
       off_s += o->second->median_s;
     }
-  }
-  double lo = 0, hi = 0;
-  size_t points = 0;
-  for (const SweepResult& r : rep.results) {
-    if (r.engine != "rangekv" || r.ablation) continue;
-    lo = points == 0 ? r.median_s : std::min(lo, r.median_s);
-    hi = std::max(hi, r.median_s);
-    ++points;
   }
   if (restore && points > 1 && lo > 0 && (hi - lo) / lo > rep.spread_target) {
     std::snprintf(buf, sizeof(buf), "restore: spread %.1f%% across %zu points (target <= %.0f%%)",

@@ -736,11 +736,13 @@ TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
   EXPECT_EQ(s->Digest(half).code(), StatusCode::kInvalidArgument) << "expected without mismatch";
 }
 
-// A verified scatter writes the rows of the digest spans that matched and never a row of one
-// that did not; its spans may reach past the scatter's first and last row (the verify extent
-// of a clipped restore). HostDevice writes the matching spans' rows; Stream's default (Digest,
-// then a gated Scatter) writes none when any span differs. Both write every computed digest.
-TEST_P(DeviceConformance, VerifiedScatterWritesOnlyRowsWhoseDigestMatched) {
+// A verified scatter writes the rows of the digest spans that matched and flags any span that did
+// not; its spans may reach past the scatter's first and last row (the verify extent of a clipped
+// restore). A failed span's rows hold, byte for byte, either what was there or the stripe's
+// bytes, and nothing else is touched: HostDevice copies and digests in one pass where the CPU
+// allows; Stream's default (Digest, then a gated Scatter) writes no row at all when any span
+// differs. Both write every computed digest.
+TEST_P(DeviceConformance, VerifiedScatterWritesMatchingSpansAndFlagsTheOthers) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());
   VerdictCase v(*device_, *s, GetParam().case_scale, 321);
   const LayoutCase& c = v.c;
@@ -808,10 +810,21 @@ TEST_P(DeviceConformance, VerifiedScatterWritesOnlyRowsWhoseDigestMatched) {
                               std::min(last, (i + 1) * span_rows));
     }
     const std::vector<uint8_t> got = Download(*device_, *s, paged.data(), layer_bytes);
-    if (GetParam().kind == DeviceKind::kHost || corrupt < 0) {
+    if (corrupt < 0) {
       EXPECT_EQ(kernels::testing::FirstDifference(got, matching), -1);
-    } else {
+    } else if (GetParam().kind != DeviceKind::kHost) {
       EXPECT_TRUE(AllBytes(got, kPoison)) << "the default (gated) form wrote";
+    } else {
+      // Each byte is the matching spans' oracle, or, where the failed span's rows land, either
+      // that (untouched) or the stripe's byte (written). The two oracles agree everywhere else,
+      // so this holds every other byte to its one right value.
+      const std::vector<uint8_t> all = scatter_rows(poison, first, last);
+      for (uint64_t i = 0; i < layer_bytes; ++i) {
+        if (got[i] != matching[i] && got[i] != all[i]) {
+          ADD_FAILURE() << "paged byte " << i << " is neither left as it was nor the stripe's";
+          break;
+        }
+      }
     }
   }
   kernels::VerifiedScatterArgs shifted = a;

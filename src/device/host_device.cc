@@ -262,23 +262,43 @@ struct Splitter {
     });
   }
 
-  // One chunk per digest span: its digest, then (when it matched) its rows' copy while the
-  // span is still in this core's cache, so the stripe is read from memory once instead of twice
-  // (a whole-stripe digest pass, then the scatter's). Spans are about 1 MiB (the digest block).
+  // One chunk per digest span (about 1 MiB, the digest block). Where the CPU and the view allow
+  // it (kernels::ScatterDigestReference) the span's rows are copied and digested in one pass
+  // from the same registers, and the bytes outside the scatter's rows (a verify extent reaches
+  // whole blocks) are digested alone; so the stripe is read from memory once and the digest's
+  // arithmetic runs under the copy's memory traffic. A span that then fails has had its rows
+  // written with the bytes read for it; its verdict is set in this same operation, so the stripe
+  // fails before its layer can count as restored (span_digest.h, VerifiedScatterArgs).
+  // Elsewhere the span is digested first and its rows copied only if it matched, while it is
+  // still in this core's cache.
   void VerifiedScatter(const kernels::VerifiedScatterArgs& args) const {
     Run(args.digest.num_spans, &args, [](const void* p, uint32_t k) {
       const kernels::VerifiedScatterArgs& a = *static_cast<const kernels::VerifiedScatterArgs*>(p);
       const kernels::DigestSpan& s = a.digest.spans[k];
-      const uint64_t digest = kernels::DigestLengthTerm(s.bytes, a.digest.seed) +
-                              kernels::SpanDigestWordSum(s.data, s.bytes, 0, a.digest.seed);
+      const uint64_t seed = a.digest.seed;
+      uint32_t begin = 0, end = 0;
+      kernels::VerifiedSpanRows(a, k, &begin, &end);
+      const uint64_t row = a.scatter.dst.token_bytes();
+      const uint8_t* rows = a.scatter.stripe + uint64_t{begin} * row;
+      const uint8_t* rows_end = a.scatter.stripe + uint64_t{end} * row;
+      const uint8_t* span_end = s.data + s.bytes;
+      uint64_t sum = 0;
+      const bool fused =
+          begin < end && kernels::ScatterDigestReference(a.scatter, begin, end, s.data, seed, &sum);
+      if (fused) {
+        sum += kernels::SpanDigestWordSum(s.data, static_cast<uint64_t>(rows - s.data), 0, seed);
+        sum += kernels::SpanDigestWordSum(rows_end, static_cast<uint64_t>(span_end - rows_end),
+                                          static_cast<uint64_t>(rows_end - s.data) / 8, seed);
+      } else {
+        sum = kernels::SpanDigestWordSum(s.data, s.bytes, 0, seed);
+      }
+      const uint64_t digest = kernels::DigestLengthTerm(s.bytes, seed) + sum;
       a.digest.digests[k] = digest;
       if (digest != a.digest.expected[k]) {
         std::atomic_ref<uint32_t>(*a.digest.mismatch).store(1, std::memory_order_relaxed);
         return;
       }
-      uint32_t begin = 0, end = 0;
-      kernels::VerifiedSpanRows(a, k, &begin, &end);
-      if (begin < end) kernels::ScatterReference(a.scatter, begin, end);
+      if (!fused && begin < end) kernels::ScatterReference(a.scatter, begin, end);
     });
   }
 

@@ -481,8 +481,10 @@ TEST_F(EngineFaultTest, FlippedPayloadByteFailsExactlyItsTokensAndDropsThePack) 
   EXPECT_EQ(r->outcome.work.checksum_failures, 1u);
   EXPECT_GT(r->outcome.work.verified_spans, 0u);
   EXPECT_EQ(r->mismatches, 0u);
-  EXPECT_EQ(r->poisoned_rows, 0u);
-  for (uint64_t i = 2 * kT; i < 3 * kT; ++i) EXPECT_TRUE(dst->RowIs(6, r->slots[i], kPoison));
+  // The failed block's rows may hold the bytes read for them (HostDevice copies and digests in
+  // one pass: span_digest.h, VerifiedScatterArgs); only the row with the flipped byte differs
+  // from its own bytes, and the whole stripe is reported failed.
+  EXPECT_LE(r->poisoned_rows, 1u);
   ExpectEverythingReturned();
 
   // The pack was dropped: the next lookup ends where it began, and everything before it still
@@ -509,8 +511,10 @@ TEST_F(EngineFaultTest, FlippedPayloadByteFailsExactlyItsTokensAndDropsThePack) 
 // The same flipped byte with each place the verdict is decided: on the job's stream
 // (HostDevice's default), or on each bank's stream joined by an event (what a GPU with staged
 // reads takes, here on HostDevice with forced staging); and each way of waiting. The layer's host
-// wait reports the corruption, the failed stripe's rows stay untouched (its scatter was gated off),
-// and every other row arrives bit for bit.
+// wait reports the corruption and every other row arrives bit for bit. On bank streams the failed
+// stripe's rows stay untouched (its scatter was gated off); on the job's stream HostDevice's
+// verified scatter may have written the failed block's rows in the pass that digested them, so
+// the row holding the flipped byte may hold it: it is reported failed, and no other row differs.
 enum class VerdictPlace : uint8_t { kJobStream, kBankStreams };
 
 class VerdictFaultTest : public EngineFaultTest,
@@ -536,8 +540,12 @@ TEST_P(VerdictFaultTest, FlippedByteFailsOnlyItsStripeWhereverTheVerdictIsDecide
   EXPECT_EQ(r->outcome.work.checksum_failures, 1u);
   EXPECT_GT(r->outcome.work.verified_spans, 0u);
   EXPECT_EQ(r->mismatches, 0u);
-  EXPECT_EQ(r->poisoned_rows, 0u);
-  for (uint64_t i = kT; i < 2 * kT; ++i) EXPECT_TRUE(dst->RowIs(3, r->slots[i], kPoison));
+  if (place == VerdictPlace::kBankStreams) {
+    EXPECT_EQ(r->poisoned_rows, 0u);
+    for (uint64_t i = kT; i < 2 * kT; ++i) EXPECT_TRUE(dst->RowIs(3, r->slots[i], kPoison));
+  } else {
+    EXPECT_LE(r->poisoned_rows, 1u);
+  }
   ExpectEverythingReturned();
 }
 

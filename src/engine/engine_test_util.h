@@ -113,7 +113,9 @@ struct RestoreResult {
   LookupResult lookup;
   RestoreOutcome outcome;
   uint64_t mismatches = 0;     // delivered rows that differ from the stored bytes
-  uint64_t poisoned_rows = 0;  // rows of failed tokens that were touched anyway (must be 0)
+  // Rows of failed tokens that hold neither their poison nor their own correct bytes: 0, except
+  // where a digest failed on HostDevice, whose one-pass verify may leave the bytes read there.
+  uint64_t poisoned_rows = 0;
   std::vector<int64_t> slots;
 };
 

@@ -140,6 +140,121 @@ void ScatterReference(const ScatterArgs& a, uint32_t token_begin, uint32_t token
   StreamFence(stream);
 }
 
+namespace {
+
+#if defined(__x86_64__)
+#define RANGEKV_AVX512 [[gnu::target("avx512f,avx512dq,avx512vl")]]
+
+// The span digest's word terms of eight consecutive words at once (span_digest.h's Mix on each
+// 64-bit lane; _mm512_mullo_epi64 is the definition's product mod 2^64).
+// (The shifts are the zero-masked form: GCC 12 warns that _mm512_srli_epi64's undefined pass-
+// through vector may be used uninitialized; with an all-ones mask it is the same shift.)
+RANGEKV_AVX512 inline __m512i ShiftRight(__m512i x, unsigned bits) {
+  return _mm512_maskz_srli_epi64(static_cast<__mmask8>(0xFF), x, bits);
+}
+RANGEKV_AVX512 inline __m512i MixLanes(__m512i x, __m512i mul) {
+  x = _mm512_xor_si512(x, ShiftRight(x, 32));
+  x = _mm512_mullo_epi64(x, mul);
+  x = _mm512_xor_si512(x, ShiftRight(x, 29));
+  x = _mm512_mullo_epi64(x, mul);
+  return _mm512_xor_si512(x, ShiftRight(x, 32));
+}
+
+// Copies `bytes` (a multiple of 64) from src to dst (none when dst is null; streaming stores when
+// `stream` and dst is 64-byte aligned) and adds the word terms of src's words, numbered from
+// `first_word`, to the lanes of acc.
+RANGEKV_AVX512 inline __m512i CopyDigestPiece(uint8_t* dst, const uint8_t* src, uint64_t bytes,
+                                              uint64_t first_word, uint64_t seed, bool stream,
+                                              __m512i acc) {
+  const __m512i mul = _mm512_set1_epi64(static_cast<int64_t>(kDigestMixMul));
+  const __m512i step = _mm512_set1_epi64(static_cast<int64_t>(8 * kDigestKeyStep));
+  // Key(i) = seed + (i + 1) * step for the words first_word .. first_word + 7.
+  __m512i key =
+      _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(seed + first_word * kDigestKeyStep)),
+                       _mm512_mullo_epi64(_mm512_set_epi64(8, 7, 6, 5, 4, 3, 2, 1),
+                                          _mm512_set1_epi64(static_cast<int64_t>(kDigestKeyStep))));
+  const bool nt = stream && dst != nullptr && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
+  for (uint64_t i = 0; i < bytes; i += 64) {
+    const __m512i x = _mm512_loadu_si512(src + i);
+    if (nt) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), x);
+    } else if (dst != nullptr) {
+      _mm512_storeu_si512(dst + i, x);
+    }
+    acc = _mm512_add_epi64(acc, MixLanes(_mm512_xor_si512(x, key), mul));
+    key = _mm512_add_epi64(key, step);
+  }
+  return acc;
+}
+
+// ForEachPiece's walk, spelled out: a lambda cannot carry a vector into a caller that is not
+// compiled for AVX-512.
+RANGEKV_AVX512 uint64_t ScatterDigestAvx512(const ScatterArgs& a, uint32_t token_begin,
+                                            uint32_t token_end, const uint8_t* word_origin,
+                                            uint64_t seed, bool stream) {
+  const PagedKvView& v = a.dst;
+  const uint64_t row_bytes = v.token_bytes();
+  const int64_t num_slots = v.num_slots();
+  const bool whole_planes = HeadsContiguous(v);
+  const uint32_t heads = whole_planes ? 1 : v.num_heads;
+  const uint64_t piece = whole_planes ? v.plane_token_bytes() : v.head_bytes;
+  __m512i acc = _mm512_setzero_si512();
+  for (uint32_t t = token_begin; t < token_end; ++t) {
+    const uint8_t* row = a.stripe + uint64_t{t} * row_bytes;
+    const uint64_t row_word = static_cast<uint64_t>(row - word_origin) / 8;
+    const int64_t slot = a.slots[t];
+    if (slot < 0 || slot >= num_slots) {
+      acc = CopyDigestPiece(nullptr, row, row_bytes, row_word, seed, false, acc);
+      continue;
+    }
+    const uint32_t block = static_cast<uint32_t>(slot / v.block_size);
+    const uint32_t token_in_block = static_cast<uint32_t>(slot % v.block_size);
+    for (uint32_t p = 0; p < v.num_planes; ++p) {
+      for (uint32_t h = 0; h < heads; ++h) {
+        const uint64_t offset = p * v.plane_token_bytes() + h * piece;
+        acc = CopyDigestPiece(v.HeadAddress(p, block, token_in_block, h), row + offset, piece,
+                              row_word + offset / 8, seed, stream, acc);
+      }
+    }
+  }
+  alignas(64) uint64_t lanes[8];  // (not _mm512_reduce_add_epi64: GCC 12 warns inside it)
+  _mm512_store_si512(lanes, acc);
+  uint64_t sum = 0;
+  for (uint64_t lane : lanes) sum += lane;
+  return sum;
+}
+
+bool CanScatterDigest() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("avx512vl");
+  return avx512;
+}
+#endif
+
+}  // namespace
+
+bool ScatterDigestReference(const ScatterArgs& a, uint32_t token_begin, uint32_t token_end,
+                            const uint8_t* word_origin, uint64_t seed, uint64_t* word_sum) {
+#if defined(__x86_64__)
+  const PagedKvView& v = a.dst;
+  const uint64_t piece = HeadsContiguous(v) ? v.plane_token_bytes() : v.head_bytes;
+  const uint64_t lead =
+      static_cast<uint64_t>(a.stripe + uint64_t{token_begin} * v.token_bytes() - word_origin);
+  if (!CanScatterDigest() || v.opaque_blocks != 0 || piece % 64 != 0 || lead % 8 != 0) {
+    return false;
+  }
+  // As ScatterReference decides it: per launch, so every range of one launch copies alike.
+  const bool stream = uint64_t{a.num_tokens} * v.token_bytes() >= kStreamMinBytes;
+  *word_sum = ScatterDigestAvx512(a, token_begin, token_end, word_origin, seed, stream);
+  StreamFence(stream);
+  return true;
+#else
+  (void)a, (void)token_begin, (void)token_end, (void)word_origin, (void)seed, (void)word_sum;
+  return false;
+#endif
+}
+
 void GatherReference(const GatherArgs& a, uint32_t token_begin, uint32_t token_end) {
   uint64_t launch_bytes = 0;
   for (uint32_t g = 0; g < a.num_layers; ++g) launch_bytes += a.src[g].token_bytes();

@@ -26,6 +26,20 @@ inline void ScatterReference(const ScatterArgs& args) {
   ScatterReference(args, 0, args.num_tokens);
 }
 
+// The scatter of tokens [token_begin, token_end) of args fused with the digest of those rows'
+// stripe bytes: copies exactly as ScatterReference does and sets *word_sum to the rows' share of
+// the digest of a span that begins at `word_origin` (SpanDigestWordSum of the rows' bytes, their
+// first word numbered from word_origin). Each 64-byte unit is digested from the registers that
+// copy it, so the rows are read from memory once and the digest's arithmetic runs under the
+// copy's memory traffic; rows with an invalid slot are digested, not copied. Returns false,
+// having touched nothing, where this CPU or the shape cannot (no AVX-512 DQ; opaque blocks; copy
+// pieces -- heads, or token planes -- that are not whole 64-byte units; word_origin not a whole
+// number of words before row token_begin): the caller digests and scatters apart then.
+// REQUIRES: ValidateScatterArgs(args).ok(), token_begin <= token_end <= args.num_tokens,
+// word_origin <= args.stripe + token_begin * row bytes.
+bool ScatterDigestReference(const ScatterArgs& args, uint32_t token_begin, uint32_t token_end,
+                            const uint8_t* word_origin, uint64_t seed, uint64_t* word_sum);
+
 // Gather of tokens [token_begin, token_end) of every layer of args (see GatherArgs).
 // REQUIRES: ValidateGatherArgs(args).ok(), token_begin <= token_end <= args.num_tokens.
 void GatherReference(const GatherArgs& args, uint32_t token_begin, uint32_t token_end);

@@ -129,6 +129,67 @@ TEST(ScatterReferenceTest, LargeLaunchesIntoAlignedMemoryMatchTheOracleBothWays)
   EXPECT_GE(large, 10) << "too few launches large enough to stream";
 }
 
+// The fused scatter + digest (HostDevice's verified scatter): where it runs, it writes exactly
+// the oracle's bytes and its word sums, over ranges as the host device splits a launch, add up
+// to the rows' share of the digest of a span that begins two rows before the first; where it
+// does not (this CPU, opaque blocks, pieces that are not whole 64-byte units), it says so and
+// touches nothing. Small launches (plain stores) and large ones (streaming) are both covered.
+TEST(ScatterDigestReferenceTest, CopiesLikeTheScatterAndSumsLikeTheDigest) {
+  constexpr uint64_t kSeed = 0x5EED;
+  int fused = 0, declined = 0;
+  std::vector<LayoutCase> cases = testing::AllLayoutCases(31);
+  for (const LayoutCase& c : testing::AllLayoutCases(32, 16)) cases.push_back(c);
+  for (const LayoutCase& c : cases) {
+    SCOPED_TRACE(c.Name());
+    std::mt19937_64 rng(c.seed);
+    const uint64_t layer_bytes = *PagedLayerBytes(c.layout, c.shape);
+    const uint64_t row = testing::RowBytes(c);
+    std::unique_ptr<uint8_t, decltype(&std::free)> paged(
+        static_cast<uint8_t*>(std::aligned_alloc(4096, (layer_bytes + 4095) / 4096 * 4096)),
+        &std::free);
+    ASSERT_NE(paged, nullptr);
+    std::memset(paged.get(), kPoison, layer_bytes);
+    // Two lead rows before the scatter's first: the digest span starts there.
+    std::vector<uint8_t> buffer((c.num_tokens + 2) * row);
+    testing::FillRandom(buffer, rng);
+    const std::span<const uint8_t> stripe = std::span<const uint8_t>(buffer).subspan(2 * row);
+    const std::vector<int64_t> slots = testing::CaseSlotMapping(c, 10, rng);
+    const ScatterArgs scatter{.dst = *MakePagedKvView(c.layout, c.shape, paged.get()),
+                              .stripe = stripe.data(),
+                              .slots = slots.data(),
+                              .num_tokens = c.num_tokens};
+    ASSERT_TRUE(ValidateScatterArgs(scatter).ok());
+    uint64_t sum = 0, part = 0;
+    bool ran = true;
+    for (uint32_t begin = 0; ran && begin < c.num_tokens; begin += 97) {
+      ran = ScatterDigestReference(scatter, begin, std::min(c.num_tokens, begin + 97),
+                                   buffer.data(), kSeed, &part);
+      sum += part;
+      if (!ran) {
+        ASSERT_EQ(begin, 0u) << "declined part of a launch";
+      }
+    }
+    const std::vector<uint8_t> got(paged.get(), paged.get() + layer_bytes);
+    if (!ran) {
+      ++declined;
+      EXPECT_EQ(testing::FirstDifference(got, std::vector<uint8_t>(layer_bytes, kPoison)), -1);
+      continue;
+    }
+    ++fused;
+    EXPECT_EQ(testing::FirstDifference(
+                  got, testing::OracleScatter(c, std::vector<uint8_t>(layer_bytes, kPoison), stripe,
+                                              slots)),
+              -1);
+    EXPECT_EQ(sum, SpanDigestWordSum(stripe.data(), stripe.size(), 2 * row / 8, kSeed));
+  }
+  if (SpanDigestVariantsForTesting().empty() || SpanDigestVariantsForTesting()[0] != "avx512") {
+    EXPECT_EQ(fused, 0);
+    GTEST_SKIP() << "no AVX-512 here: the fused path declined all " << declined << " cases";
+  }
+  EXPECT_GE(fused, 10);
+  EXPECT_GE(declined, 1) << "no case had opaque blocks or pieces under 64 bytes";
+}
+
 // A layer group: three layers into consecutive regions of one bank with gaps between them;
 // the gaps stay poisoned.
 TEST(GatherReferenceTest, LayerGroupIntoBankRegions) {

@@ -94,17 +94,20 @@ struct DigestArgs {
 // non-empty span, and expected / mismatch both set or both null. kInvalidArgument otherwise.
 Status ValidateDigestArgs(const DigestArgs& args);
 
-// A scatter whose rows are written only once the digest of the bytes holding them matched.
-// `digest` (expected and mismatch set) names consecutive spans of whole rows of
-// `scatter.stripe` (span k ends where span k + 1 begins) that together cover its num_tokens
-// rows; the first may begin before row 0 and the last end after the last row (a verify extent
-// reaches whole digest blocks). For every span: its digest goes to digest.digests[k]; if it
-// equals digest.expected[k], the rows of the scatter inside the span are written as
-// ScatterArgs would write them; otherwise *digest.mismatch is set to 1 and none of them is.
-// (scatter.skip_if_set must be null: the verdict is per span.) So no byte that failed its
-// digest ever reaches the paged KV, and each row is read from memory once for both: HostDevice
-// digests a span and copies its rows while they are still in the core's cache. Stream's
-// default runs Digest, then Scatter gated on the mismatch word (all or nothing).
+// A scatter verified by the digests of the bytes holding its rows. `digest` (expected and
+// mismatch set) names consecutive spans of whole rows of `scatter.stripe` (span k ends where
+// span k + 1 begins) that together cover its num_tokens rows; the first may begin before row 0
+// and the last end after the last row (a verify extent reaches whole digest blocks). For every
+// span: its digest goes to digest.digests[k]; if it equals digest.expected[k], the rows of the
+// scatter inside the span are written as ScatterArgs would write them; otherwise
+// *digest.mismatch is set to 1, and each of those rows either is left as it was or holds the
+// span's bytes: HostDevice, where the CPU allows, copies and digests each row in one pass, so
+// the stripe is read from memory once; Stream's default runs Digest, then Scatter gated on the
+// mismatch word (all or nothing), and CUDA gates its scatter the same way. Either way the
+// verdict is set before the stream's next operation runs, and the caller fails the stripe: its
+// tokens are dropped before its layer can count as restored, so rows that hold a failed span's
+// bytes are never used, as rows left holding another request's stale bytes would not be.
+// (scatter.skip_if_set must be null: the verdict is per span.)
 struct VerifiedScatterArgs {
   ScatterArgs scatter;
   DigestArgs digest;

@@ -238,8 +238,11 @@ struct SweepResult {
   bool scaled = false;
   std::vector<double> samples_s;
   std::vector<double> first_layer_s;  // restore only
+  // Process CPU seconds (every thread) over each timed repetition; RangeKV restores only.
+  std::vector<double> cpu_s;
   double median_s = 0;
   double first_layer_median_s = 0;
+  double cpu_median_s = 0;
   double gib_s = 0;
   // Work counters of one timed repetition (identical across repetitions; checked).
   std::vector<std::pair<std::string, uint64_t>> counters;

@@ -76,6 +76,12 @@ Status Stream::VerifiedScatter(const kernels::VerifiedScatterArgs& args) {
   return Scatter(gated);
 }
 
+Status Stream::GatherDigest(const kernels::DigestedGatherArgs& args) {
+  RANGEKV_RETURN_IF_ERROR(kernels::ValidateDigestedGatherArgs(args));
+  RANGEKV_RETURN_IF_ERROR(Gather(args.gather));
+  return Digest(args.digest);
+}
+
 // ---- factory ----
 
 bool CudaCompiledIn() {

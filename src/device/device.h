@@ -293,10 +293,15 @@ class Stream {
   virtual Status Gather(const kernels::GatherArgs& args) = 0;
   // Writes one digest per span to args.digests (device memory).
   virtual Status Digest(const kernels::DigestArgs& args) = 0;
-  // Writes the scatter's rows of each digest span whose digest matched (kernels/span_digest.h).
-  // This default enqueues Digest, then Scatter gated on the mismatch word, so one failed span
-  // writes no row of the call; HostDevice runs both in one pass per span instead, in cache.
+  // Writes the scatter's rows of each digest span whose digest matched and sets the mismatch word
+  // for any other (kernels/span_digest.h). This default enqueues Digest, then Scatter gated on
+  // the mismatch word, so one failed span writes no row of the call; HostDevice copies and
+  // digests each span's rows in one pass instead.
   virtual Status VerifiedScatter(const kernels::VerifiedScatterArgs& args);
+  // Gather, then Digest of spans of what it wrote (kernels/span_digest.h). This default enqueues
+  // the two; HostDevice writes and digests each span's rows in one pass where the spans tile the
+  // gather's output.
+  virtual Status GatherDigest(const kernels::DigestedGatherArgs& args);
 
   // Blocks until all work enqueued so far has completed; the device error otherwise.
   virtual Status Synchronize() = 0;

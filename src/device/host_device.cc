@@ -302,6 +302,45 @@ struct Splitter {
     });
   }
 
+  // Where the digest spans tile the gather's output (each span whole rows of one layer's region;
+  // per layer, the spans cover its rows [0, num_tokens) exactly once), one chunk per span gathers
+  // its rows and digests them from the registers that write them
+  // (kernels::GatherDigestReference), so a store's bank is not read back for its digests;
+  // otherwise Gather, then Digest.
+  void GatherDigest(const kernels::DigestedGatherArgs& args) const {
+    struct Ctx {
+      const kernels::DigestedGatherArgs* args;
+      uint32_t layer[kernels::kMaxDigestSpans];
+      uint32_t begin[kernels::kMaxDigestSpans];
+      uint32_t end[kernels::kMaxDigestSpans];
+    } ctx;
+    ctx.args = &args;
+    if (!TileGatherOutput(args, ctx.layer, ctx.begin, ctx.end)) {
+      Gather(args.gather);
+      Digest(args.digest);
+      return;
+    }
+    Run(args.digest.num_spans, &ctx, [](const void* p, uint32_t k) {
+      const Ctx& x = *static_cast<const Ctx*>(p);
+      const kernels::GatherArgs& g = x.args->gather;
+      const kernels::DigestSpan& span = x.args->digest.spans[k];
+      const uint64_t seed = x.args->digest.seed;
+      uint64_t sum = 0;
+      if (!kernels::GatherDigestReference(g, x.layer[k], x.begin[k], x.end[k], span.data, seed,
+                                          &sum)) {
+        kernels::GatherArgs one;  // the span's layer alone
+        one.src[0] = g.src[x.layer[k]];
+        one.num_layers = 1;
+        one.slots = g.slots;
+        one.num_tokens = g.num_tokens;
+        one.out = g.out + uint64_t{x.layer[k]} * g.out_layer_stride_bytes;
+        kernels::GatherReference(one, x.begin[k], x.end[k]);
+        sum = kernels::SpanDigestWordSum(span.data, span.bytes, 0, seed);
+      }
+      x.args->digest.digests[k] = kernels::DigestLengthTerm(span.bytes, seed) + sum;
+    });
+  }
+
   // Every span is cut into word-aligned parts whose word sums add up (span_digest.h).
   void Digest(const kernels::DigestArgs& args) const {
     struct Ctx {
@@ -338,6 +377,39 @@ struct Splitter {
   }
 
  private:
+  // Span k of args.digest as rows [begin[k], end[k]) of layer layer[k] of the gather's output;
+  // false unless every span is whole rows inside one layer's rows [0, num_tokens) and, layer by
+  // layer, the spans cover those rows exactly once.
+  static bool TileGatherOutput(const kernels::DigestedGatherArgs& args, uint32_t* layer,
+                               uint32_t* begin, uint32_t* end) {
+    const kernels::GatherArgs& g = args.gather;
+    const uint64_t row = g.src[0].token_bytes();
+    const uint64_t rows_bytes = uint64_t{g.num_tokens} * row;
+    const uint64_t stride = g.num_layers > 1 ? g.out_layer_stride_bytes : rows_bytes;
+    uint64_t covered[kernels::kMaxGatherLayers] = {};
+    for (uint32_t k = 0; k < args.digest.num_spans; ++k) {
+      const kernels::DigestSpan& span = args.digest.spans[k];
+      if (span.data < g.out || row == 0 || stride == 0) return false;
+      const uint64_t offset = static_cast<uint64_t>(span.data - g.out);
+      const uint64_t l = offset / stride, within = offset % stride;
+      if (l >= g.num_layers || within % row != 0 || span.bytes % row != 0 || span.bytes == 0 ||
+          within + span.bytes > rows_bytes) {
+        return false;
+      }
+      layer[k] = static_cast<uint32_t>(l);
+      begin[k] = static_cast<uint32_t>(within / row);
+      end[k] = static_cast<uint32_t>((within + span.bytes) / row);
+      for (uint32_t j = 0; j < k; ++j) {  // no two spans of a layer overlap
+        if (layer[j] == layer[k] && begin[j] < end[k] && begin[k] < end[j]) return false;
+      }
+      covered[l] += end[k] - begin[k];
+    }
+    for (uint32_t l = 0; l < g.num_layers; ++l) {
+      if (covered[l] != g.num_tokens) return false;
+    }
+    return true;
+  }
+
   // A multiple of 64 bytes (whole words and cache lines).
   uint64_t ChunkBytes() const { return std::max<uint64_t>(64, split_bytes / 64 * 64); }
   uint32_t TokensPerChunk(uint64_t row_bytes) const {
@@ -369,6 +441,7 @@ enum class OpKind : uint8_t {
   kGather,
   kDigest,
   kVerifiedScatter,
+  kGatherDigest,
 };
 
 // One queued operation; only the fields of its kind are meaningful.
@@ -387,7 +460,7 @@ struct Op {
   std::shared_ptr<EventState> event;
   uint64_t generation = 0;
   std::variant<std::monostate, kernels::ScatterArgs, kernels::GatherArgs, kernels::DigestArgs,
-               kernels::VerifiedScatterArgs>
+               kernels::VerifiedScatterArgs, kernels::DigestedGatherArgs>
       kernel;
 };
 
@@ -584,6 +657,13 @@ class HostStream final : public Stream {
     return OkStatus();
   }
 
+  Status GatherDigest(const kernels::DigestedGatherArgs& args) override {
+    RANGEKV_RETURN_IF_ERROR(kernels::ValidateDigestedGatherArgs(args));
+    if (args.gather.num_tokens == 0) return Digest(args.digest);
+    EnqueueKernel(OpKind::kGatherDigest, args);
+    return OkStatus();
+  }
+
   Status Synchronize() override {
     uint64_t target;
     {
@@ -702,6 +782,9 @@ class HostStream final : public Stream {
         break;
       case OpKind::kVerifiedScatter:
         splitter_.VerifiedScatter(std::get<kernels::VerifiedScatterArgs>(op.kernel));
+        break;
+      case OpKind::kGatherDigest:
+        splitter_.GatherDigest(std::get<kernels::DigestedGatherArgs>(op.kernel));
         break;
     }
   }

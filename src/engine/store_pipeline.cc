@@ -513,6 +513,11 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, uint32_t pr
   for (uint32_t r = batch.record_begin; r + 1 < batch.record_end; ++r) {
     if (job.records[r].tokens * s % kIoAlignment != 0) contiguous = false;
   }
+  // With one gather launch whose digest blocks fit one digest launch, the two go as one
+  // Stream::GatherDigest (HostDevice then digests the rows as it writes them; the launches
+  // counted are the same two).
+  const bool fuse = contiguous && context_.integrity != nullptr &&
+                    DigestBlocks(job, batch) <= kernels::kMaxDigestSpans;
   const Span* layer0 = slot.spans.data() + batch.span_begin;  // first layer's spans, in order
   uint32_t launches = 0;
   for (uint32_t r = batch.record_begin; r < batch.record_end;) {
@@ -522,13 +527,13 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, uint32_t pr
     args.slots = mapping + job.records[r].path_token_begin;
     args.num_tokens = static_cast<uint32_t>(tokens);
     args.out = bank.device.bytes() + layer0[r - batch.record_begin].bank_offset_bytes;
-    RANGEKV_RETURN_IF_ERROR(stream.Gather(args));
+    if (!fuse) RANGEKV_RETURN_IF_ERROR(stream.Gather(args));
     ++launches;
     r = end;
   }
   Count(&job, &Counters::gather_launches, launches);
   if (context_.integrity != nullptr)
-    RANGEKV_RETURN_IF_ERROR(EnqueueDigests(job, batch, bank, stream));
+    RANGEKV_RETURN_IF_ERROR(EnqueueDigests(job, batch, bank, stream, fuse ? &args : nullptr));
   if (!bank.staging.empty()) {
     RANGEKV_RETURN_IF_ERROR(
         stream.CopyDeviceToHost(bank.staging.data(), bank.device.data(), batch.bank_bytes));
@@ -537,8 +542,17 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, uint32_t pr
   return worker.done->Synchronize();
 }
 
+uint64_t StorePipeline::DigestBlocks(const StoreJob& job, const StoreBatch& batch) const {
+  const uint64_t d = context_.integrity->block_tokens();
+  uint64_t blocks = 0;
+  for (uint32_t i = batch.span_begin; i < batch.span_end; ++i) {
+    blocks += (job.slot->spans[i].tokens() + d - 1) / d;
+  }
+  return blocks;
+}
+
 Status StorePipeline::EnqueueDigests(StoreJob& job, const StoreBatch& batch, Bank& bank,
-                                     Stream& stream) {
+                                     Stream& stream, const kernels::GatherArgs* gather) {
   const uint64_t d = context_.integrity->block_tokens();
   const uint64_t s = context_.geometry.token_bytes;
   uint64_t* out = static_cast<uint64_t*>(bank.digests.data());
@@ -548,7 +562,11 @@ Status StorePipeline::EnqueueDigests(StoreJob& job, const StoreBatch& batch, Ban
   auto launch = [&]() -> Status {
     if (args.num_spans == 0) return OkStatus();
     args.digests = out + next;
-    RANGEKV_RETURN_IF_ERROR(stream.Digest(args));
+    if (gather != nullptr) {
+      RANGEKV_RETURN_IF_ERROR(stream.GatherDigest({.gather = *gather, .digest = args}));
+    } else {
+      RANGEKV_RETURN_IF_ERROR(stream.Digest(args));
+    }
     Count(&job, &Counters::digest_launches);
     next += args.num_spans;
     args.num_spans = 0;

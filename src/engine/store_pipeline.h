@@ -180,8 +180,13 @@ class StorePipeline {
   Status Gather(StoreJob& job, const StoreBatch& batch, uint32_t produced_events, Bank& bank,
                 Worker& worker);
   // Enqueues the digests of every span of the batch (gathered into `bank`) and their copy to
-  // bank.digests_host, in span order, ceil(tokens / D) per span.
-  Status EnqueueDigests(StoreJob& job, const StoreBatch& batch, Bank& bank, Stream& stream);
+  // bank.digests_host, in span order, ceil(tokens / D) per span. With `gather` (the batch's one
+  // gather launch, not yet enqueued; every block in one digest launch) the two go as one
+  // Stream::GatherDigest.
+  Status EnqueueDigests(StoreJob& job, const StoreBatch& batch, Bank& bank, Stream& stream,
+                        const kernels::GatherArgs* gather = nullptr);
+  // The digest blocks of the batch's spans: ceil(tokens / D) per span.
+  uint64_t DigestBlocks(const StoreJob& job, const StoreBatch& batch) const;
   // Hands the proven digests of the batch's spans to the integrity hook.
   Status RecordDigests(StoreJob& job, const StoreBatch& batch, const Bank& bank);
   void OnWritesDone(uint32_t bank);

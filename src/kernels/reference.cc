@@ -187,12 +187,14 @@ RANGEKV_AVX512 inline __m512i CopyDigestPiece(uint8_t* dst, const uint8_t* src, 
   return acc;
 }
 
-// ForEachPiece's walk, spelled out: a lambda cannot carry a vector into a caller that is not
-// compiled for AVX-512.
-RANGEKV_AVX512 uint64_t ScatterDigestAvx512(const ScatterArgs& a, uint32_t token_begin,
-                                            uint32_t token_end, const uint8_t* word_origin,
-                                            uint64_t seed, bool stream) {
-  const PagedKvView& v = a.dst;
+// Rows [token_begin, token_end) of `rows` (a stripe, or one layer's region of a bank) moved to
+// or from the paged view and digested from the registers that move them; rows whose slot is
+// invalid are digested where they are. ForEachPiece's walk, spelled out: a lambda cannot carry
+// a vector into a caller that is not compiled for AVX-512.
+RANGEKV_AVX512 uint64_t RowsDigestAvx512(const PagedKvView& v, const int64_t* slots, uint8_t* rows,
+                                         uint32_t token_begin, uint32_t token_end,
+                                         const uint8_t* word_origin, uint64_t seed, bool stream,
+                                         bool into_paged) {
   const uint64_t row_bytes = v.token_bytes();
   const int64_t num_slots = v.num_slots();
   const bool whole_planes = HeadsContiguous(v);
@@ -200,9 +202,9 @@ RANGEKV_AVX512 uint64_t ScatterDigestAvx512(const ScatterArgs& a, uint32_t token
   const uint64_t piece = whole_planes ? v.plane_token_bytes() : v.head_bytes;
   __m512i acc = _mm512_setzero_si512();
   for (uint32_t t = token_begin; t < token_end; ++t) {
-    const uint8_t* row = a.stripe + uint64_t{t} * row_bytes;
+    uint8_t* row = rows + uint64_t{t} * row_bytes;
     const uint64_t row_word = static_cast<uint64_t>(row - word_origin) / 8;
-    const int64_t slot = a.slots[t];
+    const int64_t slot = slots[t];
     if (slot < 0 || slot >= num_slots) {
       acc = CopyDigestPiece(nullptr, row, row_bytes, row_word, seed, false, acc);
       continue;
@@ -212,8 +214,11 @@ RANGEKV_AVX512 uint64_t ScatterDigestAvx512(const ScatterArgs& a, uint32_t token
     for (uint32_t p = 0; p < v.num_planes; ++p) {
       for (uint32_t h = 0; h < heads; ++h) {
         const uint64_t offset = p * v.plane_token_bytes() + h * piece;
-        acc = CopyDigestPiece(v.HeadAddress(p, block, token_in_block, h), row + offset, piece,
-                              row_word + offset / 8, seed, stream, acc);
+        uint8_t* paged = v.HeadAddress(p, block, token_in_block, h);
+        acc = into_paged ? CopyDigestPiece(paged, row + offset, piece, row_word + offset / 8, seed,
+                                           stream, acc)
+                         : CopyDigestPiece(row + offset, paged, piece, row_word + offset / 8, seed,
+                                           stream, acc);
       }
     }
   }
@@ -234,25 +239,55 @@ bool CanScatterDigest() {
 
 }  // namespace
 
-bool ScatterDigestReference(const ScatterArgs& a, uint32_t token_begin, uint32_t token_end,
-                            const uint8_t* word_origin, uint64_t seed, uint64_t* word_sum) {
+namespace {
+
+// Whether the fused walk can move this view's rows, starting `lead` bytes after word_origin.
+bool FusesRows(const PagedKvView& v, uint64_t lead) {
 #if defined(__x86_64__)
-  const PagedKvView& v = a.dst;
   const uint64_t piece = HeadsContiguous(v) ? v.plane_token_bytes() : v.head_bytes;
-  const uint64_t lead =
-      static_cast<uint64_t>(a.stripe + uint64_t{token_begin} * v.token_bytes() - word_origin);
-  if (!CanScatterDigest() || v.opaque_blocks != 0 || piece % 64 != 0 || lead % 8 != 0) {
-    return false;
-  }
-  // As ScatterReference decides it: per launch, so every range of one launch copies alike.
-  const bool stream = uint64_t{a.num_tokens} * v.token_bytes() >= kStreamMinBytes;
-  *word_sum = ScatterDigestAvx512(a, token_begin, token_end, word_origin, seed, stream);
-  StreamFence(stream);
-  return true;
+  return CanScatterDigest() && v.opaque_blocks == 0 && piece % 64 == 0 && lead % 8 == 0;
 #else
-  (void)a, (void)token_begin, (void)token_end, (void)word_origin, (void)seed, (void)word_sum;
+  (void)v, (void)lead;
   return false;
 #endif
+}
+
+}  // namespace
+
+bool ScatterDigestReference(const ScatterArgs& a, uint32_t token_begin, uint32_t token_end,
+                            const uint8_t* word_origin, uint64_t seed, uint64_t* word_sum) {
+  const uint64_t row = a.dst.token_bytes();
+  if (!FusesRows(a.dst,
+                 static_cast<uint64_t>(a.stripe + uint64_t{token_begin} * row - word_origin))) {
+    return false;
+  }
+#if defined(__x86_64__)
+  // As ScatterReference decides it: per launch, so every range of one launch copies alike.
+  const bool stream = uint64_t{a.num_tokens} * row >= kStreamMinBytes;
+  *word_sum = RowsDigestAvx512(a.dst, a.slots, const_cast<uint8_t*>(a.stripe), token_begin,
+                               token_end, word_origin, seed, stream, /*into_paged=*/true);
+  StreamFence(stream);
+#endif
+  return true;
+}
+
+bool GatherDigestReference(const GatherArgs& a, uint32_t layer, uint32_t token_begin,
+                           uint32_t token_end, const uint8_t* word_origin, uint64_t seed,
+                           uint64_t* word_sum) {
+  const PagedKvView& v = a.src[layer];
+  uint8_t* rows = a.out + uint64_t{layer} * a.out_layer_stride_bytes;
+  const uint64_t row = v.token_bytes();
+  if (!FusesRows(v, static_cast<uint64_t>(rows + uint64_t{token_begin} * row - word_origin))) {
+    return false;
+  }
+#if defined(__x86_64__)
+  // As GatherReference decides it: on the whole launch's bytes.
+  const bool stream = uint64_t{a.num_tokens} * row * a.num_layers >= kStreamMinBytes;
+  *word_sum = RowsDigestAvx512(v, a.slots, rows, token_begin, token_end, word_origin, seed, stream,
+                               /*into_paged=*/false);
+  StreamFence(stream);
+#endif
+  return true;
 }
 
 void GatherReference(const GatherArgs& a, uint32_t token_begin, uint32_t token_end) {

@@ -40,6 +40,17 @@ inline void ScatterReference(const ScatterArgs& args) {
 bool ScatterDigestReference(const ScatterArgs& args, uint32_t token_begin, uint32_t token_end,
                             const uint8_t* word_origin, uint64_t seed, uint64_t* word_sum);
 
+// The gather of tokens [token_begin, token_end) of layer `layer` of args fused with the digest of
+// the bytes it writes: copies exactly as GatherReference does for that layer and sets *word_sum
+// to those rows' share of the digest of a span of the output that begins at `word_origin` (the
+// rows of invalid slots, which the gather leaves alone, are digested as they are). Returns
+// false, having touched nothing, where ScatterDigestReference would.
+// REQUIRES: ValidateGatherArgs(args).ok(), layer < args.num_layers, token_begin <= token_end <=
+// args.num_tokens, word_origin <= the layer's row token_begin in args.out.
+bool GatherDigestReference(const GatherArgs& args, uint32_t layer, uint32_t token_begin,
+                           uint32_t token_end, const uint8_t* word_origin, uint64_t seed,
+                           uint64_t* word_sum);
+
 // Gather of tokens [token_begin, token_end) of every layer of args (see GatherArgs).
 // REQUIRES: ValidateGatherArgs(args).ok(), token_begin <= token_end <= args.num_tokens.
 void GatherReference(const GatherArgs& args, uint32_t token_begin, uint32_t token_end);

@@ -190,6 +190,73 @@ TEST(ScatterDigestReferenceTest, CopiesLikeTheScatterAndSumsLikeTheDigest) {
   EXPECT_GE(declined, 1) << "no case had opaque blocks or pieces under 64 bytes";
 }
 
+// The fused gather + digest (HostDevice's store): layer 1 of a two-layer gather into a bank whose
+// regions are a page apart, over ranges as the host device splits it; where it runs, the bank
+// holds exactly the oracle's rows (skipped tokens' rows untouched) and the word sums add up to
+// the digest of the layer's rows counted from a span beginning at its row 0; where it does not,
+// it touches nothing.
+TEST(GatherDigestReferenceTest, GathersLikeTheGatherAndSumsLikeTheDigest) {
+  constexpr uint64_t kSeed = 0x5EED;
+  int fused = 0, declined = 0;
+  std::vector<LayoutCase> cases = testing::AllLayoutCases(33);
+  for (const LayoutCase& c : testing::AllLayoutCases(34, 16)) cases.push_back(c);
+  for (const LayoutCase& c : cases) {
+    SCOPED_TRACE(c.Name());
+    std::mt19937_64 rng(c.seed);
+    const uint64_t layer_bytes = *PagedLayerBytes(c.layout, c.shape);
+    const uint64_t row = testing::RowBytes(c);
+    std::vector<uint8_t> paged0(layer_bytes), paged1(layer_bytes);
+    testing::FillRandom(paged0, rng);
+    testing::FillRandom(paged1, rng);
+    const uint64_t region = c.num_tokens * row;
+    const uint64_t stride = (region + 4096) / 4096 * 4096;
+    std::unique_ptr<uint8_t, decltype(&std::free)> bank(
+        static_cast<uint8_t*>(std::aligned_alloc(4096, 2 * stride)), &std::free);
+    ASSERT_NE(bank, nullptr);
+    std::memset(bank.get(), kPoison, 2 * stride);
+    const std::vector<int64_t> slots = testing::CaseSlotMapping(c, 10, rng);
+    GatherArgs g;
+    g.src[0] = *MakePagedKvView(c.layout, c.shape, paged0.data());
+    g.src[1] = *MakePagedKvView(c.layout, c.shape, paged1.data());
+    g.num_layers = 2;
+    g.slots = slots.data();
+    g.num_tokens = c.num_tokens;
+    g.out = bank.get();
+    g.out_layer_stride_bytes = stride;
+    ASSERT_TRUE(ValidateGatherArgs(g).ok());
+    uint8_t* layer1 = bank.get() + stride;
+    uint64_t sum = 0, part = 0;
+    bool ran = true;
+    for (uint32_t begin = 0; ran && begin < c.num_tokens; begin += 97) {
+      ran = GatherDigestReference(g, 1, begin, std::min(c.num_tokens, begin + 97), layer1, kSeed,
+                                  &part);
+      sum += part;
+      if (!ran) {
+        ASSERT_EQ(begin, 0u) << "declined part of a launch";
+      }
+    }
+    const std::vector<uint8_t> got(bank.get(), bank.get() + 2 * stride);
+    if (!ran) {
+      ++declined;
+      EXPECT_EQ(testing::FirstDifference(got, std::vector<uint8_t>(2 * stride, kPoison)), -1);
+      continue;
+    }
+    ++fused;
+    std::vector<uint8_t> want(2 * stride, kPoison);
+    const std::vector<uint8_t> rows =
+        testing::OracleGather(c, paged1, std::vector<uint8_t>(region, kPoison), slots);
+    std::copy(rows.begin(), rows.end(), want.begin() + stride);
+    EXPECT_EQ(testing::FirstDifference(got, want), -1) << "layer 0 and the gaps stay poisoned";
+    EXPECT_EQ(sum, SpanDigestWordSum(layer1, region, 0, kSeed));
+  }
+  if (SpanDigestVariantsForTesting().empty() || SpanDigestVariantsForTesting()[0] != "avx512") {
+    EXPECT_EQ(fused, 0);
+    GTEST_SKIP() << "no AVX-512 here: the fused path declined all " << declined << " cases";
+  }
+  EXPECT_GE(fused, 10);
+  EXPECT_GE(declined, 1) << "no case had opaque blocks or pieces under 64 bytes";
+}
+
 // A layer group: three layers into consecutive regions of one bank with gaps between them;
 // the gaps stay poisoned.
 TEST(GatherReferenceTest, LayerGroupIntoBankRegions) {

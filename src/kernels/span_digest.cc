@@ -238,6 +238,15 @@ Status ValidateVerifiedScatterArgs(const VerifiedScatterArgs& a) {
   return OkStatus();
 }
 
+Status ValidateDigestedGatherArgs(const DigestedGatherArgs& a) {
+  RANGEKV_RETURN_IF_ERROR(ValidateGatherArgs(a.gather));
+  RANGEKV_RETURN_IF_ERROR(ValidateDigestArgs(a.digest));
+  if (a.digest.expected != nullptr) {
+    return InvalidArgument("digested gather: the digests of a gather have no verdict");
+  }
+  return OkStatus();
+}
+
 void VerifiedSpanRows(const VerifiedScatterArgs& a, uint32_t k, uint32_t* begin, uint32_t* end) {
   const int64_t row = static_cast<int64_t>(a.scatter.dst.token_bytes());
   const DigestSpan& sp = a.digest.spans[k];

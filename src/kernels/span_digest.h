@@ -113,6 +113,19 @@ struct VerifiedScatterArgs {
   DigestArgs digest;
 };
 
+// A gather, then digests of spans of what it wrote (the store's bank): `digest` (no verdict)
+// runs after `gather` in stream order, so its spans may name any bytes the gather wrote. Where
+// the spans tile the gather's output -- for each layer, runs of whole rows that together cover
+// rows [0, num_tokens) of that layer's region exactly once -- HostDevice writes and digests each
+// span's rows in one pass; otherwise, and on other streams, it is Gather then Digest.
+struct DigestedGatherArgs {
+  GatherArgs gather;
+  DigestArgs digest;
+};
+
+// ValidateGatherArgs and ValidateDigestArgs, and no verdict (expected and mismatch null).
+Status ValidateDigestedGatherArgs(const DigestedGatherArgs& args);
+
 // ValidateScatterArgs and ValidateDigestArgs, a verdict (expected, mismatch), no skip_if_set,
 // and the span layout above (whole rows, consecutive, covering every row of the scatter).
 Status ValidateVerifiedScatterArgs(const VerifiedScatterArgs& args);

@@ -201,6 +201,22 @@ RANGEKV_AVX512 uint64_t RowsDigestAvx512(const PagedKvView& v, const int64_t* sl
   const uint32_t heads = whole_planes ? 1 : v.num_heads;
   const uint64_t piece = whole_planes ? v.plane_token_bytes() : v.head_bytes;
   __m512i acc = _mm512_setzero_si512();
+  if (v.opaque_blocks != 0) {  // whole block groups (FusesRows: the range is whole groups)
+    const uint64_t group_bytes = uint64_t{v.block_size} * row_bytes;
+    for (uint32_t t = token_begin; t < token_end; t += v.block_size) {
+      uint8_t* group = rows + uint64_t{t} * row_bytes;
+      const uint64_t word = static_cast<uint64_t>(group - word_origin) / 8;
+      const int64_t slot = slots[t];
+      if (slot < 0 || slot >= num_slots) {
+        acc = CopyDigestPiece(nullptr, group, group_bytes, word, seed, false, acc);
+        continue;
+      }
+      uint8_t* paged = v.HeadAddress(0, static_cast<uint32_t>(slot / v.block_size), 0, 0);
+      acc = into_paged ? CopyDigestPiece(paged, group, group_bytes, word, seed, stream, acc)
+                       : CopyDigestPiece(group, paged, group_bytes, word, seed, stream, acc);
+    }
+    token_end = token_begin;  // done
+  }
   for (uint32_t t = token_begin; t < token_end; ++t) {
     uint8_t* row = rows + uint64_t{t} * row_bytes;
     const uint64_t row_word = static_cast<uint64_t>(row - word_origin) / 8;
@@ -241,13 +257,20 @@ bool CanScatterDigest() {
 
 namespace {
 
-// Whether the fused walk can move this view's rows, starting `lead` bytes after word_origin.
-bool FusesRows(const PagedKvView& v, uint64_t lead) {
+// Whether the fused walk can move rows [token_begin, token_end) of this view, the first `lead`
+// bytes after word_origin: whole 64-byte units per piece, and for opaque blocks a range of whole
+// block groups (a group moves whole, so a range that cut one would move rows outside it).
+bool FusesRows(const PagedKvView& v, uint32_t token_begin, uint32_t token_end, uint64_t lead) {
 #if defined(__x86_64__)
+  if (!CanScatterDigest() || lead % 8 != 0) return false;
+  if (v.opaque_blocks != 0) {
+    return uint64_t{v.block_size} * v.token_bytes() % 64 == 0 && token_begin % v.block_size == 0 &&
+           token_end % v.block_size == 0;
+  }
   const uint64_t piece = HeadsContiguous(v) ? v.plane_token_bytes() : v.head_bytes;
-  return CanScatterDigest() && v.opaque_blocks == 0 && piece % 64 == 0 && lead % 8 == 0;
+  return piece % 64 == 0;
 #else
-  (void)v, (void)lead;
+  (void)v, (void)token_begin, (void)token_end, (void)lead;
   return false;
 #endif
 }
@@ -257,7 +280,7 @@ bool FusesRows(const PagedKvView& v, uint64_t lead) {
 bool ScatterDigestReference(const ScatterArgs& a, uint32_t token_begin, uint32_t token_end,
                             const uint8_t* word_origin, uint64_t seed, uint64_t* word_sum) {
   const uint64_t row = a.dst.token_bytes();
-  if (!FusesRows(a.dst,
+  if (!FusesRows(a.dst, token_begin, token_end,
                  static_cast<uint64_t>(a.stripe + uint64_t{token_begin} * row - word_origin))) {
     return false;
   }
@@ -277,7 +300,8 @@ bool GatherDigestReference(const GatherArgs& a, uint32_t layer, uint32_t token_b
   const PagedKvView& v = a.src[layer];
   uint8_t* rows = a.out + uint64_t{layer} * a.out_layer_stride_bytes;
   const uint64_t row = v.token_bytes();
-  if (!FusesRows(v, static_cast<uint64_t>(rows + uint64_t{token_begin} * row - word_origin))) {
+  if (!FusesRows(v, token_begin, token_end,
+                 static_cast<uint64_t>(rows + uint64_t{token_begin} * row - word_origin))) {
     return false;
   }
 #if defined(__x86_64__)

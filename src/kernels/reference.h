@@ -32,9 +32,10 @@ inline void ScatterReference(const ScatterArgs& args) {
 // first word numbered from word_origin). Each 64-byte unit is digested from the registers that
 // copy it, so the rows are read from memory once and the digest's arithmetic runs under the
 // copy's memory traffic; rows with an invalid slot are digested, not copied. Returns false,
-// having touched nothing, where this CPU or the shape cannot (no AVX-512 DQ; opaque blocks; copy
-// pieces -- heads, or token planes -- that are not whole 64-byte units; word_origin not a whole
-// number of words before row token_begin): the caller digests and scatters apart then.
+// having touched nothing, where this CPU or the shape cannot (no AVX-512 DQ; copy pieces --
+// heads, token planes, or for opaque blocks whole block groups -- that are not whole 64-byte
+// units; with opaque blocks, a range that is not whole groups; word_origin not a whole number of
+// words before row token_begin): the caller digests and scatters apart then.
 // REQUIRES: ValidateScatterArgs(args).ok(), token_begin <= token_end <= args.num_tokens,
 // word_origin <= args.stripe + token_begin * row bytes.
 bool ScatterDigestReference(const ScatterArgs& args, uint32_t token_begin, uint32_t token_end,

@@ -1860,6 +1860,33 @@ void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
     }
     std::fprintf(out, "rangekv: medians %.3f-%.3f s across %zu points, spread %.1f%%%s\n", lo, hi,
                  rkv.size(), spread * 100, spread_target);
+    // The same spread with the medium's drift taken out: every point runs once per repetition
+    // (RunRangeKvShared), so each time is divided by its repetition's median across points and
+    // each point's median of those is compared. A small value says the naming does not matter
+    // and a larger plain spread came from the medium changing speed between repetitions. Shown
+    // beside the spread, not checked in its place.
+    const size_t reps = rkv[0]->samples_s.size();
+    bool aligned = rkv.size() > 1 && reps > 1;
+    for (const SweepResult* r : rkv) aligned = aligned && r->samples_s.size() == reps;
+    if (aligned) {
+      std::vector<double> rep_median(reps);
+      for (size_t i = 0; i < reps; ++i) {
+        std::vector<double> at;
+        for (const SweepResult* r : rkv) at.push_back(r->samples_s[i]);
+        rep_median[i] = Median(at);
+      }
+      double plo = 1e9, phi = 0;
+      for (const SweepResult* r : rkv) {
+        std::vector<double> rel;
+        for (size_t i = 0; i < reps; ++i) rel.push_back(r->samples_s[i] / rep_median[i]);
+        plo = std::min(plo, Median(rel));
+        phi = std::max(phi, Median(rel));
+      }
+      std::fprintf(out,
+                   "rangekv: spread within repetitions %.1f%% (each time over its repetition's "
+                   "median across points)\n",
+                   (phi - plo) / plo * 100);
+    }
     if (rep.ceiling_gib_s > 0) {
       std::fprintf(out, "rangekv / engine-config ceiling (%s): %.2f-%.2f\n",
                    rep.ceiling_config.c_str(), rlo, rhi);

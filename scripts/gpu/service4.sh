@@ -2,11 +2,16 @@
 # One device call (carry [".deb"]), 2026-12-05 second session: issue 13's four client processes
 # against one process (bench concurrent --mode both --n 4, tmpfs, CUDA), the ceiling measured
 # after the rounds (--ceiling-passes end: passes before rounds slowed the embedded rounds that
-# followed them), unpinned and with --pin-clients, three rounds in turn.
+# followed them), unpinned and with --pin-clients, three rounds in turn. First (third session):
+# the CUDA test suites (scripts/gpu/sweeps.sh step "tests"), which now include
+# DeviceConformance.GatherDigestWritesTheGatherAndDigestsWhatItWrote and the reworded
+# VerifiedScatterWritesMatchingSpansAndFlagsTheOthers on CudaDevice.
 set -uo pipefail
 . "$(dirname "$0")/call_lib.sh"
-call_begin service4 420
+call_begin service4 560
 call_build
+OUT="$work/sweeps" SWEEPS_STEPS="tests" SWEEPS_BUDGET_S=150 bash scripts/gpu/sweeps.sh >"$work/sweeps.log" 2>&1
+cat "$work/sweeps/summary.txt" >>"$sum" 2>/dev/null || tail -20 "$work/sweeps.log" >>"$sum"
 shm=/dev/shm/rkv-s4
 for round in 1 2 3; do
   for pin in "" "--pin-clients"; do

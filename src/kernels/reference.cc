@@ -197,43 +197,34 @@ RANGEKV_AVX512 uint64_t RowsDigestAvx512(const PagedKvView& v, const int64_t* sl
                                          bool into_paged) {
   const uint64_t row_bytes = v.token_bytes();
   const int64_t num_slots = v.num_slots();
+  // A unit is one token's row in pieces (ForEachPiece's), or with opaque blocks one whole block
+  // group (FusesRows: the range is whole groups), one piece at its block's address
+  // (ForEachBlock's).
+  const bool opaque = v.opaque_blocks != 0;
   const bool whole_planes = HeadsContiguous(v);
-  const uint32_t heads = whole_planes ? 1 : v.num_heads;
-  const uint64_t piece = whole_planes ? v.plane_token_bytes() : v.head_bytes;
+  const uint32_t unit_tokens = opaque ? v.block_size : 1;
+  const uint64_t unit_bytes = unit_tokens * row_bytes;
+  const uint32_t planes = opaque ? 1 : v.num_planes;
+  const uint32_t heads = opaque || whole_planes ? 1 : v.num_heads;
+  const uint64_t piece = opaque ? unit_bytes : whole_planes ? v.plane_token_bytes() : v.head_bytes;
   __m512i acc = _mm512_setzero_si512();
-  if (v.opaque_blocks != 0) {  // whole block groups (FusesRows: the range is whole groups)
-    const uint64_t group_bytes = uint64_t{v.block_size} * row_bytes;
-    for (uint32_t t = token_begin; t < token_end; t += v.block_size) {
-      uint8_t* group = rows + uint64_t{t} * row_bytes;
-      const uint64_t word = static_cast<uint64_t>(group - word_origin) / 8;
-      const int64_t slot = slots[t];
-      if (slot < 0 || slot >= num_slots) {
-        acc = CopyDigestPiece(nullptr, group, group_bytes, word, seed, false, acc);
-        continue;
-      }
-      uint8_t* paged = v.HeadAddress(0, static_cast<uint32_t>(slot / v.block_size), 0, 0);
-      acc = into_paged ? CopyDigestPiece(paged, group, group_bytes, word, seed, stream, acc)
-                       : CopyDigestPiece(group, paged, group_bytes, word, seed, stream, acc);
-    }
-    token_end = token_begin;  // done
-  }
-  for (uint32_t t = token_begin; t < token_end; ++t) {
-    uint8_t* row = rows + uint64_t{t} * row_bytes;
-    const uint64_t row_word = static_cast<uint64_t>(row - word_origin) / 8;
+  for (uint32_t t = token_begin; t < token_end; t += unit_tokens) {
+    uint8_t* unit = rows + uint64_t{t} * row_bytes;
+    const uint64_t word = static_cast<uint64_t>(unit - word_origin) / 8;
     const int64_t slot = slots[t];
     if (slot < 0 || slot >= num_slots) {
-      acc = CopyDigestPiece(nullptr, row, row_bytes, row_word, seed, false, acc);
+      acc = CopyDigestPiece(nullptr, unit, unit_bytes, word, seed, false, acc);
       continue;
     }
     const uint32_t block = static_cast<uint32_t>(slot / v.block_size);
-    const uint32_t token_in_block = static_cast<uint32_t>(slot % v.block_size);
-    for (uint32_t p = 0; p < v.num_planes; ++p) {
+    const uint32_t token_in_block = opaque ? 0 : static_cast<uint32_t>(slot % v.block_size);
+    for (uint32_t p = 0; p < planes; ++p) {
       for (uint32_t h = 0; h < heads; ++h) {
         const uint64_t offset = p * v.plane_token_bytes() + h * piece;
         uint8_t* paged = v.HeadAddress(p, block, token_in_block, h);
-        acc = into_paged ? CopyDigestPiece(paged, row + offset, piece, row_word + offset / 8, seed,
+        acc = into_paged ? CopyDigestPiece(paged, unit + offset, piece, word + offset / 8, seed,
                                            stream, acc)
-                         : CopyDigestPiece(row + offset, paged, piece, row_word + offset / 8, seed,
+                         : CopyDigestPiece(unit + offset, paged, piece, word + offset / 8, seed,
                                            stream, acc);
       }
     }

@@ -129,6 +129,25 @@ TEST(ScatterReferenceTest, LargeLaunchesIntoAlignedMemoryMatchTheOracleBothWays)
   EXPECT_GE(large, 10) << "too few launches large enough to stream";
 }
 
+// The token ranges the fused tests cut a launch into, as the host device does: whole block groups
+// where blocks are opaque.
+uint32_t FusedRangeTokens(const LayoutCase& c) {
+  return c.layout == PagedLayout::kCpuBlock ? 3 * c.shape.block_size : 97;
+}
+
+// Whether this CPU has the fused copy + digest (the AVX-512 digest variant is its condition).
+bool HasFusedPath() {
+  return !SpanDigestVariantsForTesting().empty() && SpanDigestVariantsForTesting()[0] == "avx512";
+}
+
+// On a CPU with it, the layout cases must have run it often, with opaque blocks at least once,
+// and declined it at least once (pieces under 64 bytes).
+void ExpectFusedCoverage(int fused, int opaque_fused, int declined) {
+  EXPECT_GE(fused, 10);
+  EXPECT_GE(opaque_fused, 1) << "no opaque-block case ran fused";
+  EXPECT_GE(declined, 1) << "no case had pieces under 64 bytes";
+}
+
 // The fused scatter + digest (HostDevice's verified scatter): where it runs, it writes exactly
 // the oracle's bytes and its word sums, over ranges as the host device splits a launch, add up
 // to the rows' share of the digest of a span that begins two rows before the first; where it
@@ -161,8 +180,7 @@ TEST(ScatterDigestReferenceTest, CopiesLikeTheScatterAndSumsLikeTheDigest) {
     ASSERT_TRUE(ValidateScatterArgs(scatter).ok());
     uint64_t sum = 0, part = 0;
     bool ran = true;
-    // Ranges as the host device cuts a launch: whole block groups where blocks are opaque.
-    const uint32_t step = c.layout == PagedLayout::kCpuBlock ? 3 * c.shape.block_size : 97;
+    const uint32_t step = FusedRangeTokens(c);
     for (uint32_t begin = 0; ran && begin < c.num_tokens; begin += step) {
       ran = ScatterDigestReference(scatter, begin, std::min(c.num_tokens, begin + step),
                                    buffer.data(), kSeed, &part);
@@ -185,13 +203,11 @@ TEST(ScatterDigestReferenceTest, CopiesLikeTheScatterAndSumsLikeTheDigest) {
               -1);
     EXPECT_EQ(sum, SpanDigestWordSum(stripe.data(), stripe.size(), 2 * row / 8, kSeed));
   }
-  if (SpanDigestVariantsForTesting().empty() || SpanDigestVariantsForTesting()[0] != "avx512") {
+  if (!HasFusedPath()) {
     EXPECT_EQ(fused, 0);
     GTEST_SKIP() << "no AVX-512 here: the fused path declined all " << declined << " cases";
   }
-  EXPECT_GE(fused, 10);
-  EXPECT_GE(opaque_fused, 1) << "no opaque-block case ran fused";
-  EXPECT_GE(declined, 1) << "no case had pieces under 64 bytes";
+  ExpectFusedCoverage(fused, opaque_fused, declined);
 }
 
 // The fused gather + digest (HostDevice's store): layer 1 of a two-layer gather into a bank whose
@@ -231,8 +247,7 @@ TEST(GatherDigestReferenceTest, GathersLikeTheGatherAndSumsLikeTheDigest) {
     uint8_t* layer1 = bank.get() + stride;
     uint64_t sum = 0, part = 0;
     bool ran = true;
-    // Ranges as the host device cuts a launch: whole block groups where blocks are opaque.
-    const uint32_t step = c.layout == PagedLayout::kCpuBlock ? 3 * c.shape.block_size : 97;
+    const uint32_t step = FusedRangeTokens(c);
     for (uint32_t begin = 0; ran && begin < c.num_tokens; begin += step) {
       ran = GatherDigestReference(g, 1, begin, std::min(c.num_tokens, begin + step), layer1, kSeed,
                                   &part);
@@ -256,13 +271,11 @@ TEST(GatherDigestReferenceTest, GathersLikeTheGatherAndSumsLikeTheDigest) {
     EXPECT_EQ(testing::FirstDifference(got, want), -1) << "layer 0 and the gaps stay poisoned";
     EXPECT_EQ(sum, SpanDigestWordSum(layer1, region, 0, kSeed));
   }
-  if (SpanDigestVariantsForTesting().empty() || SpanDigestVariantsForTesting()[0] != "avx512") {
+  if (!HasFusedPath()) {
     EXPECT_EQ(fused, 0);
     GTEST_SKIP() << "no AVX-512 here: the fused path declined all " << declined << " cases";
   }
-  EXPECT_GE(fused, 10);
-  EXPECT_GE(opaque_fused, 1) << "no opaque-block case ran fused";
-  EXPECT_GE(declined, 1) << "no case had pieces under 64 bytes";
+  ExpectFusedCoverage(fused, opaque_fused, declined);
 }
 
 // A layer group: three layers into consecutive regions of one bank with gaps between them;

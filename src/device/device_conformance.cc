@@ -841,12 +841,13 @@ TEST_P(DeviceConformance, VerifiedScatterWritesMatchingSpansAndFlagsTheOthers) {
 
 // A digested gather writes what Gather writes and the digests of what it wrote, whether its
 // spans tile the output (HostDevice then gathers and digests in one pass) or not (Gather, then
-// Digest): here two layers into a bank whose regions are a gap apart, cut into three blocks per
-// layer, then one span that reaches into the gap. A verdict is refused.
+// Digest): two layers into a bank whose regions are a gap apart, cut into blocks of 65 and of 64
+// rows per layer, then with one span reaching into the gap; in the case's layout and with opaque
+// blocks, where 65-row blocks cut block groups (a group moves whole, so HostDevice must not
+// split them between its chunks). A verdict is refused.
 TEST_P(DeviceConformance, GatherDigestWritesTheGatherAndDigestsWhatItWrote) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());
   VerdictCase v(*device_, *s, GetParam().case_scale, 555);
-  const LayoutCase& c = v.c;
   const uint64_t layer_bytes = v.layer_bytes, row = v.row;
   std::mt19937_64 rng(556);
   std::vector<uint8_t> kv0(layer_bytes), kv1(layer_bytes);
@@ -855,57 +856,69 @@ TEST_P(DeviceConformance, GatherDigestWritesTheGatherAndDigestsWhatItWrote) {
   DeviceBuffer paged1 = Take(device_->AllocateDevice(layer_bytes));
   Upload(*device_, *s, v.paged.data(), kv0);
   Upload(*device_, *s, paged1.data(), kv1);
-  const uint64_t region = uint64_t{c.num_tokens} * row;
+  const uint64_t region = uint64_t{v.c.num_tokens} * row;
   const uint64_t stride = region + 4096;
   DeviceBuffer bank = Take(device_->AllocateDevice(2 * stride));
   DeviceBuffer digests = Take(device_->AllocateDevice(kernels::kMaxDigestSpans * 8));
-  kernels::DigestedGatherArgs a;
-  a.gather.src[0] = Take(kernels::MakePagedKvView(c.layout, c.shape, v.paged.data()));
-  a.gather.src[1] = Take(kernels::MakePagedKvView(c.layout, c.shape, paged1.data()));
-  a.gather.num_layers = 2;
-  a.gather.slots = static_cast<const int64_t*>(v.d_slots.data());
-  a.gather.num_tokens = c.num_tokens;
-  a.gather.out = bank.bytes();
-  a.gather.out_layer_stride_bytes = stride;
-  a.digest.seed = 0x5EED;
-  a.digest.digests = static_cast<uint64_t*>(digests.data());
-  const uint32_t block_rows = c.num_tokens / 3 + 1;
-  for (uint32_t l = 0; l < 2; ++l) {
-    for (uint32_t r = 0; r < c.num_tokens; r += block_rows) {
-      const uint32_t n = std::min(block_rows, c.num_tokens - r);
-      a.digest.spans[a.digest.num_spans++] = {bank.bytes() + l * stride + r * row, n * row};
-    }
-  }
-  kernels::DigestedGatherArgs untiled = a;  // the last span reaches 64 bytes into the gap
-  untiled.digest.spans[untiled.digest.num_spans - 1].bytes += 64;
-
-  std::vector<uint8_t> want(2 * stride, kPoison);
-  for (uint32_t l = 0; l < 2; ++l) {
-    const std::vector<uint8_t> rows = kernels::testing::OracleGather(
-        c, l == 0 ? kv0 : kv1, std::vector<uint8_t>(region, kPoison), v.slots);
-    std::copy(rows.begin(), rows.end(), want.begin() + l * stride);
-  }
-  for (const kernels::DigestedGatherArgs* args : {&a, &untiled}) {
-    SCOPED_TRACE(args == &a ? "spans tile the output" : "a span reaches into the gap");
-    ASSERT_TRUE(s->Fill(bank.data(), kPoison, 2 * stride).ok());
-    ASSERT_TRUE(s->GatherDigest(*args).ok());
-    const std::vector<uint8_t> got = Download(*device_, *s, bank.data(), 2 * stride);
-    EXPECT_EQ(kernels::testing::FirstDifference(got, want), -1);
-    const std::vector<uint8_t> computed =
-        Download(*device_, *s, digests.data(), args->digest.num_spans * 8);
-    for (uint32_t k = 0; k < args->digest.num_spans; ++k) {
-      const uint64_t at = static_cast<uint64_t>(args->digest.spans[k].data - bank.bytes());
-      uint64_t d = 0;
-      std::memcpy(&d, computed.data() + 8 * k, 8);
-      EXPECT_EQ(d, kernels::SpanDigest(want.data() + at, args->digest.spans[k].bytes, 0x5EED))
-          << "span " << k;
-    }
-  }
-  kernels::DigestedGatherArgs verdict = a;
+  DeviceBuffer d_slots = Take(device_->AllocateDevice(v.slots.size() * sizeof(int64_t)));
   DeviceBuffer mismatch = Take(device_->AllocateDevice(sizeof(uint32_t)));
-  verdict.digest.expected = a.digest.digests;
-  verdict.digest.mismatch = static_cast<uint32_t*>(mismatch.data());
-  EXPECT_EQ(s->GatherDigest(verdict).code(), StatusCode::kInvalidArgument);
+  for (const kernels::PagedLayout layout : {v.c.layout, kernels::PagedLayout::kCpuBlock}) {
+    LayoutCase c = v.c;
+    c.layout = layout;
+    ASSERT_EQ(Take(kernels::PagedLayerBytes(layout, c.shape)), layer_bytes);
+    const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 0, rng);
+    Upload(*device_, *s, d_slots.data(),
+           {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
+    std::vector<uint8_t> want(2 * stride, kPoison);
+    for (uint32_t l = 0; l < 2; ++l) {
+      const std::vector<uint8_t> rows = kernels::testing::OracleGather(
+          c, l == 0 ? kv0 : kv1, std::vector<uint8_t>(region, kPoison), slots);
+      std::copy(rows.begin(), rows.end(), want.begin() + l * stride);
+    }
+    for (const uint32_t block_rows : {65u, 64u}) {
+      kernels::DigestedGatherArgs a;
+      a.gather.src[0] = Take(kernels::MakePagedKvView(layout, c.shape, v.paged.data()));
+      a.gather.src[1] = Take(kernels::MakePagedKvView(layout, c.shape, paged1.data()));
+      a.gather.num_layers = 2;
+      a.gather.slots = static_cast<const int64_t*>(d_slots.data());
+      a.gather.num_tokens = c.num_tokens;
+      a.gather.out = bank.bytes();
+      a.gather.out_layer_stride_bytes = stride;
+      a.digest.seed = 0x5EED;
+      a.digest.digests = static_cast<uint64_t*>(digests.data());
+      for (uint32_t l = 0; l < 2; ++l) {
+        for (uint32_t r = 0; r < c.num_tokens; r += block_rows) {
+          const uint32_t n = std::min(block_rows, c.num_tokens - r);
+          ASSERT_LT(a.digest.num_spans, kernels::kMaxDigestSpans);
+          a.digest.spans[a.digest.num_spans++] = {bank.bytes() + l * stride + r * row, n * row};
+        }
+      }
+      kernels::DigestedGatherArgs untiled = a;  // the last span reaches 64 bytes into the gap
+      untiled.digest.spans[untiled.digest.num_spans - 1].bytes += 64;
+      for (const kernels::DigestedGatherArgs* args : {&a, &untiled}) {
+        SCOPED_TRACE(std::string(kernels::testing::LayoutName(layout)) + ", blocks of " +
+                     std::to_string(block_rows) + " rows" +
+                     (args == &a ? "" : ", a span reaching into the gap"));
+        ASSERT_TRUE(s->Fill(bank.data(), kPoison, 2 * stride).ok());
+        ASSERT_TRUE(s->GatherDigest(*args).ok());
+        const std::vector<uint8_t> got = Download(*device_, *s, bank.data(), 2 * stride);
+        EXPECT_EQ(kernels::testing::FirstDifference(got, want), -1);
+        const std::vector<uint8_t> computed =
+            Download(*device_, *s, digests.data(), args->digest.num_spans * 8);
+        for (uint32_t k = 0; k < args->digest.num_spans; ++k) {
+          const uint64_t at = static_cast<uint64_t>(args->digest.spans[k].data - bank.bytes());
+          uint64_t d = 0;
+          std::memcpy(&d, computed.data() + 8 * k, 8);
+          EXPECT_EQ(d, kernels::SpanDigest(want.data() + at, args->digest.spans[k].bytes, 0x5EED))
+              << "span " << k;
+        }
+      }
+      kernels::DigestedGatherArgs verdict = a;
+      verdict.digest.expected = a.digest.digests;
+      verdict.digest.mismatch = static_cast<uint32_t*>(mismatch.data());
+      EXPECT_EQ(s->GatherDigest(verdict).code(), StatusCode::kInvalidArgument);
+    }
+  }
 }
 
 // Three streams in a ring hand one buffer around 48 times, each hop ordered only by events

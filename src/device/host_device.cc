@@ -379,7 +379,9 @@ struct Splitter {
  private:
   // Span k of args.digest as rows [begin[k], end[k]) of layer layer[k] of the gather's output;
   // false unless every span is whole rows inside one layer's rows [0, num_tokens) and, layer by
-  // layer, the spans cover those rows exactly once.
+  // layer, the spans cover those rows exactly once. With opaque blocks a span must also be whole
+  // block groups: a group moves whole, so a span that cut one would have rows written by the
+  // chunk of another span, perhaps after this one digested them.
   static bool TileGatherOutput(const kernels::DigestedGatherArgs& args, uint32_t* layer,
                                uint32_t* begin, uint32_t* end) {
     const kernels::GatherArgs& g = args.gather;
@@ -399,6 +401,8 @@ struct Splitter {
       layer[k] = static_cast<uint32_t>(l);
       begin[k] = static_cast<uint32_t>(within / row);
       end[k] = static_cast<uint32_t>((within + span.bytes) / row);
+      const uint32_t group = g.src[0].opaque_blocks != 0 ? g.src[0].block_size : 1;
+      if (begin[k] % group != 0 || end[k] % group != 0) return false;
       for (uint32_t j = 0; j < k; ++j) {  // no two spans of a layer overlap
         if (layer[j] == layer[k] && begin[j] < end[k] && begin[k] < end[j]) return false;
       }

@@ -162,13 +162,14 @@ RANGEKV_AVX512 inline __m512i MixLanes(__m512i x, __m512i mul) {
 
 // Copies `bytes` (a multiple of 64) from src to dst (none when dst is null; streaming stores when
 // `stream` and dst is 64-byte aligned) and adds the word terms of src's words, numbered from
-// `first_word`, to the lanes of acc.
+// `first_word`, to the lanes of acc. Written by hand: the digest is this project's own function,
+// and the point is to compute it from the registers the copy loads, which no library offers.
 RANGEKV_AVX512 inline __m512i CopyDigestPiece(uint8_t* dst, const uint8_t* src, uint64_t bytes,
                                               uint64_t first_word, uint64_t seed, bool stream,
                                               __m512i acc) {
   const __m512i mul = _mm512_set1_epi64(static_cast<int64_t>(kDigestMixMul));
   const __m512i step = _mm512_set1_epi64(static_cast<int64_t>(8 * kDigestKeyStep));
-  // Key(i) = seed + (i + 1) * step for the words first_word .. first_word + 7.
+  // Key(i) = seed + (i + 1) * kDigestKeyStep for the words first_word .. first_word + 7.
   __m512i key =
       _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(seed + first_word * kDigestKeyStep)),
                        _mm512_mullo_epi64(_mm512_set_epi64(8, 7, 6, 5, 4, 3, 2, 1),

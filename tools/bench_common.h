@@ -276,6 +276,7 @@ struct SweepReport {
   uint32_t best_ceiling_threads = 0;
   uint64_t best_ceiling_request_bytes = 0;
   std::string durability;        // the default configuration's ("periodic:200")
+  bool interleaved = false;      // --interleave: the shared configurations ran side by side
   std::string engine_split;      // the engine's byte split as DescribeBackends reports it
   double h2d_ceiling_gib_s = 0;  // 0 when the device is the host
   std::vector<SweepResult> results;

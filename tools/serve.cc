@@ -25,6 +25,7 @@ struct ServeConfig {
   uint32_t max_sessions = 256;
   uint64_t fence_ms = 1000;
   uint32_t spin_us = static_cast<uint32_t>(service::ServiceOptions{}.request_spin.count());
+  bool follow_client_cpu = service::ServiceOptions{}.follow_client_cpu;
 };
 
 Result<uint64_t> ParseBytes(const std::string& s) {
@@ -54,6 +55,7 @@ void RunServe(const ServeConfig& c) {
   o.max_sessions = c.max_sessions;
   o.restart_fence_ms = c.fence_ms;
   o.request_spin = std::chrono::microseconds(c.spin_us);
+  o.follow_client_cpu = c.follow_client_cpu;
   auto quota = ParseBytes(c.quota);
   if (!quota.ok()) {
     std::fprintf(stderr, "rangekv serve: --quota: %s\n", quota.status().ToString().c_str());
@@ -142,6 +144,11 @@ void AddServeCommand(CLI::App& app) {
                    "After each reply, poll this long for the session's next request before "
                    "sleeping (spares the wake-up of a lookup's claim; costs CPU)")
       ->check(CLI::Range(0u, 10000u))
+      ->capture_default_str();
+  serve
+      ->add_flag("--follow-client-cpu,!--no-follow-client-cpu", cfg->follow_client_cpu,
+                 "Walk a lookup's or claim's tokens on the CPU its client wrote them from (the "
+                 "session's thread moves there, when this process may run on it)")
       ->capture_default_str();
   serve->callback([cfg] { RunServe(*cfg); });
 }

@@ -1,6 +1,7 @@
 #include "engine/service_store.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +19,13 @@ namespace rangekv::engine_internal {
 namespace {
 
 using service::MessageType;
+
+// The CPU this thread runs on now, for a shared query (LookupSharedRequest::client_cpu): the
+// tokens it just wrote into the query buffer are in that CPU's cache.
+uint32_t CallerCpu() {
+  const int cpu = ::sched_getcpu();
+  return cpu >= 0 ? static_cast<uint32_t>(cpu) : service::kUnknownCpu;
+}
 
 // An Env whose OpenFile hands out the descriptor the service passed, once, for the pack path
 // (so PackFile::Open validates the header exactly as for a file it opened itself).
@@ -415,11 +423,11 @@ Result<Ticket> ServiceStore::Lookup(const NamespaceId& ns, std::span<const int32
   if (!(ns == options_.ns)) return Status(StatusCode::kNamespaceMismatch, "lookup: namespace");
   // The query's tokens go from where they lie (the frame's tail), not through a copy.
   std::vector<uint8_t> body, out;
-  const std::span<const uint8_t> tail = service::EncodeLookupHead(envelope, granularity_tokens,
-                                                                  tokens, &body);
+  const std::span<const uint8_t> tail =
+      service::EncodeLookupHead(envelope, granularity_tokens, tokens, &body);
   std::vector<uint8_t> shared;
   service::Encode(service::LookupSharedRequest{envelope, granularity_tokens,
-                                               static_cast<uint32_t>(tokens.size())},
+                                               static_cast<uint32_t>(tokens.size()), CallerCpu()},
                   &shared);
   RANGEKV_RETURN_IF_ERROR(CallWithTokens(MessageType::kLookup, body, tail,
                                          MessageType::kLookupShared, shared, tokens, &out));
@@ -453,9 +461,11 @@ Result<ClaimedRange> ServiceStore::ClaimBytes(const NamespaceId& ns,
   const std::span<const uint8_t> tail =
       service::EncodeClaimHead(ticket_bytes, envelope, endpoint_tokens, tokens, &body);
   std::vector<uint8_t> shared;
-  service::Encode(service::ClaimSharedRequest{std::vector<uint8_t>(ticket_bytes.begin(), ticket_bytes.end()), envelope,
-                                              endpoint_tokens, static_cast<uint32_t>(tokens.size())},
-                  &shared);
+  service::Encode(
+      service::ClaimSharedRequest{std::vector<uint8_t>(ticket_bytes.begin(), ticket_bytes.end()),
+                                  envelope, endpoint_tokens, static_cast<uint32_t>(tokens.size()),
+                                  CallerCpu()},
+      &shared);
   Status s = CallWithTokens(MessageType::kClaim, body, tail, MessageType::kClaimShared, shared,
                             tokens, &out);
   MutexLock l(mu_);

@@ -653,6 +653,7 @@ void Encode(const LookupSharedRequest& m, std::vector<uint8_t>* out) {
   PutEnvelope(w, m.envelope);
   w.U64(m.granularity_tokens);
   w.U32(m.token_count);
+  w.U32(m.client_cpu);
   Append(w, out);
 }
 Status Decode(std::span<const uint8_t> body, LookupSharedRequest* m) {
@@ -660,6 +661,7 @@ Status Decode(std::span<const uint8_t> body, LookupSharedRequest* m) {
   r.Envelope(&m->envelope);
   r.U64(&m->granularity_tokens, "granularity_tokens");
   r.U32(&m->token_count, "token_count");
+  r.U32(&m->client_cpu, "client_cpu");
   RANGEKV_RETURN_IF_ERROR(r.Finish());
   return CheckTokenCount(m->token_count);
 }
@@ -671,6 +673,7 @@ void Encode(const ClaimSharedRequest& m, std::vector<uint8_t>* out) {
   PutEnvelope(w, m.envelope);
   w.U64(m.endpoint_tokens);
   w.U32(m.token_count);
+  w.U32(m.client_cpu);
   Append(w, out);
 }
 Status Decode(std::span<const uint8_t> body, ClaimSharedRequest* m) {
@@ -679,6 +682,7 @@ Status Decode(std::span<const uint8_t> body, ClaimSharedRequest* m) {
   r.Envelope(&m->envelope);
   r.U64(&m->endpoint_tokens, "endpoint_tokens");
   r.U32(&m->token_count, "token_count");
+  r.U32(&m->client_cpu, "client_cpu");
   RANGEKV_RETURN_IF_ERROR(r.Finish());
   return CheckTokenCount(m->token_count);
 }

@@ -35,7 +35,8 @@ namespace rangekv::service {
 
 inline constexpr uint32_t kFrameMagic = 0x53564B52;  // "RKVS" little-endian
 // 2: the shared query buffer (kAttachQueryBuffer, kLookupShared, kClaimShared).
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: a shared lookup / claim names the CPU its caller ran on (client_cpu).
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr uint32_t kMaxBodyBytes = 32u << 20;
 inline constexpr uint32_t kMaxTokensPerMessage = 4u << 20;     // int32 tokens of one query
@@ -121,11 +122,15 @@ struct AttachQueryBufferRequest {  // the memfd travels with the frame
   uint64_t bytes = 0;
 };
 // A lookup / claim whose tokens are the first token_count int32 (little-endian) of the
-// session's query buffer.
+// session's query buffer. client_cpu: the CPU the caller wrote them from (sched_getcpu), or
+// kUnknownCpu; the service may run the walk there, where the tokens are in cache
+// (docs/store-service.md "Latency: the walk on the client's CPU").
+inline constexpr uint32_t kUnknownCpu = 0xFFFFFFFFu;
 struct LookupSharedRequest {
   Envelope envelope;
   uint64_t granularity_tokens = 0;
   uint32_t token_count = 0;
+  uint32_t client_cpu = kUnknownCpu;
 };
 
 struct ClaimRequest {
@@ -142,6 +147,7 @@ struct ClaimSharedRequest {
   Envelope envelope;
   uint64_t endpoint_tokens = 0;
   uint32_t token_count = 0;
+  uint32_t client_cpu = kUnknownCpu;
 };
 
 struct IdMessage {  // Release (ticket id), Abort / InFlight / AwaitDurable (reservation id)

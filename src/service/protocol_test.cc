@@ -82,6 +82,32 @@ TEST(ServiceProtocolTest, EveryBodyRoundTrips) {
     EXPECT_EQ(m.stats.lookups, 5u);
     EXPECT_EQ(m.stats.inflight_reservations, 3u);
   }
+  {  // the shared queries carry the caller's CPU
+    LookupSharedRequest l;
+    l.envelope = SampleLookup().envelope;
+    l.granularity_tokens = 16;
+    l.token_count = 1000;
+    l.client_cpu = 13;
+    std::vector<uint8_t> b;
+    Encode(l, &b);
+    LookupSharedRequest m;
+    ASSERT_TRUE(Decode(b, &m).ok());
+    EXPECT_EQ(m.token_count, 1000u);
+    EXPECT_EQ(m.client_cpu, 13u);
+    ClaimSharedRequest c;
+    c.ticket = {1, 2, 3};
+    c.envelope = l.envelope;
+    c.endpoint_tokens = 999;
+    c.token_count = 1000;
+    c.client_cpu = 7;
+    b.clear();
+    Encode(c, &b);
+    ClaimSharedRequest n;
+    ASSERT_TRUE(Decode(b, &n).ok());
+    EXPECT_EQ(n.ticket, c.ticket);
+    EXPECT_EQ(n.client_cpu, 7u);
+    EXPECT_EQ(ClaimSharedRequest{}.client_cpu, kUnknownCpu);
+  }
   {
     std::vector<uint8_t> b;
     EncodeStatus(Status(StatusCode::kStaleGeneration, "gone"), &b);

@@ -4,12 +4,13 @@
 #include "service/store_service.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -456,6 +457,54 @@ TEST_F(ServiceTest, QueryBufferIsASealedMemfdAndSharedQueriesStayInsideIt) {
   ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
   ExpectANewClientRestores(tokens, "r");
   EXPECT_GE(service_->stats().shared_queries, shared_before + 2);  // b's lookup and claim
+}
+
+// A shared lookup or claim names the caller's CPU; the session's thread moves there (the tokens
+// are in that CPU's cache) when the service may run on it, and ignores a CPU it may not use.
+// Off (ServiceOptions::follow_client_cpu), nothing moves; either way the restore is bit-exact.
+TEST_F(ServiceTest, ASessionFollowsItsClientsCpuForSharedQueries) {
+  Engine& a = Client();
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
+  ExpectANewClientRestores(tokens, "r");
+  EXPECT_GE(service_->stats().client_cpu_moves, 1u);
+
+  {  // CPUs this process may not run on, and no CPU at all: answered, nothing moves
+    const uint64_t moves = service_->stats().client_cpu_moves;
+    auto fd = RawHello(socket_);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    std::vector<uint8_t> attach;
+    Encode(AttachQueryBufferRequest{4096}, &attach);
+    const int memfd = QueryMemfd(4096, true);
+    ASSERT_GE(memfd, 0);
+    ASSERT_TRUE(SendWithFd(*fd, MessageType::kAttachQueryBuffer, attach, memfd).ok());
+    ::close(memfd);
+    LookupSharedRequest lookup;
+    lookup.envelope.request_id = "cpu";
+    lookup.granularity_tokens = kGranularity;
+    lookup.token_count = 16;
+    for (uint32_t cpu : {uint32_t{CPU_SETSIZE}, uint32_t{1} << 30, kUnknownCpu}) {
+      lookup.client_cpu = cpu;
+      std::vector<uint8_t> body;
+      Encode(lookup, &body);
+      EXPECT_TRUE(SendRaw(*fd, Frame(static_cast<uint16_t>(MessageType::kLookupShared), body)).ok())
+          << cpu;
+    }
+    ::close(*fd);
+    EXPECT_EQ(service_->stats().client_cpu_moves, moves);
+  }
+
+  engines_.clear();
+  ASSERT_TRUE(service_->Stop().ok());
+  ServiceOptions o;
+  o.follow_client_cpu = false;
+  StartService(o);
+  Engine& c = Client();
+  auto src2 = Fixture(c);
+  ASSERT_TRUE(StoreAll(c, *src2, tokens, kSeed, 1).ok());
+  ExpectANewClientRestores(tokens, "r2");
+  EXPECT_EQ(service_->stats().client_cpu_moves, 0u);
 }
 
 // The service reads shared queries where the client wrote them. A client that rewrites its

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -62,6 +64,11 @@ struct StoreService::Session {
   // session ends.
   const uint8_t* query = nullptr;
   size_t query_bytes = 0;
+  // The CPUs the session's thread may run on (its mask when it started), and the one it is
+  // pinned to (FollowClientCpu; kUnknownCpu: not pinned).
+  cpu_set_t allowed{};
+  bool allowed_known = false;
+  uint32_t cpu = kUnknownCpu;
 
   ~Session() {
     if (query != nullptr) ::munmap(const_cast<uint8_t*>(query), query_bytes);
@@ -202,6 +209,7 @@ bool StoreService::Reply(Session& s, uint16_t type, const Status& status,
 
 void StoreService::RunSession(Session* session) {
   Session& s = *session;
+  s.allowed_known = ::sched_getaffinity(0, sizeof(s.allowed), &s.allowed) == 0;
   for (;;) {
     SpinUntilReadable(s.fd, options_.request_spin);
     const Status received = ReceiveFrameInto(s.fd, &s.frame);
@@ -487,6 +495,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       if (t == MessageType::kLookupShared) {
         LookupSharedRequest h;
         if (Status v = Decode(body, &h); !v.ok()) return bad_body(v);
+        FollowClientCpu(s, h.client_cpu);
         if (Status v = shared_tokens(h.token_count, &m.tokens, &tokens); !v.ok()) {
           return bad_body(v);
         }
@@ -519,6 +528,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       if (t == MessageType::kClaimShared) {
         ClaimSharedRequest h;
         if (Status v = Decode(body, &h); !v.ok()) return bad_body(v);
+        FollowClientCpu(s, h.client_cpu);
         if (Status v = shared_tokens(h.token_count, &m.tokens, &tokens); !v.ok()) {
           return bad_body(v);
         }
@@ -709,6 +719,18 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   return Reply(s, type, status, out);
 }
 
+void StoreService::FollowClientCpu(Session& s, uint32_t cpu) {
+  if (!options_.follow_client_cpu || cpu == kUnknownCpu || cpu == s.cpu) return;
+  if (!s.allowed_known || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &s.allowed)) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  // A failure (the CPU went offline, a cpuset changed under us) only costs the cache misses.
+  if (::pthread_setaffinity_np(::pthread_self(), sizeof(one), &one) != 0) return;
+  s.cpu = cpu;
+  client_cpu_moves_.fetch_add(1, std::memory_order_relaxed);
+}
+
 Status StoreService::AttachQueryBuffer(Session& s, uint64_t bytes) {
   const int fd = s.frame.passed_fd;
   if (s.query != nullptr) return FailedPrecondition("a query buffer is already attached");
@@ -791,6 +813,7 @@ ServiceStats StoreService::stats() const {
   s.sessions_active = sessions_.size();
   s.requests = requests_.load(std::memory_order_relaxed);
   s.shared_queries = shared_queries_.load(std::memory_order_relaxed);
+  s.client_cpu_moves = client_cpu_moves_.load(std::memory_order_relaxed);
   return s;
 }
 

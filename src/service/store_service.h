@@ -73,6 +73,11 @@ struct ServiceOptions {
   // (SpinUntilReadable): a lookup followed by its claim, or a burst of lookups, then skips the
   // wake-up of a sleeping session thread. Costs up to this much CPU after every reply.
   std::chrono::microseconds request_spin{0};
+  // A session thread moves to the CPU a shared lookup or claim names (client_cpu, when this
+  // process may run there) and walks the client's tokens where that CPU just wrote them: on the
+  // dev VM a 128K-token lookup took 92-126 us walked from the other vCPU and 64-65 us from the
+  // same one (docs/store-service.md "Latency: the walk on the client's CPU").
+  bool follow_client_cpu = true;
   // Test seam: the uid peers must have (default: the service's effective uid).
   std::optional<uint32_t> peer_uid;
 };
@@ -81,10 +86,11 @@ struct ServiceStats {
   uint64_t sessions_accepted = 0;
   uint64_t sessions_refused = 0;  // credentials, session bound
   uint64_t sessions_active = 0;
-  uint64_t bad_frames = 0;        // connections closed for a malformed message
+  uint64_t bad_frames = 0;  // connections closed for a malformed message
   uint64_t requests = 0;
-  uint64_t shared_queries = 0;           // lookups and claims read from a query buffer
-  uint64_t sessions_reclaimed = 0;       // ended without Goodbye and with leftovers
+  uint64_t shared_queries = 0;      // lookups and claims read from a query buffer
+  uint64_t client_cpu_moves = 0;    // a session thread moved to its client's CPU
+  uint64_t sessions_reclaimed = 0;  // ended without Goodbye and with leftovers
   uint64_t tickets_reclaimed = 0;
   uint64_t reservations_reclaimed = 0;
   uint64_t stores_open = 0;
@@ -118,6 +124,9 @@ class StoreService {
   bool Handle(Session& s, uint16_t type, std::span<const uint8_t> body);
   // Maps the memfd passed with a kAttachQueryBuffer frame (s.frame.passed_fd) read-only.
   Status AttachQueryBuffer(Session& s, uint64_t bytes);
+  // Pins the session's thread to `cpu` (ServiceOptions::follow_client_cpu) when it is not there
+  // yet and this process may run on it; otherwise changes nothing.
+  void FollowClientCpu(Session& s, uint32_t cpu);
   Status HandleHello(Session& s, std::span<const uint8_t> body, int* pass_fd,
                      std::vector<uint8_t>* reply) EXCLUDES(mu_);
   // Waits until the session's process can have no I/O in flight, then reclaims its leftovers.
@@ -144,6 +153,7 @@ class StoreService {
   ServiceStats stats_ GUARDED_BY(mu_);
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> shared_queries_{0};
+  std::atomic<uint64_t> client_cpu_moves_{0};
 };
 
 }  // namespace rangekv::service

@@ -16,6 +16,13 @@ note "cmdline page reporting: $(tr ' ' '\n' </proc/cmdline | grep -i reporting)"
 call_build
 OUT="$work/sweeps" SWEEPS_STEPS="tests" SWEEPS_BUDGET_S=150 bash scripts/gpu/sweeps.sh >"$work/sweeps.log" 2>&1
 cat "$work/sweeps/summary.txt" >>"$sum" 2>/dev/null || tail -20 "$work/sweeps.log" >>"$sum"
+# The lookup through the service with the session walking on the client's CPU (fourth
+# session: protocol version 3), sleeping and polling service.
+for spin in 0 200; do
+  timeout 60 $rkv bench lookup --store service --reps 301 --service-spin-us $spin \
+    >"$work/lookup-spin$spin.txt" 2>&1
+  note "lookup spin=$spin: $(grep -E '^(embedded|service) +256' "$work/lookup-spin$spin.txt" | awk '{printf "%s %s us  ", $1, $3}') $(grep -o 'worst median ratio = [0-9.]*' "$work/lookup-spin$spin.txt"); $(grep -o 'round trip [0-9.]* us' "$work/lookup-spin$spin.txt")"
+done
 shm=/dev/shm/rkv-s4
 for round in 1 2 3; do
   for pin in "" "--pin-clients"; do

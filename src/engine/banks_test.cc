@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "device/host_device.h"
 #include "engine/job_slots.h"
 
 namespace rangekv::engine_internal {
@@ -118,6 +124,33 @@ TEST(JobSlotsTest, ServiceIsRoundRobinAcrossActiveJobs) {
 TEST(BankPoolDeathTest, ReleasingAFreeBankAborts) {
   BankPool pool(2, 0);
   EXPECT_DEATH(pool.Release(1), "RANGEKV_CHECK");
+}
+
+// A slot's next job may bind while the previous job's mapping copy is still queued (a restore
+// cancelled before any scatter waited for it): the upload waits for that copy before it
+// rewrites the staging, and the device ends up with the new mapping.
+TEST(SlotMappingTest, AnUploadWaitsForThePreviousCopyBeforeRewritingTheStaging) {
+  auto dev = CreateHostDevice();
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  SlotMapping m;
+  ASSERT_TRUE(m.Allocate(**dev, 4).ok());
+  auto stream = (*dev)->CreateStream();
+  auto flag = (*dev)->CreateFlag();
+  ASSERT_TRUE(stream.ok() && flag.ok());
+  ASSERT_TRUE((*stream)->WaitFlag(**flag, 1).ok());  // holds everything enqueued after it
+  const std::vector<int64_t> first = {1, 2, 3, 4}, second = {5, 6, 7, 8};
+  ASSERT_TRUE(m.Upload(first, **stream).ok());  // its copy waits behind the flag
+  std::atomic<bool> second_done{false};
+  std::thread t([&] {
+    EXPECT_TRUE(m.Upload(second, **stream).ok());
+    second_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(second_done.load()) << "the staging was rewritten under a queued copy";
+  (*flag)->Set(1);
+  t.join();
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+  EXPECT_EQ(std::vector<int64_t>(m.slots(), m.slots() + 4), second);
 }
 
 }  // namespace

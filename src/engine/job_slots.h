@@ -99,12 +99,18 @@ inline constexpr uint32_t kNoBank = UINT32_MAX;
 struct SlotMapping {
   DeviceBuffer device;
   PinnedHostBuffer staging;
+  // Recorded after each upload's copy; the next Upload waits for it before it rewrites the
+  // staging. A slot goes back to the pool once its job settled, which a cancelled restore can do
+  // before its mapping's copy ran (no scatter of it ever waited for the copy), so the next job's
+  // Upload could otherwise overwrite the staging under that copy (ThreadSanitizer found it in
+  // EngineFaultTest.CancelWithReadsInFlightReusesNoBankEarlyAndLeaksNothing).
+  std::unique_ptr<Event> uploaded;
 
   Status Allocate(Device& device_api, uint64_t max_tokens);
   const int64_t* slots() const { return static_cast<const int64_t*>(device.data()); }
-  // Copies `mapping` to the staging and enqueues its upload on `stream`; work enqueued on
-  // `stream` afterwards sees it. REQUIRES: mapping.size() <= max_tokens, and no upload of this
-  // slot still in flight (the staging is reused).
+  // Waits for the previous upload's copy, copies `mapping` to the staging and enqueues its
+  // upload on `stream`; work enqueued on `stream` afterwards sees it. REQUIRES: mapping.size() <=
+  // max_tokens.
   Status Upload(std::span<const int64_t> mapping, Stream& stream);
 };
 

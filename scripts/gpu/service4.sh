@@ -8,13 +8,13 @@
 # VerifiedScatterWritesMatchingSpansAndFlagsTheOthers on CudaDevice.
 set -uo pipefail
 . "$(dirname "$0")/call_lib.sh"
-call_begin service4 500
+call_begin service4 440
 # Free page reporting (freed memory goes back to the host; its next first touch faults there)
 # made tmpfs stores slow on the dev VM (docs/benchmarks.md, 2026-12-05 fourth session).
 note "kernel: $(uname -r); $(dmesg 2>/dev/null | grep -io 'free page reporting enabled' | head -1)"
 note "cmdline page reporting: $(tr ' ' '\n' </proc/cmdline | grep -i reporting)"
 call_build
-OUT="$work/sweeps" SWEEPS_STEPS="tests" SWEEPS_BUDGET_S=150 bash scripts/gpu/sweeps.sh >"$work/sweeps.log" 2>&1
+OUT="$work/sweeps" SWEEPS_STEPS="tests" SWEEPS_BUDGET_S=120 bash scripts/gpu/sweeps.sh >"$work/sweeps.log" 2>&1
 cat "$work/sweeps/summary.txt" >>"$sum" 2>/dev/null || tail -20 "$work/sweeps.log" >>"$sum"
 # The lookup through the service with the session walking on the client's CPU (fourth
 # session: protocol version 3), sleeping and polling service.

@@ -8,7 +8,7 @@
 # VerifiedScatterWritesMatchingSpansAndFlagsTheOthers on CudaDevice.
 set -uo pipefail
 . "$(dirname "$0")/call_lib.sh"
-call_begin service4 440
+call_begin service4 "${SERVICE4_BUDGET:-440}"
 # Free page reporting (freed memory goes back to the host; its next first touch faults there)
 # made tmpfs stores slow on the dev VM (docs/benchmarks.md, 2026-12-05 fourth session).
 note "kernel: $(uname -r); $(dmesg 2>/dev/null | grep -io 'free page reporting enabled' | head -1)"

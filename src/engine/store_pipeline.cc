@@ -60,7 +60,6 @@ Status StorePipeline::Init() {
       RANGEKV_ASSIGN_OR_RETURN(auto event, dev.CreateEvent());
       slot->produced.push_back(std::move(event));
     }
-    RANGEKV_ASSIGN_OR_RETURN(slot->mapping_ready, dev.CreateEvent());
     RANGEKV_RETURN_IF_ERROR(slot->mapping.Allocate(dev, o.max_request_tokens));
     slot->spans.reserve(max_records * layers_);
     slot->views.resize(layers_);
@@ -228,10 +227,9 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
   job->slot = slot;
   job->tokens.assign(tokens.begin(), tokens.end());
   std::copy(views.begin(), views.end(), slot->views.begin());
-  // The whole mapping goes up (gathers index it by path position); gathers wait for
-  // mapping_ready on their own streams.
+  // The whole mapping goes up (gathers index it by path position); gathers wait for its
+  // upload event (SlotMapping::uploaded) on their own streams.
   Status up = slot->mapping.Upload(slot_mapping, *upload_stream_);
-  if (up.ok()) up = upload_stream_->Record(*slot->mapping_ready);
   if (!up.ok()) {
     // The copy may be enqueued: let the upload stream finish before the staging is reused.
     Status synced = upload_stream_->Synchronize();
@@ -499,7 +497,7 @@ Status StorePipeline::Gather(StoreJob& job, const StoreBatch& batch, uint32_t pr
       RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.produced[l]));
     }
   }
-  RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.mapping_ready));
+  RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*slot.mapping.uploaded));
 
   const uint64_t s = context_.geometry.token_bytes;
   const int64_t* mapping = slot.mapping.slots();

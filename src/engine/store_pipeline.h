@@ -60,9 +60,8 @@ inline constexpr uint32_t kMaxBatchRecords = 64;
 struct StoreSlot {
   uint32_t index = 0;
   std::vector<std::unique_ptr<Event>> produced;  // per layer
-  std::unique_ptr<Event> mapping_ready;
-  SlotMapping mapping;  // int64 slot per token
-  std::vector<Span> spans;           // every batch's write spans, batch after batch
+  SlotMapping mapping;      // int64 slot per token; gathers wait for mapping.uploaded
+  std::vector<Span> spans;  // every batch's write spans, batch after batch
   std::vector<kernels::PagedKvView> views;
 };
 

@@ -4,27 +4,17 @@
 
 #include <cuda.h>  // driver types and flags for stream memory ops; no libcuda link dependency
 #include <cuda_runtime_api.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <string>
 
+#include "base/host_memory.h"
 #include "base/log.h"
 #include "base/units.h"
 #include "kernels/cuda_kernels.h"
 
 namespace rangekv {
 namespace {
-
-uint64_t PageBytes() {
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
-
-constexpr uint64_t kHugePageBytes = 2 * kMiB;  // x86-64's transparent huge page
 
 Status CudaStatus(cudaError_t err, std::string_view what) {
   if (err == cudaSuccess) return OkStatus();
@@ -296,20 +286,13 @@ class CudaDevice final : public Device {
   Result<PinnedHostBuffer> AllocatePinnedHost(uint64_t bytes) override {
     if (bytes == 0) return InvalidArgument("zero-byte pinned allocation");
     const uint64_t mapped = AlignUp(bytes, PageBytes());
-    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      return Status(StatusCode::kResourceExhausted,
-                    "mmap of " + std::to_string(mapped) + " bytes failed: " + std::strerror(err));
-    }
-    // Huge pages, faulted in before registration. Pinned staging is where O_DIRECT reads land;
-    // a read's bio carries at most max_segments (254 on a virtio disk) physically contiguous
-    // pieces. Pages faulted in by cudaHostRegister's pinning are scattered 4 KiB frames, so a
-    // 32 MiB read went out as ~1 MiB requests, and the H200 machine's virtio disk read at 0.65
-    // of its ceiling; with 2 MiB pages 0.89-0.97 (docs/benchmarks.md, "The H200's virtio disk:
-    // reads cut into 1 MiB requests"). Best effort: without transparent huge pages the madvise
-    // fails and the touch alone still faults the pages in before they are pinned.
-    if (mapped >= kHugePageBytes) (void)madvise(p, mapped, MADV_HUGEPAGE);
+    // Huge pages (base/host_memory.h), faulted in before registration. Pinned staging is where
+    // O_DIRECT reads land; pages faulted in by cudaHostRegister's pinning are scattered 4 KiB
+    // frames, so a 32 MiB read went out as ~1 MiB requests, and the H200 machine's virtio disk
+    // read at 0.65 of its ceiling; with 2 MiB pages 0.89-0.97 (docs/benchmarks.md, "The H200's
+    // virtio disk: reads cut into 1 MiB requests"). Without transparent huge pages the touch
+    // alone still faults the pages in before they are pinned.
+    RANGEKV_ASSIGN_OR_RETURN(uint8_t * p, MapIoMemory(bytes, "pinned host memory"));
     std::memset(p, 0, mapped);
     Status s = Activate();
     // Mapped: with unified addressing the host pointer is then usable in kernels too
@@ -320,7 +303,7 @@ class CudaDevice final : public Device {
     }
     if (!s.ok()) {
       (void)cudaGetLastError();
-      munmap(p, mapped);
+      UnmapIoMemory(p, mapped);
       return s;
     }
     return WrapPinnedHost(static_cast<uint8_t*>(p), mapped);
@@ -424,9 +407,7 @@ class CudaDevice final : public Device {
     cudaSetDevice(ordinal_);
     const cudaError_t err = cudaHostUnregister(data);
     if (err != cudaSuccess) Log(LogLevel::kError, CudaStatus(err, "cudaHostUnregister").ToString());
-    if (munmap(data, bytes) != 0) {
-      Log(LogLevel::kError, std::string("munmap failed: ") + std::strerror(errno));
-    }
+    UnmapIoMemory(data, bytes);
   }
   void UnregisterHostMemory(void* data, uint64_t) override {
     cudaSetDevice(ordinal_);

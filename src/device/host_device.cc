@@ -1,6 +1,5 @@
 #include "device/host_device.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 
 #include "base/check.h"
 #include "base/cpus.h"
+#include "base/host_memory.h"
 #include "base/log.h"
 #include "base/thread_annotations.h"
 #include "base/units.h"
@@ -24,11 +24,6 @@ namespace rangekv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-uint64_t PageBytes() {
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
 
 // Cyclic >=, as cuStreamWaitValue32's GEQ.
 bool FlagReached(uint32_t value, uint32_t target) {
@@ -824,7 +819,7 @@ class HostDevice final : public Device {
   const DeviceCapabilities& capabilities() const override { return caps_; }
 
   Result<DeviceBuffer> AllocateDevice(uint64_t bytes) override {
-    RANGEKV_ASSIGN_OR_RETURN(uint8_t * p, Map(bytes, "device memory"));
+    RANGEKV_ASSIGN_OR_RETURN(uint8_t * p, MapIoMemory(bytes, "device memory"));
     if (options_.poison_allocations >= 0) {
       std::memset(p, options_.poison_allocations, bytes);
     }
@@ -832,7 +827,7 @@ class HostDevice final : public Device {
   }
 
   Result<PinnedHostBuffer> AllocatePinnedHost(uint64_t bytes) override {
-    RANGEKV_ASSIGN_OR_RETURN(uint8_t * p, Map(bytes, "pinned host memory"));
+    RANGEKV_ASSIGN_OR_RETURN(uint8_t * p, MapIoMemory(bytes, "pinned host memory"));
     return WrapPinnedHost(p, AlignUp(bytes, PageBytes()));
   }
 
@@ -873,26 +868,6 @@ class HostDevice final : public Device {
   bool IsHostAccessible(const void*) const override { return true; }
 
  private:
-  static Result<uint8_t*> Map(uint64_t bytes, const char* what) {
-    if (bytes == 0) return InvalidArgument(std::string("zero-byte allocation of ") + what);
-    const uint64_t mapped = AlignUp(bytes, PageBytes());
-    if (mapped < bytes) return InvalidArgument(std::string("allocation size overflows"));
-    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      return Status(StatusCode::kResourceExhausted, std::string("mmap of ") +
-                                                        std::to_string(mapped) + " bytes of " +
-                                                        what + " failed: " + std::strerror(err));
-    }
-    return static_cast<uint8_t*>(p);
-  }
-
-  static void Unmap(void* p, uint64_t bytes) {
-    if (munmap(p, AlignUp(bytes, PageBytes())) != 0) {
-      Log(LogLevel::kError, std::string("munmap failed: ") + std::strerror(errno));
-    }
-  }
-
   static Result<Clock::time_point> Stamp(const HostEvent& e) {
     if (e.options().timing != EventTiming::kEnabled) {
       return FailedPrecondition("event was created without timing");
@@ -907,8 +882,8 @@ class HostDevice final : public Device {
     return e.state()->stamp;
   }
 
-  void FreeDevice(void* data, uint64_t bytes) override { Unmap(data, bytes); }
-  void FreePinnedHost(uint8_t* data, uint64_t bytes) override { Unmap(data, bytes); }
+  void FreeDevice(void* data, uint64_t bytes) override { UnmapIoMemory(data, bytes); }
+  void FreePinnedHost(uint8_t* data, uint64_t bytes) override { UnmapIoMemory(data, bytes); }
   void UnregisterHostMemory(void*, uint64_t) override {}
 
   const HostDeviceOptions options_;

@@ -12,7 +12,6 @@
 //   {"workload":"io","ceiling_gib_s":X,"results":[{"engine":"posix","gib_s":Y,"ratio":Y/X},..]}
 // plus context fields (machine, file system, sizes, samples).
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/statfs.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/host_memory.h"
 #include "base/units.h"
 #include "device/device.h"
 #include "io/io_engine.h"
@@ -70,16 +70,17 @@ void Check(const Status& s, const std::string& what) {
   if (!s.ok()) Fail(what + ": " + s.ToString());
 }
 
-// Page-aligned anonymous memory, touched once so no pass pays first-touch page faults.
+// The engine's kind of I/O memory (base/host_memory.h: huge pages where the kernel grants
+// them), touched once so no pass pays first-touch page faults.
 class HostBuffer {
  public:
   explicit HostBuffer(uint64_t bytes) : bytes_(bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) Fail("mmap of " + std::to_string(bytes) + " bytes failed");
-    data_ = static_cast<uint8_t*>(p);
+    Result<uint8_t*> p = MapIoMemory(bytes, "bench buffer");
+    if (!p.ok()) Fail(p.status().ToString());
+    data_ = *p;
     std::memset(data_, 0, bytes);
   }
-  ~HostBuffer() { ::munmap(data_, bytes_); }
+  ~HostBuffer() { UnmapIoMemory(data_, bytes_); }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
   uint8_t* data() const { return data_; }

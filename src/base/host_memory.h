@@ -1,13 +1,14 @@
 // Anonymous host memory for I/O buffers (banks, pinned staging), backed by transparent huge
 // pages where the kernel grants them.
 //
-// Why huge pages: an O_DIRECT request goes to the disk as bios of at most max_segments
-// physically contiguous pieces (254 on a virtio disk, queue/max_segments). A 1 MiB write or
-// read from 4 KiB frames scattered in physical memory is 256 pieces, so the block layer cuts
-// it into two requests (1016 KiB + 8 KiB); from 2 MiB pages it is one, and neighbouring pieces
-// can even merge. On the CPU dev VM's virtio disk, 16 threads writing 252 MiB in 1 MiB pieces
-// reached 1.66-1.77 GiB/s from 4 KiB pages (504 disk requests per pass) against 2.80 GiB/s from
-// huge pages (242 requests), docs/benchmarks.md "The store's banks on 4 KiB pages".
+// Why huge pages: the virtio disks we measured serve O_DIRECT requests from huge pages much
+// faster than from 4 KiB frames. On the CPU dev VM, 16 threads writing 252 MiB in 1 MiB pieces
+// reached 1.66-1.77 GiB/s from 4 KiB pages and 2.80 GiB/s from huge pages (one process, the two
+// alternated), and `bench store` went from 0.81-0.88 to 0.91-1.04 of its best write ceiling; on
+// the H200 machine's virtio disk, 32 MiB reads into pinned staging went from 0.65 to 0.89-0.97
+// of the read ceiling (docs/benchmarks.md, "I/O memory on huge pages"). Memory from scattered
+// 4 KiB frames is up to 256 separate pieces per MiB for the block layer and the hypervisor (a
+// virtio request carries at most max_segments = 254); from 2 MiB pages it is one or two.
 //
 // The mapping is aligned to kHugePageBytes when it is at least that large, and advised
 // MADV_HUGEPAGE (best effort: with transparent huge pages off, or "never", the memory is

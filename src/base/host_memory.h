@@ -20,7 +20,7 @@
 // faults there again when reused), faulting in 1 GiB of huge pages took 1.7-8.6 s against
 // 0.5-0.6 s for 4 KiB pages, which come mostly from blocks the host still backs; reusing huge
 // pages just freed took 0.2 s. There an engine's first store and first restore pay +0.8 s and
-// +0.6 s once. Faulting the banks in at Open, or on a background thread, was tried: it made
+// +0.6 s once. Faulting the banks in ahead of use, on a background thread, was tried: it made
 // every engine pay for banks it never used (a 768 MiB `bench restore`: 22.9 s of wall against
 // 14.9 s), not kept.
 #pragma once

@@ -1,7 +1,5 @@
 #include "device/host_device.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -7,7 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/host_memory.h"
 #include "base/thread_annotations.h"
+#include "base/units.h"
 #include "device/device_conformance.h"
 #include "kernels/span_digest.h"
 
@@ -106,6 +108,16 @@ TEST(HostDeviceTest, PoisonsNewDeviceMemory) {
   std::unique_ptr<Device> d = std::move(CreateHostDevice(o)).value();
   DeviceBuffer b = std::move(d->AllocateDevice(10000)).value();
   for (uint64_t i = 0; i < b.size_bytes(); ++i) ASSERT_EQ(b.bytes()[i], 0xAB);
+}
+
+// Banks and staging are I/O memory (base/host_memory.h): large buffers start on a huge page,
+// so every whole 2 MiB of them can be one.
+TEST(HostDeviceTest, LargeBuffersAreIoMemory) {
+  std::unique_ptr<Device> d = std::move(CreateHostDevice({})).value();
+  DeviceBuffer b = std::move(d->AllocateDevice(8 * kMiB + 1)).value();
+  PinnedHostBuffer h = std::move(d->AllocatePinnedHost(4 * kMiB)).value();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHugePageBytes, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h.data()) % kHugePageBytes, 0u);
 }
 
 struct Gate {

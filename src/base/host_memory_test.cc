@@ -33,8 +33,8 @@ TEST(MapIoMemoryTest, ZeroBytesIsAnError) {
 }
 
 // The reason for the helper: where the kernel may back advised memory with huge pages, touched
-// I/O memory is (some of it at least; compaction may fail for a few) backed by them, so a
-// 1 MiB O_DIRECT request is one disk request, not two.
+// I/O memory is (some of it at least; compaction may fail for a few) backed by them, so an
+// O_DIRECT request's memory is one or two 2 MiB pages instead of hundreds of 4 KiB frames.
 TEST(MapIoMemoryTest, TouchedMemoryIsBackedByHugePagesWhereTheKernelAllowsIt) {
   if (!TransparentHugePagesAdvisable()) {
     GTEST_SKIP() << "transparent huge pages are off on this kernel "

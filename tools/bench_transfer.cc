@@ -257,9 +257,10 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "payload and token seed")->capture_default_str();
   cmd->add_option("--read-workers", flags->read_workers, "engine read workers (0: default 4)");
-  cmd->add_option("--read-io-threads", flags->read_io_threads,
-                  "threads of the engine's read I/O engine (0: auto, the hardware threads up to 16 on a "
-                  "buffered pack file, else the read workers)")
+  cmd->add_option(
+         "--read-io-threads", flags->read_io_threads,
+         "threads of the engine's read I/O engine (0: auto, the hardware threads up to 16 on a "
+         "buffered pack file, 4 per read worker on O_DIRECT)")
       ->check(CLI::Range(0u, 256u));
   cmd->add_option("--read-banks", flags->read_banks, "engine read banks (0: default 8)");
   cmd->add_option("--lookahead", flags->lookahead_layers, "engine lookahead layers (0: default 4)");
@@ -285,8 +286,8 @@ void AddWorkload(CLI::App& bench, Workload workload, const char* help) {
       ->capture_default_str();
   cmd->add_option("--io-split", flags->io_split,
                   "engine byte split: fill (the engine's default: when the read I/O threads "
-                  "outnumber the read workers, 1 MiB reads on a buffered file and 4 MiB on "
-                  "O_DIRECT), auto (probe at open), off, or a size (e.g. 1MiB)")
+                  "outnumber the read workers, 1 MiB pieces, and on O_DIRECT writes too), "
+                  "auto (probe at open), off, or a size (e.g. 1MiB)")
       ->capture_default_str();
   cmd->add_flag("--check", flags->check,
                 "exit 3 when a target is missed (>= 0.95 (restore) / 0.90 (store) of the best "

@@ -21,6 +21,7 @@ std::string DeviceParam::Name() const {
   }
   if (worker_threads > 0) name += "_threads" + std::to_string(worker_threads);
   if (split_bytes > 0) name += "_split" + std::to_string(split_bytes);
+  if (case_scale != 1) name += "_scale" + std::to_string(case_scale);
   return name;
 }
 
@@ -875,7 +876,11 @@ TEST_P(DeviceConformance, GatherDigestWritesTheGatherAndDigestsWhatItWrote) {
           c, l == 0 ? kv0 : kv1, std::vector<uint8_t>(region, kPoison), slots);
       std::copy(rows.begin(), rows.end(), want.begin() + l * stride);
     }
-    for (const uint32_t block_rows : {65u, 64u}) {
+    // Blocks of a multiple of 64 rows and of one row more, at most 15 per layer (the scaled
+    // CUDA case has more tokens than 15 x 64; a call digests at most kMaxDigestSpans spans).
+    const uint32_t per_block = (c.num_tokens + 14) / 15;
+    const uint32_t aligned_rows = std::max<uint32_t>(64, (per_block + 63) / 64 * 64);
+    for (const uint32_t block_rows : {aligned_rows + 1, aligned_rows}) {
       kernels::DigestedGatherArgs a;
       a.gather.src[0] = Take(kernels::MakePagedKvView(layout, c.shape, v.paged.data()));
       a.gather.src[1] = Take(kernels::MakePagedKvView(layout, c.shape, paged1.data()));

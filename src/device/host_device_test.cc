@@ -35,7 +35,10 @@ INSTANTIATE_TEST_SUITE_P(
                     .jitter_seed = 3,
                     .worker_threads = 3,
                     .split_bytes = 4096},
-        DeviceParam{.kind = DeviceKind::kHost, .worker_threads = 1}),
+        DeviceParam{.kind = DeviceKind::kHost, .worker_threads = 1},
+        // The sizes the suite runs at on a GPU (kernels_gpu_test.cc), so a case that only a
+        // GPU run would size wrongly fails here first.
+        DeviceParam{.kind = DeviceKind::kHost, .case_scale = 8}),
     [](const auto& p) { return p.param.Name(); });
 
 TEST(HostDeviceTest, RejectsBadOptions) {

@@ -1543,48 +1543,6 @@ class Sweep {
 
   // ---- per-object baseline ----
 
-  // Rewrites the payload's stripes in the session's pack file in place, with the bytes they
-  // hold (read and written back through a 256 MiB bounce buffer, 16 threads of 1 MiB requests),
-  // so that RangeKV's data beside the per-object model is as fresh on the medium as the model's,
-  // which is stored just before its reads. On the dev VM a file written seconds before read at
-  // about 2.1 GiB/s while the pack file, written minutes and tens of GiB earlier, read at
-  // 1.6-1.9 in the same minutes (docs/benchmarks.md, 2026-12-05 sixth session); the model then
-  // beat RangeKV at its best point. The rewrite runs before the model's store, so the model
-  // keeps the fresher data. The engine is idle meanwhile; its digests stay valid (same bytes).
-  Status RewritePayload(const EngineSession& session, const std::string& label) {
-    RANGEKV_ASSIGN_OR_RETURN(std::vector<Extent> extents,
-                             LocatePayload(session.pack_path, geometry_, P_, o_.seed));
-    const std::vector<Extent> pieces = CutExtents(extents, kMiB, UINT64_MAX);
-    bool direct = false;
-    RANGEKV_ASSIGN_OR_RETURN(Fd fd,
-                             OpenForCeiling(session.pack_path, O_RDWR, o_.buffered, &direct));
-    constexpr uint64_t kBounce = 256 * kMiB;
-    RANGEKV_ASSIGN_OR_RETURN(PinnedHostBuffer bounce, device_->AllocatePinnedHost(kBounce));
-    const double t0 = NowS();
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < pieces.size();) {
-      std::vector<Extent> batch;
-      uint64_t offset = 0;
-      for (; i < pieces.size() && offset + pieces[i].bytes <= kBounce; ++i) {
-        Extent e = pieces[i];
-        e.buffer_offset = offset;
-        offset += e.bytes;
-        batch.push_back(e);
-      }
-      RANGEKV_RETURN_IF_ERROR(
-          ParallelIo(fd.get(), batch, bounce.data(), 16, /*write=*/false).status());
-      RANGEKV_RETURN_IF_ERROR(
-          ParallelIo(fd.get(), batch, bounce.data(), 16, /*write=*/true).status());
-      bytes += offset;
-    }
-    if (::fdatasync(fd.get()) != 0) return ErrnoStatus(errno, "fdatasync " + session.pack_path);
-    Progress(
-        "point %s: RangeKV's payload rewritten in place before the model's store (%s in "
-        "%.2f s)",
-        label.c_str(), FormatBytes(bytes).c_str(), NowS() - t0);
-    return OkStatus();
-  }
-
   Status RunBaseline(size_t pi) {
     const Point& p = points_[pi];
     const std::string dir = scratch_->Join("po-" + std::to_string(pi));
@@ -1627,7 +1585,6 @@ class Sweep {
     if (beside != nullptr) beside->tag = std::string("rangekv ") + kBesidePerObject;
     if (restore) {
       RANGEKV_RETURN_IF_ERROR(EnsurePrefixPattern());
-      if (beside != nullptr) RANGEKV_RETURN_IF_ERROR(RewritePayload(*beside, p.sweep.label));
       baseline::PerObjectStoreReport put = store->Put(prefix_, p.naming, kv_->baseline_kv());
       RANGEKV_RETURN_IF_ERROR(put.status);
       Progress("point %s per-object [%s]: %" PRIu64 " objects stored in %.3f s",

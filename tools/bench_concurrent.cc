@@ -84,6 +84,10 @@ struct ConcurrentFlags {
   uint32_t client_read_threads = 0;  // service clients' read_io_threads (0: the engine's auto)
   uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
+  // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
+  // engines in this process, each its own session): tells what separate processes cost apart
+  // from what N engines cost.
+  std::string clients = "processes";
 };
 
 // What a client process of the service mode is told, besides the flags above.
@@ -94,8 +98,10 @@ struct ClientFlags {
   uint32_t index = 0;
 };
 
-enum class Mode : uint8_t { kEmbedded, kService };
-const char* ModeName(Mode m) { return m == Mode::kEmbedded ? "embedded" : "service"; }
+enum class Mode : uint8_t { kEmbedded, kService, kServiceThreads };
+const char* ModeName(Mode m) {
+  return m == Mode::kEmbedded ? "embedded" : m == Mode::kService ? "service" : "svc-thrd";
+}
 
 enum class Variant : uint8_t { kDistinct, kSamePrefix, kMixed };
 const char* VariantName(Variant v) {
@@ -617,7 +623,8 @@ class Bench {
 
   RunResult RunService(Variant variant, uint32_t n) {
     const RunPlan p = Plan(variant, n);
-    RunResult r = Start(p, Mode::kService);
+    const bool threads = f_.clients == "threads";
+    RunResult r = Start(p, threads ? Mode::kServiceThreads : Mode::kService);
     std::signal(SIGPIPE, SIG_IGN);  // a client that died is reported by its closed stdout
     Result<std::unique_ptr<ScratchDir>> scratch = ScratchDir::Make(f_.dir, "rangekv-concurrent-");
     if (!scratch.ok()) Fail(scratch.status().ToString());
@@ -647,8 +654,66 @@ class Bench {
       if (!closed.ok()) Fail("close: " + closed.ToString());
     }
     BeginCeiling(p, pack_path, read_io_threads);  // with --mode service: the N's first store
+    if (threads) {
+      RunThreadClients(p, so.socket_path, r);
+    } else {
+      RunProcessClients(p, so.socket_path, r);
+    }
+    Status stopped = (*svc)->Stop();
+    if (!stopped.ok()) Fail("store service stop: " + stopped.ToString());
+    KeepCeilingStore(p, std::move(*scratch));  // as RunEmbedded does
+    Finish(r);
+    return r;
+  }
+
+  // N engines of this process, each a session of the service, one request each per round,
+  // timed as RunEmbedded times its threads.
+  void RunThreadClients(const RunPlan& p, const std::string& socket, RunResult& r) {
+    const uint32_t n = p.n;
+    std::vector<std::unique_ptr<Engine>> engines(n);
+    std::vector<std::unique_ptr<PagedKvSpace>> kv(n);
+    std::vector<std::vector<int32_t>> prompts(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(p, "", socket));
+      if (!opened.ok()) Fail("open: " + opened.status().ToString());
+      engines[i] = std::move(*opened);
+      kv[i] = Space(p, i);
+      if (i < p.restores) prompts[i] = Prompt(p, i);
+    }
+    for (uint32_t round = 0; round < p.rounds; ++round) {
+      for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, round, i, *kv[i], &prompts[i]);
+      CeilingPass(n, round);
+      std::vector<Timeline> timelines(n);
+      std::vector<Status> status(n);
+      std::atomic<uint32_t> ready{0};
+      std::atomic<bool> go{false};
+      std::vector<std::thread> threads;
+      for (uint32_t i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+          ready.fetch_add(1);
+          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+          status[i] = RunRequest(*engines[i], p, round, i, *kv[i], prompts[i], &timelines[i]);
+        });
+      }
+      while (ready.load() != n) std::this_thread::yield();
+      const double t0 = NowSeconds();
+      go.store(true, std::memory_order_release);
+      for (auto& t : threads) t.join();
+      const double wall = NowSeconds() - t0;
+      for (uint32_t i = 0; i < n; ++i) Check(status[i], "request " + std::to_string(i));
+      for (uint32_t i = 0; i < n; ++i) r.verify_failures += VerifyRequest(p, i, *kv[i]);
+      Record(r, round, t0, wall, timelines);
+    }
+    for (auto& e : engines) {
+      Status closed = e->Close();
+      if (!closed.ok()) Fail("close: " + closed.ToString());
+    }
+  }
+
+  void RunProcessClients(const RunPlan& p, const std::string& socket, RunResult& r) {
+    const uint32_t n = p.n;
     std::vector<Client> clients;
-    for (uint32_t i = 0; i < n; ++i) clients.push_back(Spawn(p, i, so.socket_path));
+    for (uint32_t i = 0; i < n; ++i) clients.push_back(Spawn(p, i, socket));
     for (uint32_t round = 0; round < p.rounds; ++round) {
       for (Client& c : clients) {
         if (ReadLine(c) != "ready\n") Fail("client protocol: expected ready");
@@ -695,11 +760,6 @@ class Bench {
         Fail("a client process failed at its end");
       }
     }
-    Status stopped = (*svc)->Stop();
-    if (!stopped.ok()) Fail("store service stop: " + stopped.ToString());
-    KeepCeilingStore(p, std::move(*scratch));  // as RunEmbedded does
-    Finish(r);
-    return r;
   }
 
   void RunAll() {
@@ -1000,6 +1060,13 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "--mode service: read banks of each client's engine (0: the engine's default; "
                   "its prefetch banks are capped one below)")
       ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
+  cmd->add_option("--clients", f->clients,
+                  "--mode service: each request's engine in a client process of its own "
+                  "(processes, a node's serving instances) or in a thread of this process "
+                  "(threads, N engines in one process, each its own session; rows say svc-thrd; "
+                  "--pin-clients does not apply)")
+      ->check(CLI::IsMember({"processes", "threads"}))
       ->capture_default_str();
   cmd->add_flag("--pin-clients", f->pin_clients,
                 "--mode service: pin client i of N to the i-th of N equal shares of the CPUs (its "

@@ -1,6 +1,7 @@
 #include "tools/bench_common.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/sysinfo.h>
@@ -14,14 +15,17 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "base/digest.h"
@@ -151,6 +155,17 @@ MachineInfo DescribeMachine(const std::string& dir) {
   return m;
 }
 
+namespace {
+struct ScratchRegistry {
+  std::mutex mu;
+  std::set<std::string> paths;
+};
+ScratchRegistry& LiveScratch() {
+  static ScratchRegistry* registry = new ScratchRegistry;  // never destroyed: used at exit
+  return *registry;
+}
+}  // namespace
+
 Result<std::unique_ptr<ScratchDir>> ScratchDir::Make(const std::string& parent,
                                                      const std::string& prefix) {
   std::string base = parent;
@@ -160,12 +175,50 @@ Result<std::unique_ptr<ScratchDir>> ScratchDir::Make(const std::string& parent,
   }
   std::string tmpl = base + "/" + prefix + "XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) return ErrnoStatus(errno, "mkdtemp " + tmpl);
+  {
+    std::lock_guard<std::mutex> lock(LiveScratch().mu);
+    LiveScratch().paths.insert(tmpl);
+  }
   return std::unique_ptr<ScratchDir>(new ScratchDir(tmpl));
 }
 
 ScratchDir::~ScratchDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+  std::lock_guard<std::mutex> lock(LiveScratch().mu);
+  LiveScratch().paths.erase(path_);
+}
+
+void RemoveScratchOnSignals() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return;
+    std::thread([set] {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) return;
+      {
+        // The lock is held to the end: no scratch directory is made or removed meanwhile.
+        std::lock_guard<std::mutex> lock(LiveScratch().mu);
+        for (const std::string& path : LiveScratch().paths) {
+          std::error_code ec;
+          std::filesystem::remove_all(path, ec);
+          std::fprintf(stderr, "\nrangekv: %s: removed %s%s\n", strsignal(sig), path.c_str(),
+                       ec ? (" (" + ec.message() + ")").c_str() : "");
+        }
+        std::signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+        std::raise(sig);
+      }
+    }).detach();
+  });
 }
 
 // ---- payload pattern and paged KV -----------------------------------------------------------

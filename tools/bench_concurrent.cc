@@ -82,6 +82,7 @@ struct ConcurrentFlags {
   bool quiet = false;
   std::string mode = "embedded";  // embedded | service | both
   uint32_t client_read_threads = 0;  // service clients' read_io_threads (0: the engine's auto)
+  uint32_t client_read_workers = 0;  // service clients' read_workers (0: the engine's default)
   uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
   // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
@@ -261,6 +262,10 @@ class Bench {
       eo.store_service = "unix://" + socket;
       eo.tenant = "bench";
       eo.read_io_threads = f_.client_read_threads;
+      if (f_.client_read_workers != 0) {
+        eo.read_workers = f_.client_read_workers;
+        eo.lookahead_layers = std::max(eo.lookahead_layers, f_.client_read_workers);
+      }
       if (f_.client_read_banks != 0) {
         eo.read_banks = f_.client_read_banks;
         eo.prefetch_banks = std::min(eo.prefetch_banks, f_.client_read_banks - 1);
@@ -576,20 +581,35 @@ class Bench {
     FILE* from = nullptr;  // its stdout
   };
   Client Spawn(const RunPlan& p, uint32_t index, const std::string& socket) const {
-    std::vector<std::string> args = {"rangekv", "bench", "concurrent-client",
-                                     "--socket", socket,
-                                     "--variant", VariantName(p.variant),
-                                     "--n", std::to_string(p.n),
-                                     "--index", std::to_string(index),
-                                     "--device", f_.device,
-                                     "--io", f_.io,
-                                     "--size", f_.size,
-                                     "--stripe", f_.stripe,
-                                     "--reps", std::to_string(f_.reps),
-                                     "--warmups", std::to_string(f_.warmups),
-                                     "--seed", std::to_string(f_.seed),
+    std::vector<std::string> args = {"rangekv",
+                                     "bench",
+                                     "concurrent-client",
+                                     "--socket",
+                                     socket,
+                                     "--variant",
+                                     VariantName(p.variant),
+                                     "--n",
+                                     std::to_string(p.n),
+                                     "--index",
+                                     std::to_string(index),
+                                     "--device",
+                                     f_.device,
+                                     "--io",
+                                     f_.io,
+                                     "--size",
+                                     f_.size,
+                                     "--stripe",
+                                     f_.stripe,
+                                     "--reps",
+                                     std::to_string(f_.reps),
+                                     "--warmups",
+                                     std::to_string(f_.warmups),
+                                     "--seed",
+                                     std::to_string(f_.seed),
                                      "--client-read-threads",
                                      std::to_string(f_.client_read_threads),
+                                     "--client-read-workers",
+                                     std::to_string(f_.client_read_workers),
                                      "--client-read-banks",
                                      std::to_string(f_.client_read_banks)};
     if (f_.buffered) args.push_back("--buffered");
@@ -1052,6 +1072,12 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "payload and token seed")->capture_default_str();
   cmd->add_flag("--buffered", f->buffered, "buffered I/O instead of O_DIRECT");
+  cmd->add_option("--client-read-workers", f->client_read_workers,
+                  "--mode service: read workers of each client's engine (0: the engine's "
+                  "default; one process alone on the node has 4 spans in flight, N clients "
+                  "N times that)")
+      ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
   cmd->add_option("--client-read-threads", f->client_read_threads,
                   "--mode service: read I/O threads of each client's engine (0: its auto "
                   "value, as one process alone on the node would take)")

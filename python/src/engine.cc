@@ -302,6 +302,7 @@ class PyEngine {
     d["read_bank_bytes"] = o.read_bank_bytes;
     d["prefetch_banks"] = o.prefetch_banks;
     d["read_workers"] = o.read_workers;
+    d["read_io_threads"] = o.read_io_threads;
     d["lookahead_layers"] = o.lookahead_layers;
     d["store_banks"] = o.store_banks;
     d["store_bank_bytes"] = o.store_bank_bytes;
@@ -648,11 +649,12 @@ void RegisterEngine(nb::module_& m) {
              std::string device, uint32_t cuda_device, std::string io_engine, bool direct_io,
              std::string checksum, std::string durability, uint64_t checkpoint_interval_ms,
              std::string ablations, uint32_t read_banks, uint64_t read_bank_bytes,
-             uint32_t read_workers, uint32_t prefetch_banks, uint32_t lookahead_layers,
-             uint32_t max_inflight_restores, uint32_t store_banks, uint64_t store_bank_bytes,
-             uint32_t group_workers, uint32_t write_workers, uint32_t layer_group,
-             uint32_t max_inflight_stores, uint64_t max_request_tokens, uint64_t max_removed_ranges,
-             std::string store_service, std::string tenant, uint32_t store_service_spin_us) {
+             uint32_t read_workers, uint32_t read_io_threads, uint32_t prefetch_banks,
+             uint32_t lookahead_layers, uint32_t max_inflight_restores, uint32_t store_banks,
+             uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
+             uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens,
+             uint64_t max_removed_ranges, std::string store_service, std::string tenant,
+             uint32_t store_service_spin_us) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -695,6 +697,7 @@ void RegisterEngine(nb::module_& m) {
             o.read_banks = read_banks;
             o.read_bank_bytes = read_bank_bytes;
             o.read_workers = read_workers;
+            o.read_io_threads = read_io_threads;
             o.prefetch_banks = prefetch_banks;
             o.lookahead_layers = lookahead_layers;
             o.max_inflight_restores = max_inflight_restores;
@@ -722,9 +725,9 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("checksum") = "always", nb::arg("durability") = "periodic:200",
           nb::arg("checkpoint_interval_ms") = 60000, nb::arg("ablations") = "",
           nb::arg("read_banks") = 8, nb::arg("read_bank_bytes") = 0, nb::arg("read_workers") = 4,
-          nb::arg("prefetch_banks") = 7, nb::arg("lookahead_layers") = 4,
-          nb::arg("max_inflight_restores") = 16, nb::arg("store_banks") = 8,
-          nb::arg("store_bank_bytes") = 0, nb::arg("group_workers") = 0,
+          nb::arg("read_io_threads") = 0, nb::arg("prefetch_banks") = 7,
+          nb::arg("lookahead_layers") = 4, nb::arg("max_inflight_restores") = 16,
+          nb::arg("store_banks") = 8, nb::arg("store_bank_bytes") = 0, nb::arg("group_workers") = 0,
           nb::arg("write_workers") = 32, nb::arg("layer_group") = 0,
           nb::arg("max_inflight_stores") = 16, nb::arg("max_request_tokens") = 262144,
           nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",

@@ -125,6 +125,8 @@ KEYS: dict[str, _Key] = {
     "read_banks": _Key(8, "int", "read banks", minimum=2),
     "read_bank_bytes": _Key(0, "int", "read bank bytes (0 = stripe_bytes)"),
     "read_workers": _Key(4, "int", "read worker threads", minimum=1),
+    "read_io_threads": _Key(0, "int", "threads of the read I/O engine (0 = auto: 4 per read "
+                            "worker on O_DIRECT, the usable CPUs up to 16 on a buffered file)"),
     "prefetch_banks": _Key(7, "int", "read banks lookup-time prefetch may hold (< read_banks)"),
     "lookahead_layers": _Key(4, "int", "layers read ahead of the lowest unfinished layer", minimum=1),
     "store_banks": _Key(8, "int", "store banks", minimum=1),
@@ -175,6 +177,7 @@ class ConnectorConfig:
     read_banks: int
     read_bank_bytes: int
     read_workers: int
+    read_io_threads: int
     prefetch_banks: int
     lookahead_layers: int
     store_banks: int
@@ -197,7 +200,8 @@ class ConnectorConfig:
             durability=self.durability, checkpoint_interval_ms=self.checkpoint_interval_ms,
             ablations=self.ablations, read_banks=self.read_banks,
             read_bank_bytes=self.read_bank_bytes, read_workers=self.read_workers,
-            prefetch_banks=self.prefetch_banks, lookahead_layers=self.lookahead_layers,
+            read_io_threads=self.read_io_threads, prefetch_banks=self.prefetch_banks,
+            lookahead_layers=self.lookahead_layers,
             max_inflight_restores=self.max_inflight_restores, store_banks=self.store_banks,
             store_bank_bytes=self.store_bank_bytes, group_workers=self.group_workers,
             write_workers=self.write_workers, layer_group=self.layer_group,

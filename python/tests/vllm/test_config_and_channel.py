@@ -137,3 +137,24 @@ def test_the_memory_check_counts_what_the_engine_allocates(tmp_path, over):
         o = eng.options
     assert connector._bank_host_bytes(kwargs) == (o["read_banks"] * o["read_bank_bytes"]
                                                   + o["store_banks"] * o["store_bank_bytes"])
+
+
+@pytest.mark.parametrize("threads", [0, 3])
+def test_read_io_threads_reach_the_engine(tmp_path, threads):
+    """kv_connector_extra_config's read_io_threads goes through to the engine (0: its auto
+    value, 4 per read worker on O_DIRECT or the usable CPUs on a buffered file)."""
+    import rangekv
+
+    cfg = parse_config({"store_dir": str(tmp_path), "read_workers": 1,
+                        "read_io_threads": threads, "direct_io": False})
+    opts = cfg.engine_options()
+    assert opts["read_io_threads"] == threads
+    with rangekv.Engine(str(tmp_path / "store"), layers=2, kv_heads=2, head_size=16,
+                        block_size=16, stripe_bytes=16 << 10, capacity_bytes=1 << 20,
+                        device="host", **{k: opts[k] for k in ("read_workers", "read_io_threads",
+                                                               "direct_io")}) as eng:
+        resolved = eng.options["read_io_threads"]
+    if threads:
+        assert resolved == threads
+    else:
+        assert resolved >= 1

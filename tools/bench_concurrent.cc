@@ -43,11 +43,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <csignal>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -483,6 +484,37 @@ class Bench {
     r.store_p99 = Percentile(r.store_latencies_s, 0.99);
   }
 
+  // One timed round of N requests from N threads of this process, request i on engine_of(i):
+  // prepared (untimed), started together, joined, checked and verified after the last ends.
+  void TimeRound(const RunPlan& p, uint32_t round,
+                 const std::function<Engine&(uint32_t)>& engine_of,
+                 std::vector<std::unique_ptr<PagedKvSpace>>& kv,
+                 std::vector<std::vector<int32_t>>& prompts, RunResult& r) {
+    const uint32_t n = p.n;
+    for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, round, i, *kv[i], &prompts[i]);
+    CeilingPass(n, round);
+    std::vector<Timeline> timelines(n);
+    std::vector<Status> status(n);
+    std::atomic<uint32_t> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (uint32_t i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        status[i] = RunRequest(engine_of(i), p, round, i, *kv[i], prompts[i], &timelines[i]);
+      });
+    }
+    while (ready.load() != n) std::this_thread::yield();
+    const double t0 = NowSeconds();
+    go.store(true, std::memory_order_release);
+    for (auto& t : threads) t.join();
+    const double wall = NowSeconds() - t0;
+    for (uint32_t i = 0; i < n; ++i) Check(status[i], "request " + std::to_string(i));
+    for (uint32_t i = 0; i < n; ++i) r.verify_failures += VerifyRequest(p, i, *kv[i]);
+    Record(r, round, t0, wall, timelines);
+  }
+
   RunResult RunEmbedded(Variant variant, uint32_t n) {
     const RunPlan p = Plan(variant, n);
     RunResult r = Start(p, Mode::kEmbedded);
@@ -504,28 +536,8 @@ class Bench {
     BeginCeiling(p, eo.store_dir + "/packs.rkv", engine.options().read_io_threads);
 
     for (uint32_t round = 0; round < p.rounds; ++round) {
-      for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, round, i, *kv[i], &prompts[i]);
-      CeilingPass(n, round);
-      std::vector<Timeline> timelines(n);
-      std::vector<Status> status(n);
-      std::atomic<uint32_t> ready{0};
-      std::atomic<bool> go{false};
-      std::vector<std::thread> threads;
-      for (uint32_t i = 0; i < n; ++i) {
-        threads.emplace_back([&, i] {
-          ready.fetch_add(1);
-          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          status[i] = RunRequest(engine, p, round, i, *kv[i], prompts[i], &timelines[i]);
-        });
-      }
-      while (ready.load() != n) std::this_thread::yield();
-      const double t0 = NowSeconds();
-      go.store(true, std::memory_order_release);
-      for (auto& t : threads) t.join();
-      const double wall = NowSeconds() - t0;
-      for (uint32_t i = 0; i < n; ++i) Check(status[i], "request " + std::to_string(i));
-      for (uint32_t i = 0; i < n; ++i) r.verify_failures += VerifyRequest(p, i, *kv[i]);
-      Record(r, round, t0, wall, timelines);
+      TimeRound(
+          p, round, [&](uint32_t) -> Engine& { return engine; }, kv, prompts, r);
     }
     Status closed = engine.Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
@@ -701,28 +713,8 @@ class Bench {
       if (i < p.restores) prompts[i] = Prompt(p, i);
     }
     for (uint32_t round = 0; round < p.rounds; ++round) {
-      for (uint32_t i = 0; i < n; ++i) PrepareRequest(p, round, i, *kv[i], &prompts[i]);
-      CeilingPass(n, round);
-      std::vector<Timeline> timelines(n);
-      std::vector<Status> status(n);
-      std::atomic<uint32_t> ready{0};
-      std::atomic<bool> go{false};
-      std::vector<std::thread> threads;
-      for (uint32_t i = 0; i < n; ++i) {
-        threads.emplace_back([&, i] {
-          ready.fetch_add(1);
-          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          status[i] = RunRequest(*engines[i], p, round, i, *kv[i], prompts[i], &timelines[i]);
-        });
-      }
-      while (ready.load() != n) std::this_thread::yield();
-      const double t0 = NowSeconds();
-      go.store(true, std::memory_order_release);
-      for (auto& t : threads) t.join();
-      const double wall = NowSeconds() - t0;
-      for (uint32_t i = 0; i < n; ++i) Check(status[i], "request " + std::to_string(i));
-      for (uint32_t i = 0; i < n; ++i) r.verify_failures += VerifyRequest(p, i, *kv[i]);
-      Record(r, round, t0, wall, timelines);
+      TimeRound(
+          p, round, [&](uint32_t i) -> Engine& { return *engines[i]; }, kv, prompts, r);
     }
     for (auto& e : engines) {
       Status closed = e->Close();

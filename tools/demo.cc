@@ -28,15 +28,16 @@ SweepOptions DemoOptions(Workload workload) {
   o.tool = "demo";
   o.model = Llama31_8BSpec();
   o.model.tp_size = 4;  // rank 0 of 4: 2 KV heads, s = 1 KiB
-  // 192 MiB prefix (6,144 tokens) and 5 timed repetitions (the median of 5 instead of 3 is
-  // what keeps the RangeKV spread across namings within 5% on a quiet 2-core machine; a
-  // repetition is ~0.13 s there), about 40-60 s in all. A 384 MiB prefix was measured too:
+  // 192 MiB prefix (6,144 tokens) and 7 timed repetitions (a restore is ~0.08 s on the quiet
+  // 2-core dev VM, where a few ms of the disk's jitter is 5%: with the median of 5 the RangeKV
+  // spread across namings measured 3.6-5.3% in three demos of 2026-12-05, docs/benchmarks.md),
+  // about a minute in all. A 384 MiB prefix was measured too:
   // 6m54s wall on the loaded dev VM (load 9), too long for a demo.
   o.payload_tokens = 6144;
   o.points = {"192", "768", "3072", "6144", "6144-LW", "327680-TP"};
   o.run_ceiling = true;
   o.spread_target = 0.05;
-  o.reps = 5;
+  o.reps = 7;
   o.warmups = 1;
   o.device = DeviceKind::kHost;
   o.io = IoEngineKind::kPosix;
@@ -53,7 +54,7 @@ void RunDemo() {
       "bytes and stay constant. The per-object baseline (a labelled C++ model of the stock\n"
       "per-object path: one key, lookup, allocation, native I/O and transfer call per object)\n"
       "grows with the object count. Host device, O_DIRECT where the file system allows it,\n"
-      "median of 5 after a warm-up, every repetition verified bit for bit.\n");
+      "median of 7 after a warm-up, every repetition verified bit for bit.\n");
   SetMinLogLevel(LogLevel::kWarning);  // no per-store info lines between the tables
   uint64_t failures = 0;
   for (Workload w : {Workload::kRestore, Workload::kStore}) {

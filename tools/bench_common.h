@@ -60,11 +60,10 @@ struct MachineInfo {
 };
 MachineInfo DescribeMachine(const std::string& dir);
 
-// A directory created for the run under `parent` (default: $TMPDIR or /var/tmp), removed
-// recursively on destruction.
-// A scratch directory removed with everything in it when this object goes away, and also when
-// the process is stopped by SIGINT, SIGTERM or SIGHUP once RemoveScratchOnSignals() ran (a
-// benchmark interrupted at 6 GiB would otherwise leave 12 GiB or more behind).
+// A directory created for the run under `parent` (default: $TMPDIR or /var/tmp), removed with
+// everything in it when this object goes away, and also when the process is stopped by SIGINT,
+// SIGTERM or SIGHUP once RemoveScratchOnSignals() ran (a benchmark interrupted at 6 GiB would
+// otherwise leave 12 GiB or more behind).
 class ScratchDir {
  public:
   static Result<std::unique_ptr<ScratchDir>> Make(const std::string& parent,

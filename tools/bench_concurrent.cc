@@ -593,37 +593,27 @@ class Bench {
     FILE* from = nullptr;  // its stdout
   };
   Client Spawn(const RunPlan& p, uint32_t index, const std::string& socket) const {
-    std::vector<std::string> args = {"rangekv",
-                                     "bench",
-                                     "concurrent-client",
-                                     "--socket",
-                                     socket,
-                                     "--variant",
-                                     VariantName(p.variant),
-                                     "--n",
-                                     std::to_string(p.n),
-                                     "--index",
-                                     std::to_string(index),
-                                     "--device",
-                                     f_.device,
-                                     "--io",
-                                     f_.io,
-                                     "--size",
-                                     f_.size,
-                                     "--stripe",
-                                     f_.stripe,
-                                     "--reps",
-                                     std::to_string(f_.reps),
-                                     "--warmups",
-                                     std::to_string(f_.warmups),
-                                     "--seed",
-                                     std::to_string(f_.seed),
+    // Flag and value pairs, a pair a line.
+    // clang-format off
+    std::vector<std::string> args = {"rangekv", "bench", "concurrent-client",
+                                     "--socket", socket,
+                                     "--variant", VariantName(p.variant),
+                                     "--n", std::to_string(p.n),
+                                     "--index", std::to_string(index),
+                                     "--device", f_.device,
+                                     "--io", f_.io,
+                                     "--size", f_.size,
+                                     "--stripe", f_.stripe,
+                                     "--reps", std::to_string(f_.reps),
+                                     "--warmups", std::to_string(f_.warmups),
+                                     "--seed", std::to_string(f_.seed),
                                      "--client-read-threads",
                                      std::to_string(f_.client_read_threads),
                                      "--client-read-workers",
                                      std::to_string(f_.client_read_workers),
                                      "--client-read-banks",
                                      std::to_string(f_.client_read_banks)};
+    // clang-format on
     if (f_.buffered) args.push_back("--buffered");
     if (f_.pin_clients) args.push_back("--pin-clients");
     std::vector<char*> argv;

@@ -123,6 +123,7 @@ class CuFileEngine final : public IoEngine {
   }
 
   Status Submit(IoBatch& batch) override { return queue_.Submit(batch); }
+  void SetConcurrencyLimit(uint32_t limit) override { queue_.SetTakeLimit(limit); }
 
  private:
   void DeregisterBuffers() {

@@ -268,6 +268,12 @@ class IoEngine {
   // flight; otherwise OK, and every outcome arrives in the completion records. An empty batch
   // completes before Submit returns (its callback runs on the calling thread).
   virtual Status Submit(IoBatch& batch) = 0;
+
+  // Caps the spans or pieces in flight at once at `limit` (0: no cap beyond the engine's own
+  // threads or queue depth), from the next one handed out; those already in flight finish. The
+  // engine's threads stay; the ones over the cap wait. Used to give a node's medium a fair
+  // share when several engines read it (EngineOptions::share_reads). Thread-safe.
+  virtual void SetConcurrencyLimit(uint32_t limit) = 0;
   bool Poll(const IoBatch& batch) const { return batch.done(); }
   void Wait(IoBatch& batch) { batch.Wait(); }
 };

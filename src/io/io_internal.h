@@ -60,6 +60,9 @@ class SpanQueue {
   // Records the outcome of a span or piece; completes a split span with its last piece, and
   // finishes the batch when that was its last span.
   void Complete(SpanRef ref, IoCompletion completion) EXCLUDES(mu_);
+  // IoEngine::SetConcurrencyLimit: at most `limit` spans or pieces taken and not completed
+  // (0: no cap). Take(kYes) waits while the cap is reached; Take(kNo) returns false.
+  void SetTakeLimit(uint32_t limit) EXCLUDES(mu_);
   // Waits until no batch is outstanding, then makes Take(kYes) return false when empty.
   void DrainAndStop() EXCLUDES(mu_);
   // Runs `fn` under the queue lock when no batch is outstanding (so engine threads are idle);
@@ -86,6 +89,11 @@ class SpanQueue {
   IoBatch* head_ GUARDED_BY(mu_) = nullptr;  // batches with spans not yet handed out
   IoBatch* tail_ GUARDED_BY(mu_) = nullptr;
   uint32_t outstanding_ GUARDED_BY(mu_) = 0;  // submitted and not done
+  // Spans or pieces taken and not completed: raised under mu_ by Take, lowered by Complete
+  // without it (then mu_ is taken only to wake a taker when a cap is set).
+  std::atomic<uint32_t> taken_{0};
+  uint32_t take_limit_ GUARDED_BY(mu_) = 0;  // 0: none
+  std::atomic<bool> limited_{false};         // take_limit_ != 0, read without mu_
   bool stopping_ GUARDED_BY(mu_) = false;
 };
 

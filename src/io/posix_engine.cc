@@ -47,6 +47,7 @@ class PosixEngine final : public IoEngine {
   Status RegisterFiles(std::span<File* const>) override { return OkStatus(); }
 
   Status Submit(IoBatch& batch) override { return queue_.Submit(batch); }
+  void SetConcurrencyLimit(uint32_t limit) override { queue_.SetTakeLimit(limit); }
 
  private:
   void Run() {

@@ -71,10 +71,14 @@ Status SpanQueue::Submit(IoBatch& batch) {
 
 bool SpanQueue::Take(SpanRef* out, Block block) {
   MutexLock lock(mu_);
+  const auto capped = [&]() REQUIRES(mu_) {
+    return take_limit_ != 0 && taken_.load(std::memory_order_relaxed) >= take_limit_;
+  };
   if (block == Block::kYes) {
-    while (head_ == nullptr && !stopping_) work_cv_.Wait(lock);
+    while ((head_ == nullptr || capped()) && !stopping_) work_cv_.Wait(lock);
   }
-  if (head_ == nullptr) return false;
+  if (head_ == nullptr || (capped() && !stopping_)) return false;
+  taken_.fetch_add(1, std::memory_order_relaxed);
   IoBatch* b = head_;
   *out = SpanRef{b, b->dispatched_, b->dispatched_piece_++};
   if (b->dispatched_piece_ == b->pieces_[b->dispatched_]) {
@@ -112,7 +116,21 @@ uint32_t SpanQueue::PieceCount(const IoRequest& r, uint64_t split_bytes, uint64_
   return static_cast<uint32_t>(n);
 }
 
+void SpanQueue::SetTakeLimit(uint32_t limit) {
+  MutexLock lock(mu_);
+  take_limit_ = limit;
+  limited_.store(limit != 0, std::memory_order_relaxed);
+  work_cv_.NotifyAll();  // a raised cap frees waiting takers
+}
+
 void SpanQueue::Complete(SpanRef ref, IoCompletion completion) {
+  taken_.fetch_sub(1, std::memory_order_relaxed);
+  if (limited_.load(std::memory_order_relaxed)) {
+    // A taker waiting on the cap checked taken_ under mu_: taking mu_ here orders this wake-up
+    // after its check, so it is not lost.
+    MutexLock lock(mu_);
+    work_cv_.NotifyOne();
+  }
   IoBatch& b = *ref.batch;
   const uint32_t i = ref.index;
   if (b.pieces_[i] == 1) {

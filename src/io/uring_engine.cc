@@ -236,6 +236,7 @@ class UringEngine final : public IoEngine {
   }
 
   Status Submit(IoBatch& batch) override { return queue_.Submit(batch); }
+  void SetConcurrencyLimit(uint32_t limit) override { queue_.SetTakeLimit(limit); }
 
  private:
   // One span with an SQE outstanding (user_data = slot index).

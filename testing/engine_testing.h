@@ -39,6 +39,12 @@ inline Status CopyToHost(Engine& engine, void* host_dst, const void* device_src,
   return EngineAccess::Core(engine).CopyToHost(host_dst, device_src, bytes);
 }
 
+// RestorePipeline::SetReadShare, as a store service's reply would set it (the engine's I/O cap
+// aside): returns the stripe reads the engine keeps in flight at most.
+inline uint32_t SetReadShareForTesting(Engine& engine, uint32_t readers) {
+  return EngineAccess::Core(engine).restore().SetReadShare(readers);
+}
+
 inline PoolState ReadPoolState(const Engine& engine) {
   return EngineAccess::Core(engine).restore().pool_state();
 }

@@ -85,6 +85,8 @@ struct ConcurrentFlags {
   uint32_t client_read_threads = 0;  // service clients' read_io_threads (0: the engine's auto)
   uint32_t client_read_workers = 0;  // service clients' read_workers (0: the engine's default)
   uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
+  uint32_t embedded_read_banks = 0;  // the embedded engine's read_banks (0: its default)
+  std::string client_share_reads = "on";  // service clients' EngineOptions::share_reads
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
   // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
   // engines in this process, each its own session): tells what separate processes cost apart
@@ -263,6 +265,7 @@ class Bench {
       eo.store_service = "unix://" + socket;
       eo.tenant = "bench";
       eo.read_io_threads = f_.client_read_threads;
+      eo.share_reads = f_.client_share_reads == "on";
       if (f_.client_read_workers != 0) {
         eo.read_workers = f_.client_read_workers;
         eo.lookahead_layers = std::max(eo.lookahead_layers, f_.client_read_workers);
@@ -271,6 +274,9 @@ class Bench {
         eo.read_banks = f_.client_read_banks;
         eo.prefetch_banks = std::min(eo.prefetch_banks, f_.client_read_banks - 1);
       }
+    } else if (f_.embedded_read_banks != 0) {
+      eo.read_banks = f_.embedded_read_banks;
+      eo.prefetch_banks = std::min(eo.prefetch_banks, f_.embedded_read_banks - 1);
     }
     eo.model = model_;
     eo.stripe_bytes = geometry_.stripe_bytes;
@@ -583,6 +589,11 @@ class Bench {
       const uint64_t bad = s.ok() ? VerifyRequest(p, c.index, *kv) : 0;
       Line("verified %llu\n", static_cast<unsigned long long>(bad));
     }
+    const Engine::ReadShare share = engine.read_share();
+    std::fprintf(stderr,
+                 "bench client %u of %u: read share at the end: %u readers, %u stripe reads and "
+                 "%u read I/O pieces in flight at most\n",
+                 c.index, p.n, share.readers, share.read_workers, share.read_io_threads);
     Status closed = engine.Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
   }
@@ -612,7 +623,8 @@ class Bench {
                                      "--client-read-workers",
                                      std::to_string(f_.client_read_workers),
                                      "--client-read-banks",
-                                     std::to_string(f_.client_read_banks)};
+                                     std::to_string(f_.client_read_banks),
+                                     "--client-share-reads", f_.client_share_reads};
     // clang-format on
     if (f_.buffered) args.push_back("--buffered");
     if (f_.pin_clients) args.push_back("--pin-clients");
@@ -1068,6 +1080,18 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "--mode service: read banks of each client's engine (0: the engine's default; "
                   "its prefetch banks are capped one below)")
       ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
+  cmd->add_option("--client-share-reads", f->client_share_reads,
+                  "--mode service: each client's engine keeps its reads to its share of the "
+                  "node, read workers and read I/O threads divided by the sessions reading now "
+                  "(EngineOptions::share_reads; off: each client takes what one engine alone "
+                  "would)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--embedded-read-banks", f->embedded_read_banks,
+                  "--mode embedded/both: read banks of the one embedded engine (0: its default; "
+                  "N clients' banks add up to N times one engine's)")
+      ->check(CLI::Range(0u, 256u))
       ->capture_default_str();
   cmd->add_option("--clients", f->clients,
                   "--mode service: each request's engine in a client process of its own "

@@ -264,6 +264,15 @@ class Engine {
   Status SynchronizeStream(DeviceStreamRef stream);
 
   EngineStats GetStats() const;
+  // The read concurrency in effect (EngineOptions::share_reads): the readers the store service
+  // last reported (1 for an embedded store or before any reply), and the stripe reads and read
+  // I/O pieces this engine keeps in flight at most.
+  struct ReadShare {
+    uint32_t readers = 1;
+    uint32_t read_workers = 0;
+    uint32_t read_io_threads = 0;
+  };
+  ReadShare read_share() const;
 
   // Index changes: takes up to `max` of the oldest ranges of tokens that stopped being served
   // since the last call (a visible pack evicted, invalidated or clipped), in the order they

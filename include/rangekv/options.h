@@ -170,6 +170,13 @@ struct EngineOptions {
   // a wake-up, which on a VM whose vCPU went idle costs tens of microseconds
   // (docs/store-service.md "Latency"). 0: sleep at once. At most 10,000.
   uint32_t store_service_spin_us = 200;
+  // With a store service: size this engine's reads to its share of the node. Every lookup and
+  // claim reply says how many sessions are reading the node's stores now (this one included,
+  // docs/store-service.md "Sharing the node's read concurrency"); with R of them the engine
+  // keeps at most ceil(read_workers / R) stripe reads and ceil(read_io_threads / R) read I/O
+  // pieces in flight, so N serving instances together keep about what one engine alone would.
+  // An engine reading alone keeps its full counts. Ignored for an embedded store.
+  bool share_reads = true;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
   // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when

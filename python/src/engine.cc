@@ -303,6 +303,7 @@ class PyEngine {
     d["prefetch_banks"] = o.prefetch_banks;
     d["read_workers"] = o.read_workers;
     d["read_io_threads"] = o.read_io_threads;
+    d["share_reads"] = o.share_reads;
     d["lookahead_layers"] = o.lookahead_layers;
     d["store_banks"] = o.store_banks;
     d["store_bank_bytes"] = o.store_bank_bytes;
@@ -412,6 +413,14 @@ class PyEngine {
   }
 
   nb::dict Stats() { return StatsDict(Get("stats").GetStats()); }
+  nb::dict ReadShare() {
+    const Engine::ReadShare r = Get("read_share").read_share();
+    nb::dict d;
+    d["readers"] = r.readers;
+    d["read_workers"] = r.read_workers;
+    d["read_io_threads"] = r.read_io_threads;
+    return d;
+  }
 
   // (slot, generation, begin, end, retired) per removed range, oldest first.
   nb::list DrainRemovedRanges(size_t max) {
@@ -654,7 +663,7 @@ void RegisterEngine(nb::module_& m) {
              uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
              uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens,
              uint64_t max_removed_ranges, std::string store_service, std::string tenant,
-             uint32_t store_service_spin_us) {
+             uint32_t store_service_spin_us, bool share_reads) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -712,6 +721,7 @@ void RegisterEngine(nb::module_& m) {
             o.store_service = std::move(store_service);
             o.tenant = std::move(tenant);
             o.store_service_spin_us = store_service_spin_us;
+            o.share_reads = share_reads;
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -732,6 +742,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("max_inflight_stores") = 16, nb::arg("max_request_tokens") = 262144,
           nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",
           nb::arg("tenant") = "default", nb::arg("store_service_spin_us") = 200,
+          nb::arg("share_reads") = true,
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error.")
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")
@@ -769,6 +780,9 @@ void RegisterEngine(nb::module_& m) {
           nb::rv_policy::take_ownership,
           "Reserves the uncached suffix of tokens; slot_mapping has one slot per token.")
       .def("stats", &PyEngine::Stats, "The engine's work counters (dict).")
+      .def("read_share", &PyEngine::ReadShare,
+           "The read concurrency in effect (dict: readers the store service last reported, "
+           "stripe reads and read I/O pieces kept in flight; share_reads).")
       .def("drain_removed_ranges", &PyEngine::DrainRemovedRanges, nb::arg("max") = 4096,
            "Takes up to `max` of the oldest ranges of tokens that stopped being served (a pack "
            "evicted, invalidated or clipped): [(slot, generation, begin, end, retired)], the "

@@ -15,6 +15,7 @@
 #include "rangekv/engine.h"
 #include "testing/engine_testing.h"
 #include "testing/fault_env.h"
+#include "testing/gauged_file.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
@@ -108,6 +109,53 @@ TEST_F(EngineConcurrencyTest, ConcurrentRestoresOfTheSamePrefixAreAllBitExact) {
   EXPECT_EQ(s.restores_finished, 12u);
   EXPECT_EQ(s.scatter_launches, 12u * 6 * 4);
   EXPECT_EQ(s.quarantines, 0u);
+}
+
+// The read share (EngineOptions::share_reads; set by a store service's replies) caps the
+// stripe reads in flight at ceil(read_workers / readers); restores stay bit exact under any cap.
+TEST(EngineReadShareTest, ReadShareCapsStripeReadsInFlight) {
+  testing::TempDir dir;
+  testing::ReadGauge gauge;
+  gauge.delay = std::chrono::microseconds(2000);
+  testing::GaugingEnv env(DefaultEnv(), "packs.rkv", &gauge);
+  EngineOptions o = SmallOptions(dir.path() + "/store", SmallModel(4, 2, 16), kW, 32);
+  o.env = &env;
+  o.read_workers = 4;
+  o.read_banks = 8;
+  o.prefetch_banks = 0;
+  o.read_io_threads = 4;
+  o.io_engine = IoEngineSelection::kPosix;
+  o.io_split_bytes = kIoSplitOff;  // one native read per stripe read
+  auto e = Engine::Open(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  Engine& engine = **e;
+  auto src = KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
+  ASSERT_TRUE(src.ok());
+  const auto tokens = RandomTokens(8 * kT + 1, 77);
+  ASSERT_TRUE(StoreAll(engine, **src, tokens, 3, 1)->outcome.status.ok());
+  int request = 0;
+  const auto restore = [&] {
+    gauge.Reset();
+    auto dst = KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
+    ASSERT_TRUE(dst.ok());
+    auto r =
+        RestoreAndVerify(engine, **dst, Envelope("r" + std::to_string(++request)), tokens, 1, 3, 2);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+    EXPECT_EQ(r->mismatches, 0u);
+  };
+  restore();  // full share: 4 workers over 32 stripe reads of 2 ms overlap
+  EXPECT_GE(gauge.max.load(), 2u);
+  EXPECT_EQ(engine_internal::SetReadShareForTesting(engine, 4), 1u);
+  restore();
+  EXPECT_EQ(gauge.max.load(), 1u);
+  EXPECT_EQ(engine_internal::SetReadShareForTesting(engine, 3), 2u);
+  restore();
+  EXPECT_LE(gauge.max.load(), 2u);
+  EXPECT_EQ(engine_internal::SetReadShareForTesting(engine, 1), 4u);
+  restore();
+  EXPECT_GE(gauge.max.load(), 2u);
+  EXPECT_TRUE(engine.Close().ok());
 }
 
 TEST_F(EngineConcurrencyTest, DuplicateStoreJoinsTheReservationAndDoesNoIo) {

@@ -292,6 +292,10 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       caps.stream_memory_ops && caps.early_flag_waits && !config.disable_stream_memory_ops;
   RANGEKV_ASSIGN_OR_RETURN(restore_, RestorePipeline::Create(context_));
   RANGEKV_ASSIGN_OR_RETURN(stores_, StorePipeline::Create(context_));
+  {
+    MutexLock l(share_mu_);
+    share_ = {1, options_.read_workers, options_.read_io_threads};
+  }
   MutexLock l(mu_);
   RANGEKV_ASSIGN_OR_RETURN(copy_stream_, device_->CreateStream());
   return OkStatus();
@@ -320,6 +324,7 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
   RANGEKV_ASSIGN_OR_RETURN(
       Ticket ticket,
       directory.Lookup(ns(), tokens, ToDirectoryEnvelope(envelope), reuse_granularity_tokens));
+  ShareReads();
   LookupResult result;
   result.hit_tokens = ticket.hit_tokens;
   result.records_selected = ticket.records.size();
@@ -401,6 +406,7 @@ Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
       ClaimedRange claim,
       directory.ClaimBytes(ns(), std::span<const uint8_t>(bytes, r.ticket.size()),
                            ToDirectoryEnvelope(r.envelope), r.tokens, r.endpoint_tokens));
+  ShareReads();
   const TokenInterval wanted{r.begin_token, r.endpoint_tokens};
 
   std::shared_ptr<TicketHold> hold;
@@ -503,6 +509,31 @@ Status EngineCore::CopyToHost(void* host_dst, const void* device_src, uint64_t b
 std::vector<RemovedRange> EngineCore::DrainRemovedRanges(size_t max) const {
   if (store_ == nullptr || store_->removals() == nullptr) return {};
   return store_->removals()->Drain(max);
+}
+
+void EngineCore::ShareReads() {
+  const ServiceStore* service = store_->service();
+  if (service == nullptr || !options_.share_reads) return;
+  const uint32_t readers = service->readers();
+  MutexLock l(share_mu_);
+  if (readers == share_.readers) return;
+  share_.readers = readers;
+  share_.read_workers = restore_->SetReadShare(readers);
+  const uint32_t threads = options_.read_io_threads;
+  share_.read_io_threads = std::max<uint32_t>((threads + readers - 1) / readers, 1);
+  // One engine alone keeps no cap beyond its own threads.
+  read_io_->SetConcurrencyLimit(readers == 1 ? 0 : share_.read_io_threads);
+  Log(LogLevel::kDebug, "read share: " + std::to_string(readers) +
+                            " sessions reading the store service's node; this engine keeps " +
+                            std::to_string(share_.read_workers) + " of " +
+                            std::to_string(options_.read_workers) + " stripe reads and " +
+                            std::to_string(share_.read_io_threads) + " of " +
+                            std::to_string(threads) + " read I/O pieces in flight");
+}
+
+Engine::ReadShare EngineCore::read_share() const {
+  MutexLock l(share_mu_);
+  return share_;
 }
 
 EngineStats EngineCore::GetStats() const {

@@ -92,6 +92,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // Engine::DrainRemovedRanges.
   std::vector<RemovedRange> DrainRemovedRanges(size_t max) const;
   EngineStats GetStats() const;
+  Engine::ReadShare read_share() const EXCLUDES(share_mu_);
   Status Close() EXCLUDES(mu_);
 
  private:
@@ -114,6 +115,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // engine's (0: none); returns how, for DescribeBackends(). REQUIRES: options_.read_io_threads
   // resolved.
   std::string ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* write_split);
+  // After a lookup or claim through a store service: divides the read concurrency by the
+  // readers its reply reported, when that changed (EngineOptions::share_reads).
+  void ShareReads() EXCLUDES(share_mu_);
 
   EngineOptions options_;
   Geometry geometry_;
@@ -129,6 +133,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   EngineContext context_;
   std::unique_ptr<RestorePipeline> restore_;
   std::unique_ptr<StorePipeline> stores_;
+
+  mutable Mutex share_mu_;  // taken before the restore pipeline's lock, never with mu_
+  Engine::ReadShare share_ GUARDED_BY(share_mu_);
 
   mutable Mutex mu_;
   bool closed_ GUARDED_BY(mu_) = false;

@@ -101,6 +101,7 @@ Status RestorePipeline::Init() {
   {
     MutexLock l(mu_);
     jobs_.Init(slots_);
+    read_limit_ = o.read_workers;
     fences_.resize(o.read_banks);
     publish_scratch_.reserve(layers_);
   }
@@ -429,6 +430,7 @@ void RestorePipeline::AfterProgress(RestoreJob& job) {
 // ---- read workers -------------------------------------------------------------------------
 
 bool RestorePipeline::PickRead(ReadPick* pick) {
+  if (reads_in_flight_ >= read_limit_) return false;  // the engine's share of the medium
   for (size_t k = 0; k < jobs_.active_count(); ++k) {
     const std::shared_ptr<RestoreJob>& job = jobs_.ServiceOrder(k);
     RestoreJobState& st = job->state.Locked(mu_);
@@ -448,6 +450,7 @@ bool RestorePipeline::PickRead(ReadPick* pick) {
     pick->stripe = *stripe;
     pick->bank = *bank;
     jobs_.Served(k);
+    ++reads_in_flight_;
     return true;
   }
   return false;
@@ -668,6 +671,9 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
 }
 
 void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) {
+  // The worker completing this read picks the next one itself (its loop), so the cap needs no
+  // wake-up here.
+  --reads_in_flight_;
   RestoreJob& job = *pick.job;
   RestoreJobState& st = job.state.Locked(mu_);
   Count(&job, &Counters::bytes_read, bytes);
@@ -845,6 +851,20 @@ void RestorePipeline::Stop() {
     Status s = slot->stream->Synchronize();
     if (!s.ok()) Log(LogLevel::kWarning, "restore stream at shutdown: " + s.ToString());
   }
+}
+
+uint32_t RestorePipeline::SetReadShare(uint32_t readers) {
+  const uint32_t workers = context_.options->read_workers;
+  const uint32_t r = std::max<uint32_t>(readers, 1);
+  MutexLock l(mu_);
+  read_limit_ = std::max<uint32_t>((workers + r - 1) / r, 1);
+  work_cv_.NotifyAll();  // a raised limit frees waiting workers
+  return read_limit_;
+}
+
+uint32_t RestorePipeline::read_limit() const {
+  MutexLock l(mu_);
+  return read_limit_;
 }
 
 PoolState RestorePipeline::pool_state() const {

@@ -178,6 +178,12 @@ class RestorePipeline {
   void Abandon(RestoreJob& job) EXCLUDES(mu_);
   TokenInterval Tokens(const RestoreJob& job) const { return job.tokens; }
 
+  // Reads in flight at once: at most read_workers (the default), or its share when `readers`
+  // engines read the node's medium: ceil(read_workers / readers), at least 1
+  // (EngineOptions::share_reads). Reads already in flight finish. Returns the new limit.
+  uint32_t SetReadShare(uint32_t readers) EXCLUDES(mu_);
+  uint32_t read_limit() const EXCLUDES(mu_);
+
   // Cancels and abandons every job, then waits until all drained (no read, no fence left).
   void DrainAll() EXCLUDES(mu_);
   // DrainAll(), then stops the workers and the reaper. Idempotent.
@@ -296,6 +302,8 @@ class RestorePipeline {
   size_t fence_count_ GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> publish_scratch_ GUARDED_BY(mu_);
   bool stopped_ GUARDED_BY(mu_) = false;
+  uint32_t read_limit_ GUARDED_BY(mu_) = 0;  // SetReadShare; read_workers until then
+  uint32_t reads_in_flight_ GUARDED_BY(mu_) = 0;
 
   std::vector<std::thread> workers_;
   std::thread reaper_;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -433,6 +434,7 @@ Result<Ticket> ServiceStore::Lookup(const NamespaceId& ns, std::span<const int32
                                          MessageType::kLookupShared, shared, tokens, &out));
   service::LookupReply r;
   RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
+  readers_.store(std::clamp<uint32_t>(r.readers, 1, kMaxReaders), std::memory_order_relaxed);
   Ticket ticket;
   if (!r.ticket.empty()) {
     RANGEKV_ASSIGN_OR_RETURN(ticket, DecodeTicket(r.ticket));
@@ -476,6 +478,7 @@ Result<ClaimedRange> ServiceStore::ClaimBytes(const NamespaceId& ns,
   }
   service::ClaimReply r;
   RANGEKV_RETURN_IF_ERROR(service::Decode(out, &r));
+  readers_.store(std::clamp<uint32_t>(r.readers, 1, kMaxReaders), std::memory_order_relaxed);
   claimed_.insert(r.claim.ticket_id);
   for (const PackRecord& rec : r.claim.records) {
     if (rec.pack_slot < generations_.size()) {

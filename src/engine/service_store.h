@@ -73,6 +73,11 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   bool connected() const EXCLUDES(mu_);
   // Says Goodbye (the engine drained everything) and closes the connection. Idempotent.
   void Close() EXCLUDES(call_mu_, mu_);
+  // Sessions of the service reading now, this one included, as its last lookup or claim reply
+  // said (service::LookupReply::readers; 1 before any), clamped to [1, kMaxReaders]. The engine
+  // divides its read concurrency by it (EngineOptions::share_reads).
+  static constexpr uint32_t kMaxReaders = 1024;
+  uint32_t readers() const { return readers_.load(std::memory_order_relaxed); }
   // durability=every_publish on the service: blocks until the publication is durable there.
   Status AwaitDurable(uint64_t reservation_id) EXCLUDES(call_mu_, mu_);
 
@@ -142,6 +147,7 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   uint64_t pack_dev_ = 0, pack_ino_ = 0;
   std::unique_ptr<persist::DigestTable> digests_;  // verification cache
   std::vector<std::atomic<uint64_t>> generations_;
+  std::atomic<uint32_t> readers_{1};
   DroppedGenerations dropped_;  // packs this client found corrupt
 
   mutable Mutex call_mu_;

@@ -392,13 +392,15 @@ Status Decode(std::span<const uint8_t> body, LookupRequest* m) {
 void Encode(const LookupReply& m, std::vector<uint8_t>* out) {
   ByteWriter w;
   // Reserving first also keeps GCC 12 from a false -Wstringop-overflow on the insert below.
-  w.Reserve(4 + m.ticket.size());
+  w.Reserve(8 + m.ticket.size());
   PutBytes(w, m.ticket);
+  w.U32(m.readers);
   Append(w, out);
 }
 Status Decode(std::span<const uint8_t> body, LookupReply* m) {
   Reader r(body);
   r.Bytes(&m->ticket, "ticket", static_cast<uint32_t>(kMaxTicketBytes));
+  r.U32(&m->readers, "readers");
   return r.Finish();
 }
 
@@ -429,6 +431,7 @@ void Encode(const ClaimReply& m, std::vector<uint8_t>* out) {
   w.U64(m.claim.ticket_id);
   w.U64(m.claim.endpoint_tokens);
   PutRecords(w, m.claim.records);
+  w.U32(m.readers);
   Append(w, out);
 }
 Status Decode(std::span<const uint8_t> body, ClaimReply* m) {
@@ -436,6 +439,7 @@ Status Decode(std::span<const uint8_t> body, ClaimReply* m) {
   r.U64(&m->claim.ticket_id, "ticket_id");
   r.U64(&m->claim.endpoint_tokens, "endpoint_tokens");
   r.Records(&m->claim.records);
+  r.U32(&m->readers, "readers");
   return r.Finish();
 }
 

@@ -36,7 +36,8 @@ namespace rangekv::service {
 inline constexpr uint32_t kFrameMagic = 0x53564B52;  // "RKVS" little-endian
 // 2: the shared query buffer (kAttachQueryBuffer, kLookupShared, kClaimShared).
 // 3: a shared lookup / claim names the CPU its caller ran on (client_cpu).
-inline constexpr uint16_t kProtocolVersion = 3;
+// 4: lookup and claim replies say how many sessions are reading the node's stores (readers).
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr uint32_t kMaxBodyBytes = 32u << 20;
 inline constexpr uint32_t kMaxTokensPerMessage = 4u << 20;     // int32 tokens of one query
@@ -114,8 +115,13 @@ struct LookupRequest {
   uint64_t granularity_tokens = 0;
   std::vector<int32_t> tokens;
 };
+// readers (lookup and claim replies): how many sessions of the service, the caller's included,
+// are restoring now or were within the last kReaderWindowMs (docs/store-service.md "Sharing
+// the node's read concurrency"). The client's engine divides its read concurrency by it.
+inline constexpr uint64_t kReaderWindowMs = 1000;
 struct LookupReply {
   std::vector<uint8_t> ticket;  // empty on a miss
+  uint32_t readers = 1;
 };
 
 struct AttachQueryBufferRequest {  // the memfd travels with the frame
@@ -141,6 +147,7 @@ struct ClaimRequest {
 };
 struct ClaimReply {
   ClaimedRange claim;
+  uint32_t readers = 1;
 };
 struct ClaimSharedRequest {
   std::vector<uint8_t> ticket;

@@ -61,6 +61,32 @@ TEST(ServiceProtocolTest, EveryBodyRoundTrips) {
     EXPECT_EQ(m.reservation.reservation_id, 9u);
   }
   {
+    // readers (protocol 4): lookup and claim replies say how many sessions read now.
+    LookupReply l;
+    l.ticket = {1, 2, 3};
+    l.readers = 5;
+    std::vector<uint8_t> b;
+    Encode(l, &b);
+    LookupReply lm;
+    ASSERT_TRUE(Decode(b, &lm).ok());
+    EXPECT_EQ(lm.ticket, l.ticket);
+    EXPECT_EQ(lm.readers, 5u);
+    // A protocol-3 reply (no readers field) is short: refused, not misread.
+    b.resize(b.size() - 4);
+    EXPECT_FALSE(Decode(b, &lm).ok());
+    ClaimReply c;
+    c.claim.ticket_id = 8;
+    c.claim.endpoint_tokens = 70;
+    c.claim.records = {{3, 44, 0, 0, 64}};
+    c.readers = 3;
+    b.clear();
+    Encode(c, &b);
+    ClaimReply cm;
+    ASSERT_TRUE(Decode(b, &cm).ok());
+    EXPECT_EQ(cm.claim.records, c.claim.records);
+    EXPECT_EQ(cm.readers, 3u);
+  }
+  {
     PublishRequest p;
     p.reservation_id = 4;
     p.layers = {{3, 44, 64, 0, {1, 2, 3}}, {3, 44, 64, 1, {4, 5, 6}}};

@@ -180,6 +180,58 @@ TEST_F(ServiceTest, PrefixStoredByOneEngineIsRestoredByAnotherWithEmbeddedWork) 
   EXPECT_TRUE((*emb)->Close().ok());
 }
 
+// Each lookup and claim reply says how many sessions read now; an engine divides its stripe
+// reads and read I/O pieces in flight by it (EngineOptions::share_reads), and one reading alone
+// gets its full counts back once the others' window passed.
+TEST_F(ServiceTest, ReadersDivideEachClientsReadConcurrency) {
+  EngineOptions eo = ClientOptions(socket_);
+  eo.read_workers = 4;
+  eo.read_io_threads = 8;
+  auto open = [&](bool share) {
+    eo.share_reads = share;
+    auto e = Engine::Open(eo);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    engines_.push_back(std::move(e).value());
+    return engines_.back().get();
+  };
+  Engine* a = open(true);
+  Engine* b = open(true);
+  Engine* c = open(false);
+  auto src = Fixture(*a);
+  const auto tokens = ClientTokens(0);
+  auto stored = StoreAll(*a, *src, tokens, kSeed, 1);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+  const auto restore = [&](Engine* e, const std::string& request) {
+    auto dst = Fixture(*e);
+    auto r = RestoreAndVerify(*e, *dst, Envelope(request), tokens, kGranularity, kSeed, 2);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+    EXPECT_EQ(r->mismatches, 0u);
+  };
+  const auto expect_share = [](const Engine* e, uint32_t readers, uint32_t workers,
+                               uint32_t threads) {
+    const Engine::ReadShare s = e->read_share();
+    EXPECT_EQ(s.readers, readers);
+    EXPECT_EQ(s.read_workers, workers);
+    EXPECT_EQ(s.read_io_threads, threads);
+  };
+  expect_share(a, 1, 4, 8);  // before any reply
+  restore(a, "a1");
+  expect_share(a, 1, 4, 8);  // alone
+  restore(b, "b1");
+  expect_share(b, 2, 2, 4);  // a read within the window
+  restore(c, "c1");
+  expect_share(c, 1, 4, 8);  // share_reads=false: full counts whatever the service says
+  restore(a, "a2");
+  expect_share(a, 3, 2, 3);  // a, b and c read within the window: ceil(4/3), ceil(8/3)
+  EXPECT_EQ(service_->stats().readers, 3u);
+  // The window passes; a reading alone gets its full counts back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(service::kReaderWindowMs + 200));
+  EXPECT_EQ(service_->stats().readers, 0u);
+  restore(a, "a3");
+  expect_share(a, 1, 4, 8);
+}
+
 class ServiceProcessesTest : public ServiceTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(ServiceProcessesTest, ClientProcessesStoreAndRestoreOverlappingPrefixes) {

@@ -54,6 +54,23 @@ struct StoreService::Session {
   std::set<uint64_t> claimed;      // claimed ticket ids not yet released
   std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
   bool goodbye = false;
+  // Whether the session counts as a reader (StoreService::Readers): it holds claimed tickets,
+  // or it claimed, released or hit within the last kReaderWindowMs. Written by the session's
+  // thread, read by every session's under mu_.
+  std::atomic<uint32_t> held{0};
+  std::atomic<int64_t> reading_until_ns{0};
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // The session reads now: a reader for kReaderWindowMs more, and while it holds claims.
+  void MarkReading() {
+    held.store(static_cast<uint32_t>(claimed.size()), std::memory_order_relaxed);
+    reading_until_ns.store(NowNs() + static_cast<int64_t>(kReaderWindowMs) * 1000000,
+                           std::memory_order_relaxed);
+  }
   // Reused from request to request, so a large lookup, claim or reservation allocates (and
   // faults in) nothing: their token arrays are the largest bodies on the hot path.
   ReceivedFrame frame;
@@ -205,6 +222,25 @@ bool StoreService::Reply(Session& s, uint16_t type, const Status& status,
   body.reserve(16 + status.message().size());
   EncodeStatus(status, &body);
   return SendFrame(s.fd, type | kReplyBit, body, pass_fd, payload).ok();
+}
+
+uint32_t StoreService::CountReadersLocked() const {
+  const int64_t now = Session::NowNs();
+  uint32_t readers = 0;
+  for (const auto& [id, session] : sessions_) {
+    const Session& s = *session;
+    if (s.done.load(std::memory_order_relaxed)) continue;
+    if (s.held.load(std::memory_order_relaxed) > 0 ||
+        s.reading_until_ns.load(std::memory_order_relaxed) > now) {
+      ++readers;
+    }
+  }
+  return readers;
+}
+
+uint32_t StoreService::Readers() const {
+  MutexLock l(mu_);
+  return std::max<uint32_t>(CountReadersLocked(), 1);
 }
 
 void StoreService::RunSession(Session* session) {
@@ -517,7 +553,9 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       if (!ticket->empty()) {
         r.ticket = EncodeTicket(*ticket);
         s.requests.insert(m.envelope.request_id);
+        s.MarkReading();  // a hit: its restore (or prefetch) follows
       }
+      r.readers = Readers();
       Encode(r, &out);
       break;
     }
@@ -549,7 +587,8 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       }
       s.claimed.insert(claim->ticket_id);
       s.requests.erase(m.envelope.request_id);
-      Encode(ClaimReply{*claim}, &out);
+      s.MarkReading();
+      Encode(ClaimReply{*claim, Readers()}, &out);
       break;
     }
     case MessageType::kRelease: {
@@ -562,6 +601,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       }
       status = d.Release(m.id);
       s.claimed.erase(m.id);
+      s.MarkReading();  // the window runs from the end of its last restore
       break;
     }
     case MessageType::kCancel: {
@@ -811,6 +851,7 @@ ServiceStats StoreService::stats() const {
   MutexLock l(mu_);
   ServiceStats s = stats_;
   s.sessions_active = sessions_.size();
+  s.readers = CountReadersLocked();
   s.requests = requests_.load(std::memory_order_relaxed);
   s.shared_queries = shared_queries_.load(std::memory_order_relaxed);
   s.client_cpu_moves = client_cpu_moves_.load(std::memory_order_relaxed);

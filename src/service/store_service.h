@@ -86,6 +86,7 @@ struct ServiceStats {
   uint64_t sessions_accepted = 0;
   uint64_t sessions_refused = 0;  // credentials, session bound
   uint64_t sessions_active = 0;
+  uint64_t readers = 0;     // sessions reading now (Readers(), without its floor of 1)
   uint64_t bad_frames = 0;  // connections closed for a malformed message
   uint64_t requests = 0;
   uint64_t shared_queries = 0;      // lookups and claims read from a query buffer
@@ -134,6 +135,10 @@ class StoreService {
   void Reclaim(Session& s);
   bool Reply(Session& s, uint16_t type, const Status& status, std::span<const uint8_t> payload,
              int pass_fd = -1);
+  // Sessions reading now (protocol.h LookupReply::readers): live sessions that hold claimed
+  // tickets or read within kReaderWindowMs; at least 1. O(sessions), under mu_.
+  uint32_t Readers() const EXCLUDES(mu_);
+  uint32_t CountReadersLocked() const REQUIRES(mu_);
 
   const ServiceOptions options_;
   Env* env_;

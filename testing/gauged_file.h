@@ -25,34 +25,22 @@ struct ReadGauge {
   void Reset() { max.store(0); }
 };
 
-class GaugedFile final : public File {
+class GaugedFile final : public FileWrapper {
  public:
   GaugedFile(std::unique_ptr<File> base, ReadGauge* gauge)
-      : base_(std::move(base)), gauge_(gauge) {}
+      : FileWrapper(std::move(base)), gauge_(gauge) {}
   Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
     const uint32_t now = gauge_->running.fetch_add(1) + 1;
     uint32_t seen = gauge_->max.load();
     while (now > seen && !gauge_->max.compare_exchange_weak(seen, now)) {
     }
     std::this_thread::sleep_for(gauge_->delay);
-    auto r = base_->ReadAt(offset, buf, size);
+    auto r = base().ReadAt(offset, buf, size);
     gauge_->running.fetch_sub(1);
     return r;
   }
-  Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
-    return base_->WriteAt(offset, buf, size);
-  }
-  Status Sync() override { return base_->Sync(); }
-  Status Allocate(uint64_t size) override { return base_->Allocate(size); }
-  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
-  Result<uint64_t> Size() override { return base_->Size(); }
-  bool direct() const override { return base_->direct(); }
-  uint64_t direct_alignment() const override { return base_->direct_alignment(); }
-  int fd() const override { return -1; }
-  const std::string& path() const override { return base_->path(); }
 
  private:
-  std::unique_ptr<File> base_;
   ReadGauge* gauge_;
 };
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rangekv/status.h"
@@ -71,6 +72,35 @@ class File {
   // (a fault-injecting File returns -1 so every byte goes through its ReadAt/WriteAt).
   virtual int fd() const = 0;
   virtual const std::string& path() const = 0;
+};
+
+// A File that forwards every call to the one it owns, for wrappers that change a few (delays,
+// gates, counters in tests). fd() is -1: every byte goes through the wrapper's ReadAt/WriteAt,
+// also under io_uring and cuFile.
+class FileWrapper : public File {
+ public:
+  explicit FileWrapper(std::unique_ptr<File> base) : base_(std::move(base)) {}
+
+  Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
+    return base_->ReadAt(offset, buf, size);
+  }
+  Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
+    return base_->WriteAt(offset, buf, size);
+  }
+  Status Sync() override { return base_->Sync(); }
+  Status Allocate(uint64_t size) override { return base_->Allocate(size); }
+  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Result<uint64_t> Size() override { return base_->Size(); }
+  bool direct() const override { return base_->direct(); }
+  uint64_t direct_alignment() const override { return base_->direct_alignment(); }
+  int fd() const override { return -1; }
+  const std::string& path() const override { return base_->path(); }
+
+ protected:
+  File& base() const { return *base_; }
+
+ private:
+  std::unique_ptr<File> base_;
 };
 
 class Env {

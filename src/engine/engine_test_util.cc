@@ -347,54 +347,37 @@ Result<RestoreResult> RestoreAndVerify(Engine& engine, KvFixture& fixture,
 
 // ---- GateEnv ------------------------------------------------------------------------------
 
-class GatedFile final : public File {
+class GatedFile final : public FileWrapper {  // fd() -1: every read must pass the gate
  public:
-  GatedFile(GateEnv* env, std::unique_ptr<File> base) : env_(env), base_(std::move(base)) {}
+  GatedFile(GateEnv* env, std::unique_ptr<File> base) : FileWrapper(std::move(base)), env_(env) {}
   Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
-    env_->Pass(base_->path(), GateEnv::Op::kRead, offset, size);
-    return base_->ReadAt(offset, buf, size);
+    env_->Pass(path(), GateEnv::Op::kRead, offset, size);
+    return base().ReadAt(offset, buf, size);
   }
   Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
-    env_->Pass(base_->path(), GateEnv::Op::kWrite, offset, size);
-    return base_->WriteAt(offset, buf, size);
+    env_->Pass(path(), GateEnv::Op::kWrite, offset, size);
+    return base().WriteAt(offset, buf, size);
   }
-  Status Sync() override { return base_->Sync(); }
-  Status Allocate(uint64_t size) override { return base_->Allocate(size); }
-  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
-  Result<uint64_t> Size() override { return base_->Size(); }
-  bool direct() const override { return base_->direct(); }
-  uint64_t direct_alignment() const override { return base_->direct_alignment(); }
-  int fd() const override { return -1; }  // every read must pass the gate
-  const std::string& path() const override { return base_->path(); }
 
  private:
   GateEnv* env_;
-  std::unique_ptr<File> base_;
 };
 
-class JitterFile final : public File {
+class JitterFile final : public FileWrapper {  // fd() -1: every op must pass the delay
  public:
-  JitterFile(JitterEnv* env, std::unique_ptr<File> base) : env_(env), base_(std::move(base)) {}
+  JitterFile(JitterEnv* env, std::unique_ptr<File> base)
+      : FileWrapper(std::move(base)), env_(env) {}
   Result<uint64_t> ReadAt(uint64_t offset, void* buf, uint64_t size) override {
     env_->Delay();
-    return base_->ReadAt(offset, buf, size);
+    return base().ReadAt(offset, buf, size);
   }
   Result<uint64_t> WriteAt(uint64_t offset, const void* buf, uint64_t size) override {
     env_->Delay();
-    return base_->WriteAt(offset, buf, size);
+    return base().WriteAt(offset, buf, size);
   }
-  Status Sync() override { return base_->Sync(); }
-  Status Allocate(uint64_t size) override { return base_->Allocate(size); }
-  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
-  Result<uint64_t> Size() override { return base_->Size(); }
-  bool direct() const override { return base_->direct(); }
-  uint64_t direct_alignment() const override { return base_->direct_alignment(); }
-  int fd() const override { return -1; }  // every op must pass the delay
-  const std::string& path() const override { return base_->path(); }
 
  private:
   JitterEnv* env_;
-  std::unique_ptr<File> base_;
 };
 
 void JitterEnv::Delay() {

@@ -86,7 +86,7 @@ struct ConcurrentFlags {
   uint32_t client_read_workers = 0;  // service clients' read_workers (0: the engine's default)
   uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
   uint32_t embedded_read_banks = 0;  // the embedded engine's read_banks (0: its default)
-  std::string client_share_reads = "on";  // service clients' EngineOptions::share_reads
+  std::string client_share_reads = "off";  // service clients' EngineOptions::share_reads
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
   // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
   // engines in this process, each its own session): tells what separate processes cost apart
@@ -1084,8 +1084,8 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
   cmd->add_option("--client-share-reads", f->client_share_reads,
                   "--mode service: each client's engine keeps its reads to its share of the "
                   "node, read workers and read I/O threads divided by the sessions reading now "
-                  "(EngineOptions::share_reads; off: each client takes what one engine alone "
-                  "would)")
+                  "(EngineOptions::share_reads, off by default: each client takes what one "
+                  "engine alone would)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--embedded-read-banks", f->embedded_read_banks,

@@ -175,8 +175,10 @@ struct EngineOptions {
   // docs/store-service.md "Sharing the node's read concurrency"); with R of them the engine
   // keeps at most ceil(read_workers / R) stripe reads and ceil(read_io_threads / R) read I/O
   // pieces in flight, so N serving instances together keep about what one engine alone would.
-  // An engine reading alone keeps its full counts. Ignored for an embedded store.
-  bool share_reads = true;
+  // An engine reading alone keeps its full counts. Ignored for an embedded store. Off by
+  // default: on two H100 hosts it brought each request's first layer back to the embedded
+  // engine's time but lowered four instances' aggregate (docs/store-service.md).
+  bool share_reads = false;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
   // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when

@@ -140,7 +140,7 @@ class Engine:
         store_service: str = "",
         tenant: str = "default",
         store_service_spin_us: int = 200,
-        share_reads: bool = True,
+        share_reads: bool = False,
     ) -> None: ...
     @property
     def geometry(self) -> dict[str, Any]: ...

@@ -267,11 +267,11 @@ def test_evicted_packs_are_drained_as_removed_ranges(make_engine):
 
 def test_read_share_of_an_embedded_engine_is_its_full_counts(make_engine):
     # share_reads divides the read concurrency only by the readers a store service reports;
-    # an embedded engine (and one opened with share_reads=False) keeps its own counts.
-    e = make_engine(read_workers=3, read_io_threads=5)
+    # an embedded engine keeps its own counts, with share_reads or without (the default).
+    e = make_engine(read_workers=3, read_io_threads=5, share_reads=True)
     assert e.options["share_reads"] is True
     assert e.read_share() == {"readers": 1, "read_workers": 3, "read_io_threads": 5}
     e.close()
-    off = make_engine(share_reads=False, read_workers=2, read_io_threads=4)
+    off = make_engine(read_workers=2, read_io_threads=4)
     assert off.options["share_reads"] is False
     assert off.read_share() == {"readers": 1, "read_workers": 2, "read_io_threads": 4}

@@ -86,7 +86,7 @@ KEYS: dict[str, _Key] = {
     "tenant": _Key("default", "str", "quota account at the store service (1-64 of [A-Za-z0-9._-])"),
     "store_service_spin_us": _Key(200, "int", "with a store service: how long a call polls for its "
                                   "reply before sleeping (us; 0 sleeps at once)"),
-    "share_reads": _Key(True, "bool", "with a store service: keep this instance's reads to its "
+    "share_reads": _Key(False, "bool", "with a store service: keep this instance's reads to its "
                         "share of the node (read workers and read I/O threads divided by the "
                         "instances reading now)"),
     "capacity": _Key(16 << 30, "size", "capacity bound of each rank's pack file (bytes or '512GiB')"),

@@ -97,8 +97,8 @@ def test_store_service_address_needs_no_store_dir():
     assert cfg.store == "unix:///run/rangekv.sock"
     assert cfg.tenant == "team-a"
     assert cfg.store_dir == ""
-    assert cfg.share_reads is True  # instances size their reads to their share by default
-    assert parse_config({"store": "unix:///s", "share_reads": False}).share_reads is False
+    assert cfg.share_reads is False  # opt-in (docs/store-service.md "Sharing ...")
+    assert parse_config({"store": "unix:///s", "share_reads": True}).share_reads is True
     with pytest.raises(ConfigError, match="share_reads: expected true or false"):
         parse_config({"store": "unix:///s", "share_reads": "no"})
 

@@ -514,15 +514,18 @@ std::vector<RemovedRange> EngineCore::DrainRemovedRanges(size_t max) const {
 void EngineCore::ShareReads() {
   const ServiceStore* service = store_->service();
   if (service == nullptr || !options_.share_reads) return;
-  const uint32_t readers = service->readers();
   MutexLock l(share_mu_);
+  const uint32_t readers = service->readers();  // under the lock: the newest value wins
   if (readers == share_.readers) return;
   share_.readers = readers;
   share_.read_workers = restore_->SetReadShare(readers);
   const uint32_t threads = options_.read_io_threads;
   share_.read_io_threads = std::max<uint32_t>((threads + readers - 1) / readers, 1);
-  // One engine alone keeps no cap beyond its own threads.
-  read_io_->SetConcurrencyLimit(readers == 1 ? 0 : share_.read_io_threads);
+  // The I/O engine's cap counts spans or pieces in flight: its threads (posix, cuFile), or its
+  // rings x queue depth (io_uring). One engine alone keeps no cap beyond its own.
+  const uint32_t slots = read_io_->caps().max_inflight_spans;
+  read_io_->SetConcurrencyLimit(
+      readers == 1 ? 0 : std::max<uint32_t>((slots + readers - 1) / readers, 1));
   Log(LogLevel::kDebug, "read share: " + std::to_string(readers) +
                             " sessions reading the store service's node; this engine keeps " +
                             std::to_string(share_.read_workers) + " of " +

@@ -119,13 +119,15 @@ uint32_t SpanQueue::PieceCount(const IoRequest& r, uint64_t split_bytes, uint64_
 void SpanQueue::SetTakeLimit(uint32_t limit) {
   MutexLock lock(mu_);
   take_limit_ = limit;
-  limited_.store(limit != 0, std::memory_order_relaxed);
+  limited_.store(limit != 0, std::memory_order_seq_cst);
   work_cv_.NotifyAll();  // a raised cap frees waiting takers
 }
 
 void SpanQueue::Complete(SpanRef ref, IoCompletion completion) {
-  taken_.fetch_sub(1, std::memory_order_relaxed);
-  if (limited_.load(std::memory_order_relaxed)) {
+  // seq_cst with SetTakeLimit's store: either this sees the cap turned on, or the taker that
+  // checks under mu_ after it sees this decrement (store buffering, on weakly ordered CPUs).
+  taken_.fetch_sub(1, std::memory_order_seq_cst);
+  if (limited_.load(std::memory_order_seq_cst)) {
     // A taker waiting on the cap checked taken_ under mu_: taking mu_ here orders this wake-up
     // after its check, so it is not lost.
     MutexLock lock(mu_);

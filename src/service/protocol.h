@@ -115,10 +115,10 @@ struct LookupRequest {
   uint64_t granularity_tokens = 0;
   std::vector<int32_t> tokens;
 };
-// readers (lookup and claim replies): how many sessions of the service, the caller's included,
-// are restoring now or were within the last kReaderWindowMs (docs/store-service.md "Sharing
-// the node's read concurrency"). The client's engine divides its read concurrency by it.
-inline constexpr uint64_t kReaderWindowMs = 1000;
+// readers (lookup and claim replies): how many sessions of the service are restoring now or
+// were within the service's reader window (1 s by default), the caller's included once it hit
+// or claimed; at least 1 (docs/store-service.md "Sharing the node's read concurrency"). The
+// client's engine divides its read concurrency by it.
 struct LookupReply {
   std::vector<uint8_t> ticket;  // empty on a miss
   uint32_t readers = 1;

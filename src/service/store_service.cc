@@ -54,21 +54,23 @@ struct StoreService::Session {
   std::set<uint64_t> claimed;      // claimed ticket ids not yet released
   std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
   bool goodbye = false;
-  // Whether the session counts as a reader (StoreService::Readers): it holds claimed tickets,
-  // or it claimed, released or hit within the last kReaderWindowMs. Written by the session's
-  // thread, read by every session's under mu_.
+  // Whether the session counts as a reader (StoreService::Readers): its connection is open and
+  // it holds claimed tickets, or it claimed, released or hit within the last reader window
+  // (ServiceOptions::reader_window_ms). Written by the session's thread, read by every
+  // session's under mu_.
   std::atomic<uint32_t> held{0};
   std::atomic<int64_t> reading_until_ns{0};
+  std::atomic<bool> ended{false};  // its connection closed (leftovers may still be held)
 
   static int64_t NowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  // The session reads now: a reader for kReaderWindowMs more, and while it holds claims.
-  void MarkReading() {
+  // The session reads now: a reader for `window_ms` more, and while it holds claims.
+  void MarkReading(uint64_t window_ms) {
     held.store(static_cast<uint32_t>(claimed.size()), std::memory_order_relaxed);
-    reading_until_ns.store(NowNs() + static_cast<int64_t>(kReaderWindowMs) * 1000000,
+    reading_until_ns.store(NowNs() + static_cast<int64_t>(window_ms) * 1000000,
                            std::memory_order_relaxed);
   }
   // Reused from request to request, so a large lookup, claim or reservation allocates (and
@@ -229,7 +231,7 @@ uint32_t StoreService::CountReadersLocked() const {
   uint32_t readers = 0;
   for (const auto& [id, session] : sessions_) {
     const Session& s = *session;
-    if (s.done.load(std::memory_order_relaxed)) continue;
+    if (s.ended.load(std::memory_order_relaxed)) continue;
     if (s.held.load(std::memory_order_relaxed) > 0 ||
         s.reading_until_ns.load(std::memory_order_relaxed) > now) {
       ++readers;
@@ -284,6 +286,8 @@ void StoreService::RunSession(Session* session) {
     }
   }
   ::shutdown(s.fd, SHUT_RDWR);
+  // No longer a reader, though its leftovers may wait for its process to exit.
+  s.ended.store(true, std::memory_order_relaxed);
   if (!s.goodbye && s.HasLeftovers()) ReclaimAfterExit(s);
   Reclaim(s);  // a Goodbye session should hold nothing; whatever it left goes now
   ::close(s.fd);
@@ -553,7 +557,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       if (!ticket->empty()) {
         r.ticket = EncodeTicket(*ticket);
         s.requests.insert(m.envelope.request_id);
-        s.MarkReading();  // a hit: its restore (or prefetch) follows
+        s.MarkReading(options_.reader_window_ms);  // a hit: its restore (or prefetch) follows
       }
       r.readers = Readers();
       Encode(r, &out);
@@ -587,7 +591,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       }
       s.claimed.insert(claim->ticket_id);
       s.requests.erase(m.envelope.request_id);
-      s.MarkReading();
+      s.MarkReading(options_.reader_window_ms);
       Encode(ClaimReply{*claim, Readers()}, &out);
       break;
     }
@@ -601,7 +605,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       }
       status = d.Release(m.id);
       s.claimed.erase(m.id);
-      s.MarkReading();  // the window runs from the end of its last restore
+      s.MarkReading(options_.reader_window_ms);  // the window runs from the end of its last restore
       break;
     }
     case MessageType::kCancel: {

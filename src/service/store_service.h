@@ -78,6 +78,10 @@ struct ServiceOptions {
   // dev VM a 128K-token lookup took 92-126 us walked from the other vCPU and 64-65 us from the
   // same one (docs/store-service.md "Latency: the walk on the client's CPU").
   bool follow_client_cpu = true;
+  // How long a session counts as a reader after its last hit, claim or release (lookup and
+  // claim replies' `readers`, protocol.h; docs/store-service.md "Sharing the node's read
+  // concurrency").
+  uint64_t reader_window_ms = 1000;
   // Test seam: the uid peers must have (default: the service's effective uid).
   std::optional<uint32_t> peer_uid;
 };
@@ -135,8 +139,9 @@ class StoreService {
   void Reclaim(Session& s);
   bool Reply(Session& s, uint16_t type, const Status& status, std::span<const uint8_t> payload,
              int pass_fd = -1);
-  // Sessions reading now (protocol.h LookupReply::readers): live sessions that hold claimed
-  // tickets or read within kReaderWindowMs; at least 1. O(sessions), under mu_.
+  // Sessions reading now (protocol.h LookupReply::readers): sessions whose connection is open
+  // and that hold claimed tickets or read within reader_window_ms; at least 1. O(sessions),
+  // under mu_.
   uint32_t Readers() const EXCLUDES(mu_);
   uint32_t CountReadersLocked() const REQUIRES(mu_);
 

@@ -8,6 +8,8 @@
 #   step_ttft REPS [TIMEOUT_S] ttft-hf, 8B shape, recompute + resident + RangeKV, on tmpfs
 #                              (TIMEOUT_S: 260 unless given)
 #   step_checksum_shm          bench restore, 6 GiB on tmpfs, checksum on/off side by side
+#   step_conc NAME FLAGS...    bench concurrent, 4 requests of 1 GiB from tmpfs into the GPU,
+#                              with FLAGS (--mode ...); its rows, phases and clients' read share
 call_begin() {
   cd "$(dirname "${BASH_SOURCE[1]}")/../.." || exit 1
   final="${OUT:-$PWD/out}"
@@ -47,4 +49,16 @@ step_checksum_shm() {
     --ceiling-grid short --quiet --json "$work/restore_shm_ck.json" >"$work/restore_shm_ck.txt" 2>&1
   rm -rf /dev/shm/rkv-ck
   note "== checksum on/off, tmpfs"; tail -12 "$work/restore_shm_ck.txt" | tee -a "$sum"
+}
+step_conc() {
+  local name=$1 shm=/dev/shm/rkv-conc
+  shift
+  rm -rf $shm && mkdir -p $shm
+  timeout 80 $rkv bench concurrent --device cuda --dir $shm --buffered "$@" --n 4 --size 4GiB \
+    --reps 3 --ceiling-passes end --json "$work/$name.json" >"$work/$name.txt" 2>"$work/$name.err"
+  rm -rf $shm
+  note "== $name ($*)"
+  grep -E "^(embedded|service) " "$work/$name.txt" | head -6 | tee -a "$sum"
+  grep -A8 "^phases" "$work/$name.txt" | grep -E "^(embedded|service) +(distinct|same)" >>"$sum"
+  grep -m2 "read share" "$work/$name.err" >>"$sum"
 }

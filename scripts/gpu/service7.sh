@@ -10,23 +10,14 @@ set -uo pipefail
 call_begin service7 "${SERVICE7_BUDGET:-300}"
 lscpu | grep -E "Model name|Socket|NUMA node\(s\)|L2|L3|^CPU\(s\)" | tee -a "$sum"
 call_build
-shm=/dev/shm/rkv-s7
 for round in 1 2 3; do
   for arm in both cb2 eb32; do
     (( $(left) > 45 )) || break 2
-    name=conc-r$round-$arm
     case $arm in
-      both) flags="--mode both" ;;
-      cb2) flags="--mode service --client-read-workers 1 --client-read-threads 4 --client-read-banks 2" ;;
-      eb32) flags="--mode embedded --embedded-read-banks 32" ;;
+      both) step_conc conc-r$round-both --mode both ;;
+      cb2) step_conc conc-r$round-cb2 --mode service --client-read-workers 1 --client-read-threads 4 --client-read-banks 2 ;;
+      eb32) step_conc conc-r$round-eb32 --mode embedded --embedded-read-banks 32 ;;
     esac
-    rm -rf $shm && mkdir -p $shm
-    timeout 80 $rkv bench concurrent --device cuda --dir $shm --buffered $flags --n 4 \
-      --size 4GiB --reps 3 --ceiling-passes end \
-      --json "$work/$name.json" >"$work/$name.txt" 2>"$work/$name.err"
-    note "== $name ($flags)"
-    grep -E "^(embedded|service) " "$work/$name.txt" | head -6 | tee -a "$sum"
   done
 done
-rm -rf $shm
 call_end service7

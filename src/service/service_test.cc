@@ -646,6 +646,60 @@ TEST_F(ServiceTest, IdsOfOtherSessionsAreRefusedAndTheConnectionStays) {
   ::close(*fd);
 }
 
+// A session that holds a claim and then loses its connection (here: a malformed frame) keeps
+// its leases until its process exits (this one does not), but stops counting as a reader at
+// once: it can read nothing more, and would shrink every other engine's share for as long as
+// its process lives.
+TEST_F(ServiceTest, AClosedSessionHoldingClaimsIsNoReader) {
+  Engine& a = Client();
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
+  auto fd = RawHello(socket_);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  const auto call = [&](MessageType type, const std::vector<uint8_t>& body,
+                        std::vector<uint8_t>* payload) -> Status {
+    RANGEKV_RETURN_IF_ERROR(SendFrame(*fd, static_cast<uint16_t>(type), body));
+    RANGEKV_ASSIGN_OR_RETURN(ReceivedFrame f, ReceiveFrame(*fd));
+    Status remote;
+    std::span<const uint8_t> rest;
+    RANGEKV_RETURN_IF_ERROR(DecodeStatus(f.body, &remote, &rest));
+    payload->assign(rest.begin(), rest.end());
+    return remote;
+  };
+  LookupRequest lookup;
+  lookup.envelope.request_id = "raw";
+  lookup.granularity_tokens = kGranularity;
+  lookup.tokens = tokens;
+  std::vector<uint8_t> body, payload;
+  Encode(lookup, &body);
+  ASSERT_TRUE(call(MessageType::kLookup, body, &payload).ok());
+  LookupReply hit;
+  ASSERT_TRUE(Decode(payload, &hit).ok());
+  ASSERT_FALSE(hit.ticket.empty());
+  ClaimRequest claim;
+  claim.ticket = hit.ticket;
+  claim.envelope = lookup.envelope;
+  claim.endpoint_tokens = (tokens.size() - 1) / kGranularity * kGranularity;
+  claim.tokens = tokens;
+  body.clear();
+  Encode(claim, &body);
+  const Status claimed = call(MessageType::kClaim, body, &payload);
+  ASSERT_TRUE(claimed.ok()) << claimed.ToString();
+  ClaimReply held;
+  ASSERT_TRUE(Decode(payload, &held).ok());
+  EXPECT_EQ(held.readers, 1u);
+  EXPECT_EQ(service_->stats().readers, 1u);
+  const uint8_t junk[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  EXPECT_EQ(SendRaw(*fd, junk).code(), StatusCode::kCorruption);
+  EXPECT_TRUE(Closed(*fd));
+  ::close(*fd);
+  // Well inside the reader window (1 s): only the closed connection can have ended it.
+  EXPECT_TRUE(Eventually([&] { return service_->stats().readers == 0; }, 1));
+  // Its leftovers wait for this process to exit (or for Stop at the end of the test).
+  EXPECT_TRUE(Eventually([&] { return service_->stats().sessions_reclaimed == 1; }, 5));
+}
+
 TEST_F(ServiceTest, TicketsOfAnotherClientCannotBeClaimed) {
   Engine& a = Client();
   Engine& b = Client();

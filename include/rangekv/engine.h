@@ -265,8 +265,10 @@ class Engine {
 
   EngineStats GetStats() const;
   // The read concurrency in effect (EngineOptions::share_reads): the readers the store service
-  // last reported (1 for an embedded store or before any reply), and the stripe reads and read
-  // I/O pieces this engine keeps in flight at most.
+  // last reported (1 for an embedded store or before any reply), the stripe reads this engine
+  // keeps in flight at most, and its read I/O engine's cap: read_io_threads while reading alone,
+  // else 1 / readers of the spans or pieces that engine can have in flight (posix: its threads;
+  // io_uring: rings x queue depth).
   struct ReadShare {
     uint32_t readers = 1;
     uint32_t read_workers = 0;

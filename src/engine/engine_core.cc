@@ -519,13 +519,13 @@ void EngineCore::ShareReads() {
   if (readers == share_.readers) return;
   share_.readers = readers;
   share_.read_workers = restore_->SetReadShare(readers);
-  const uint32_t threads = options_.read_io_threads;
-  share_.read_io_threads = std::max<uint32_t>((threads + readers - 1) / readers, 1);
   // The I/O engine's cap counts spans or pieces in flight: its threads (posix, cuFile), or its
   // rings x queue depth (io_uring). One engine alone keeps no cap beyond its own.
+  const uint32_t threads = options_.read_io_threads;
   const uint32_t slots = read_io_->caps().max_inflight_spans;
-  read_io_->SetConcurrencyLimit(
-      readers == 1 ? 0 : std::max<uint32_t>((slots + readers - 1) / readers, 1));
+  const uint32_t cap = std::max<uint32_t>((slots + readers - 1) / readers, 1);
+  read_io_->SetConcurrencyLimit(readers == 1 ? 0 : cap);
+  share_.read_io_threads = readers == 1 ? threads : cap;
   Log(LogLevel::kDebug, "read share: " + std::to_string(readers) +
                             " sessions reading the store service's node; this engine keeps " +
                             std::to_string(share_.read_workers) + " of " +

@@ -862,11 +862,6 @@ uint32_t RestorePipeline::SetReadShare(uint32_t readers) {
   return read_limit_;
 }
 
-uint32_t RestorePipeline::read_limit() const {
-  MutexLock l(mu_);
-  return read_limit_;
-}
-
 PoolState RestorePipeline::pool_state() const {
   MutexLock l(mu_);
   return jobs_.state();

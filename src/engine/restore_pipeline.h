@@ -182,7 +182,6 @@ class RestorePipeline {
   // engines read the node's medium: ceil(read_workers / readers), at least 1
   // (EngineOptions::share_reads). Reads already in flight finish. Returns the new limit.
   uint32_t SetReadShare(uint32_t readers) EXCLUDES(mu_);
-  uint32_t read_limit() const EXCLUDES(mu_);
 
   // Cancels and abandons every job, then waits until all drained (no read, no fence left).
   void DrainAll() EXCLUDES(mu_);

@@ -20,6 +20,7 @@
 #include "base/coding.h"
 #include "base/log.h"
 #include "directory/ticket.h"
+#include "engine/stats.h"
 #include "engine/store_state.h"
 #include "pack/pack_layout.h"
 #include "persist/payload_digests.h"
@@ -59,18 +60,13 @@ struct StoreService::Session {
   // (ServiceOptions::reader_window_ms). Written by the session's thread, read by every
   // session's under mu_.
   std::atomic<uint32_t> held{0};
-  std::atomic<int64_t> reading_until_ns{0};
+  std::atomic<uint64_t> reading_until_ns{0};
   std::atomic<bool> ended{false};  // its connection closed (leftovers may still be held)
 
-  static int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   // The session reads now: a reader for `window_ms` more, and while it holds claims.
   void MarkReading(uint64_t window_ms) {
     held.store(static_cast<uint32_t>(claimed.size()), std::memory_order_relaxed);
-    reading_until_ns.store(NowNs() + static_cast<int64_t>(window_ms) * 1000000,
+    reading_until_ns.store(engine_internal::SteadyNs() + window_ms * 1000000,
                            std::memory_order_relaxed);
   }
   // Reused from request to request, so a large lookup, claim or reservation allocates (and
@@ -227,7 +223,7 @@ bool StoreService::Reply(Session& s, uint16_t type, const Status& status,
 }
 
 uint32_t StoreService::CountReadersLocked() const {
-  const int64_t now = Session::NowNs();
+  const uint64_t now = engine_internal::SteadyNs();
   uint32_t readers = 0;
   for (const auto& [id, session] : sessions_) {
     const Session& s = *session;

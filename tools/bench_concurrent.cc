@@ -86,6 +86,9 @@ struct ConcurrentFlags {
   uint32_t client_read_workers = 0;  // service clients' read_workers (0: the engine's default)
   uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
   uint32_t embedded_read_banks = 0;  // the embedded engine's read_banks (0: its default)
+  uint32_t embedded_read_workers = 0;  // the embedded engine's read_workers (0: its default)
+  uint32_t embedded_read_threads = 0;  // the embedded engine's read_io_threads (0: its auto)
+  std::string variants = "distinct,same-prefix,mixed";
   std::string client_share_reads = "off";  // service clients' EngineOptions::share_reads
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
   // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
@@ -217,6 +220,15 @@ class Bench {
       ns_.push_back(static_cast<uint32_t>(n));
     }
     if (ns_.empty()) Fail("--n is empty");
+    std::stringstream vs(f_.variants);
+    bool any_variant = false;
+    while (std::getline(vs, item, ',')) {
+      if (item != "distinct" && item != "same-prefix" && item != "mixed") {
+        Fail("--variants: '" + item + "' is none of distinct, same-prefix, mixed");
+      }
+      any_variant = true;
+    }
+    if (!any_variant) Fail("--variants is empty");
     if (total_tokens_ < *std::max_element(ns_.begin(), ns_.end())) {
       Fail("--size must hold at least one token (" + FormatBytes(row_bytes_) + ") per request");
     }
@@ -274,9 +286,16 @@ class Bench {
         eo.read_banks = f_.client_read_banks;
         eo.prefetch_banks = std::min(eo.prefetch_banks, f_.client_read_banks - 1);
       }
-    } else if (f_.embedded_read_banks != 0) {
-      eo.read_banks = f_.embedded_read_banks;
-      eo.prefetch_banks = std::min(eo.prefetch_banks, f_.embedded_read_banks - 1);
+    } else {
+      eo.read_io_threads = f_.embedded_read_threads;
+      if (f_.embedded_read_workers != 0) {
+        eo.read_workers = f_.embedded_read_workers;
+        eo.lookahead_layers = std::max(eo.lookahead_layers, f_.embedded_read_workers);
+      }
+      if (f_.embedded_read_banks != 0) {
+        eo.read_banks = f_.embedded_read_banks;
+        eo.prefetch_banks = std::min(eo.prefetch_banks, f_.embedded_read_banks - 1);
+      }
     }
     eo.model = model_;
     eo.stripe_bytes = geometry_.stripe_bytes;
@@ -776,11 +795,17 @@ class Bench {
     }
   }
 
+  bool Selected(Variant v) const {
+    std::string list = "," + f_.variants + ",";
+    return list.find(std::string(",") + VariantName(v) + ",") != std::string::npos;
+  }
+
   void RunAll() {
     const double wall0 = NowSeconds();
     const bool embedded = f_.mode != "service", service = f_.mode != "embedded";
     for (uint32_t n : ns_) {
       for (Variant v : {Variant::kDistinct, Variant::kSamePrefix, Variant::kMixed}) {
+        if (!Selected(v)) continue;
         double embedded_gib_s = 0;
         if (embedded) {
           results_.push_back(RunEmbedded(v, n));
@@ -1092,6 +1117,18 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "--mode embedded/both: read banks of the one embedded engine (0: its default; "
                   "N clients' banks add up to N times one engine's)")
       ->check(CLI::Range(0u, 256u))
+      ->capture_default_str();
+  cmd->add_option("--embedded-read-workers", f->embedded_read_workers,
+                  "--mode embedded/both: read workers of the one embedded engine (0: its "
+                  "default; N clients keep N times one engine's spans in flight)")
+      ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
+  cmd->add_option("--embedded-read-threads", f->embedded_read_threads,
+                  "--mode embedded/both: read I/O threads of the one embedded engine (0: its "
+                  "auto value)")
+      ->capture_default_str();
+  cmd->add_option("--variants", f->variants,
+                  "comma-separated subset of distinct, same-prefix, mixed")
       ->capture_default_str();
   cmd->add_option("--clients", f->clients,
                   "--mode service: each request's engine in a client process of its own "

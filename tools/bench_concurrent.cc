@@ -25,7 +25,9 @@
 // that verified, or filled its next round's paged KV, while others still restored would load
 // the machine under their timed restores; embedded verifies after the round's threads joined).
 // With --mode both, every service row also reports its
-// aggregate over the embedded row of the same (variant, N) measured in the same run.
+// aggregate over the embedded row of the same (variant, N) measured in the same run; with
+// --interleave the two rows' rounds alternate (embedded and its clients opened side by side,
+// rounds in ABBA order), so a machine whose speed drifts over the run meets both alike.
 //
 // Phases: every request keeps the instants it passed (Timeline: started, lookup answered,
 // restore started and slots bound, first and last layer ready, finished and released; a store:
@@ -89,6 +91,7 @@ struct ConcurrentFlags {
   uint32_t embedded_read_workers = 0;  // the embedded engine's read_workers (0: its default)
   uint32_t embedded_read_threads = 0;  // the embedded engine's read_io_threads (0: its auto)
   std::string variants = "distinct,same-prefix,mixed";
+  bool interleave = false;                 // --mode both: the two arms' rounds in turn (RunAll)
   std::string client_share_reads = "off";  // service clients' EngineOptions::share_reads
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
   // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
@@ -229,6 +232,7 @@ class Bench {
       any_variant = true;
     }
     if (!any_variant) Fail("--variants is empty");
+    if (f_.interleave && f_.mode != "both") Fail("--interleave needs --mode both");
     if (total_tokens_ < *std::max_element(ns_.begin(), ns_.end())) {
       Fail("--size must hold at least one token (" + FormatBytes(row_bytes_) + ") per request");
     }
@@ -540,35 +544,53 @@ class Bench {
     Record(r, round, t0, wall, timelines);
   }
 
-  RunResult RunEmbedded(Variant variant, uint32_t n) {
-    const RunPlan p = Plan(variant, n);
-    RunResult r = Start(p, Mode::kEmbedded);
+  // One mode's run of a (variant, N): opened (its store, its engine or the service and its
+  // clients, the prefixes stored untimed), then its rounds timed one at a time, then closed.
+  // RunAll times an arm's rounds in a row, or (--interleave) the embedded and the service arm
+  // of the same (variant, N) round by round in turn.
+  struct EmbeddedArm {
+    RunPlan p;
+    RunResult r;
+    std::unique_ptr<ScratchDir> scratch;
+    std::unique_ptr<Engine> engine;
+    std::vector<std::unique_ptr<PagedKvSpace>> kv;  // one paged KV per request
+    std::vector<std::vector<int32_t>> prompts;      // restores: their prefix; stores: per round
+  };
+
+  EmbeddedArm OpenEmbedded(Variant variant, uint32_t n) {
+    EmbeddedArm a;
+    a.p = Plan(variant, n);
+    a.r = Start(a.p, Mode::kEmbedded);
     Result<std::unique_ptr<ScratchDir>> scratch = ScratchDir::Make(f_.dir, "rangekv-concurrent-");
     if (!scratch.ok()) Fail(scratch.status().ToString());
-    const EngineOptions eo = Options(p, (*scratch)->Join("store"), "");
+    a.scratch = std::move(*scratch);
+    const EngineOptions eo = Options(a.p, a.scratch->Join("store"), "");
     Result<std::unique_ptr<Engine>> opened = Engine::Open(eo);
     if (!opened.ok()) Fail("open: " + opened.status().ToString());
-    Engine& engine = **opened;
-
-    // One paged KV per request; restores of prefix i use the pattern seed PrefixSeed(i).
-    std::vector<std::unique_ptr<PagedKvSpace>> kv(n);
-    for (uint32_t i = 0; i < n; ++i) kv[i] = Space(p, i);
-    std::vector<std::vector<int32_t>> prompts(n);  // restores: their prefix; stores: per round
-    for (uint32_t i = 0; i < p.restores; ++i) prompts[i] = Prompt(p, i);
-    StorePrefixes(engine, p, kv);
+    a.engine = std::move(*opened);
+    // Restores of prefix i use the pattern seed PrefixSeed(i).
+    a.kv.resize(n);
+    for (uint32_t i = 0; i < n; ++i) a.kv[i] = Space(a.p, i);
+    a.prompts.resize(n);
+    for (uint32_t i = 0; i < a.p.restores; ++i) a.prompts[i] = Prompt(a.p, i);
+    StorePrefixes(*a.engine, a.p, a.kv);
     // The engine's read concurrency: its read I/O engine's threads (read_io_threads as resolved
     // at Open), which the ceiling's grid includes.
-    BeginCeiling(p, eo.store_dir + "/packs.rkv", engine.options().read_io_threads);
+    BeginCeiling(a.p, eo.store_dir + "/packs.rkv", a.engine->options().read_io_threads);
+    return a;
+  }
 
-    for (uint32_t round = 0; round < p.rounds; ++round) {
-      TimeRound(
-          p, round, [&](uint32_t) -> Engine& { return engine; }, kv, prompts, r);
-    }
-    Status closed = engine.Close();
+  void EmbeddedRound(EmbeddedArm& a, uint32_t round) {
+    TimeRound(
+        a.p, round, [&](uint32_t) -> Engine& { return *a.engine; }, a.kv, a.prompts, a.r);
+  }
+
+  RunResult CloseEmbedded(EmbeddedArm& a) {
+    Status closed = a.engine->Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
-    KeepCeilingStore(p, std::move(*scratch));
-    Finish(r);
-    return r;
+    KeepCeilingStore(a.p, std::move(a.scratch));
+    Finish(a.r);
+    return a.r;
   }
 
   // A client process of the service mode (see the file comment). Per round it prepares its
@@ -674,28 +696,45 @@ class Bench {
     return buf;
   }
 
-  RunResult RunService(Variant variant, uint32_t n) {
-    const RunPlan p = Plan(variant, n);
+  struct ServiceArm {
+    RunPlan p;
+    RunResult r;
+    std::unique_ptr<ScratchDir> scratch;
+    std::unique_ptr<service::StoreService> svc;
+    std::string socket;
+    std::vector<Client> clients;  // --clients processes
+    // --clients threads: N engines of this process, each a session of the service.
+    std::vector<std::unique_ptr<Engine>> engines;
+    std::vector<std::unique_ptr<PagedKvSpace>> kv;
+    std::vector<std::vector<int32_t>> prompts;
+  };
+
+  ServiceArm OpenService(Variant variant, uint32_t n) {
+    ServiceArm a;
+    a.p = Plan(variant, n);
     const bool threads = f_.clients == "threads";
-    RunResult r = Start(p, threads ? Mode::kServiceThreads : Mode::kService);
+    a.r = Start(a.p, threads ? Mode::kServiceThreads : Mode::kService);
     std::signal(SIGPIPE, SIG_IGN);  // a client that died is reported by its closed stdout
     Result<std::unique_ptr<ScratchDir>> scratch = ScratchDir::Make(f_.dir, "rangekv-concurrent-");
     if (!scratch.ok()) Fail(scratch.status().ToString());
+    a.scratch = std::move(*scratch);
     service::ServiceOptions so;
-    so.root = (*scratch)->Join("service");
-    so.socket_path = (*scratch)->Join("rangekv.sock");
-    so.default_quota_bytes = p.capacity_bytes;
+    so.root = a.scratch->Join("service");
+    so.socket_path = a.scratch->Join("rangekv.sock");
+    so.default_quota_bytes = a.p.capacity_bytes;
+    a.socket = so.socket_path;
     Result<std::unique_ptr<service::StoreService>> svc = service::StoreService::Start(so);
     if (!svc.ok()) Fail("store service: " + svc.status().ToString());
+    a.svc = std::move(*svc);
     std::string pack_path;
     uint32_t read_io_threads = 0;
     {
       // Untimed, from this process: the prefixes, through the service.
-      Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(p, "", so.socket_path));
+      Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(a.p, "", a.socket));
       if (!opened.ok()) Fail("open: " + opened.status().ToString());
-      std::vector<std::unique_ptr<PagedKvSpace>> kv(p.prefixes);
-      for (uint32_t i = 0; i < p.prefixes; ++i) kv[i] = Space(p, i);
-      StorePrefixes(**opened, p, kv);
+      std::vector<std::unique_ptr<PagedKvSpace>> kv(a.p.prefixes);
+      for (uint32_t i = 0; i < a.p.prefixes; ++i) kv[i] = Space(a.p, i);
+      StorePrefixes(**opened, a.p, kv);
       glob_t g{};
       if (glob((so.root + "/*/*/packs.rkv").c_str(), 0, nullptr, &g) != 0 || g.gl_pathc != 1) {
         Fail("the service's pack file was not found under " + so.root);
@@ -706,85 +745,78 @@ class Bench {
       Status closed = (*opened)->Close();
       if (!closed.ok()) Fail("close: " + closed.ToString());
     }
-    BeginCeiling(p, pack_path, read_io_threads);  // with --mode service: the N's first store
+    BeginCeiling(a.p, pack_path, read_io_threads);  // with --mode service: the N's first store
     if (threads) {
-      RunThreadClients(p, so.socket_path, r);
+      a.engines.resize(n);
+      a.kv.resize(n);
+      a.prompts.resize(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(a.p, "", a.socket));
+        if (!opened.ok()) Fail("open: " + opened.status().ToString());
+        a.engines[i] = std::move(*opened);
+        a.kv[i] = Space(a.p, i);
+        if (i < a.p.restores) a.prompts[i] = Prompt(a.p, i);
+      }
     } else {
-      RunProcessClients(p, so.socket_path, r);
+      for (uint32_t i = 0; i < n; ++i) a.clients.push_back(Spawn(a.p, i, a.socket));
     }
-    Status stopped = (*svc)->Stop();
-    if (!stopped.ok()) Fail("store service stop: " + stopped.ToString());
-    KeepCeilingStore(p, std::move(*scratch));  // as RunEmbedded does
-    Finish(r);
-    return r;
+    return a;
   }
 
-  // N engines of this process, each a session of the service, one request each per round,
-  // timed as RunEmbedded times its threads.
-  void RunThreadClients(const RunPlan& p, const std::string& socket, RunResult& r) {
-    const uint32_t n = p.n;
-    std::vector<std::unique_ptr<Engine>> engines(n);
-    std::vector<std::unique_ptr<PagedKvSpace>> kv(n);
-    std::vector<std::vector<int32_t>> prompts(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(p, "", socket));
-      if (!opened.ok()) Fail("open: " + opened.status().ToString());
-      engines[i] = std::move(*opened);
-      kv[i] = Space(p, i);
-      if (i < p.restores) prompts[i] = Prompt(p, i);
-    }
-    for (uint32_t round = 0; round < p.rounds; ++round) {
+  void ServiceRound(ServiceArm& a, uint32_t round) {
+    if (!a.engines.empty()) {  // timed as an embedded round times its threads
       TimeRound(
-          p, round, [&](uint32_t i) -> Engine& { return *engines[i]; }, kv, prompts, r);
+          a.p, round, [&](uint32_t i) -> Engine& { return *a.engines[i]; }, a.kv, a.prompts, a.r);
+    } else {
+      ProcessRound(a, round);
     }
-    for (auto& e : engines) {
+  }
+
+  void ProcessRound(ServiceArm& a, uint32_t round) {
+    const uint32_t n = a.p.n;
+    for (Client& c : a.clients) {
+      if (ReadLine(c) != "ready\n") Fail("client protocol: expected ready");
+    }
+    CeilingPass(n, round);
+    const double t0 = NowSeconds();
+    for (Client& c : a.clients) {
+      std::fputs("go\n", c.to);
+      std::fflush(c.to);
+    }
+    double last_end = t0;
+    std::vector<Timeline> timelines(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::string line = ReadLine(a.clients[i]);
+      int ok = 0;
+      int consumed = 0;
+      Timeline& t = timelines[i];
+      if (std::sscanf(line.c_str(), "done %d %lf %lf %lf %lf %lf %lf %n", &ok, &t.start,
+                      &t.looked_up, &t.bound, &t.first, &t.last, &t.end, &consumed) != 7) {
+        Fail("client protocol: " + line);
+      }
+      if (ok != 1) Fail("request " + std::to_string(i) + ": " + line.substr(consumed));
+      last_end = std::max(last_end, t.end);
+    }
+    for (Client& c : a.clients) {
+      std::fputs("verify\n", c.to);
+      std::fflush(c.to);
+    }
+    for (Client& c : a.clients) {
+      unsigned long long bad = 0;
+      if (std::sscanf(ReadLine(c).c_str(), "verified %llu", &bad) != 1) {
+        Fail("client protocol: expected verified");
+      }
+      a.r.verify_failures += bad;
+    }
+    Record(a.r, round, t0, last_end - t0, timelines);
+  }
+
+  RunResult CloseService(ServiceArm& a) {
+    for (auto& e : a.engines) {
       Status closed = e->Close();
       if (!closed.ok()) Fail("close: " + closed.ToString());
     }
-  }
-
-  void RunProcessClients(const RunPlan& p, const std::string& socket, RunResult& r) {
-    const uint32_t n = p.n;
-    std::vector<Client> clients;
-    for (uint32_t i = 0; i < n; ++i) clients.push_back(Spawn(p, i, socket));
-    for (uint32_t round = 0; round < p.rounds; ++round) {
-      for (Client& c : clients) {
-        if (ReadLine(c) != "ready\n") Fail("client protocol: expected ready");
-      }
-      CeilingPass(n, round);
-      const double t0 = NowSeconds();
-      for (Client& c : clients) {
-        std::fputs("go\n", c.to);
-        std::fflush(c.to);
-      }
-      double last_end = t0;
-      std::vector<Timeline> timelines(n);
-      for (uint32_t i = 0; i < n; ++i) {
-        const std::string line = ReadLine(clients[i]);
-        int ok = 0;
-        int consumed = 0;
-        Timeline& t = timelines[i];
-        if (std::sscanf(line.c_str(), "done %d %lf %lf %lf %lf %lf %lf %n", &ok, &t.start,
-                        &t.looked_up, &t.bound, &t.first, &t.last, &t.end, &consumed) != 7) {
-          Fail("client protocol: " + line);
-        }
-        if (ok != 1) Fail("request " + std::to_string(i) + ": " + line.substr(consumed));
-        last_end = std::max(last_end, t.end);
-      }
-      for (Client& c : clients) {
-        std::fputs("verify\n", c.to);
-        std::fflush(c.to);
-      }
-      for (Client& c : clients) {
-        unsigned long long bad = 0;
-        if (std::sscanf(ReadLine(c).c_str(), "verified %llu", &bad) != 1) {
-          Fail("client protocol: expected verified");
-        }
-        r.verify_failures += bad;
-      }
-      Record(r, round, t0, last_end - t0, timelines);
-    }
-    for (Client& c : clients) {
+    for (Client& c : a.clients) {
       std::fclose(c.to);
       std::fclose(c.from);
       int wstatus = 0;
@@ -793,6 +825,11 @@ class Bench {
         Fail("a client process failed at its end");
       }
     }
+    Status stopped = a.svc->Stop();
+    if (!stopped.ok()) Fail("store service stop: " + stopped.ToString());
+    KeepCeilingStore(a.p, std::move(a.scratch));  // as CloseEmbedded does
+    Finish(a.r);
+    return a.r;
   }
 
   bool Selected(Variant v) const {
@@ -806,13 +843,34 @@ class Bench {
     for (uint32_t n : ns_) {
       for (Variant v : {Variant::kDistinct, Variant::kSamePrefix, Variant::kMixed}) {
         if (!Selected(v)) continue;
+        const uint32_t rounds = Plan(v, n).rounds;
+        if (embedded && service && f_.interleave) {
+          // Both arms open side by side; round i runs embedded then service (i even) or
+          // service then embedded (i odd), so a machine that changes speed over a run meets
+          // both arms alike.
+          EmbeddedArm e = OpenEmbedded(v, n);
+          ServiceArm s = OpenService(v, n);
+          for (uint32_t round = 0; round < rounds; ++round) {
+            if (round % 2 == 0) EmbeddedRound(e, round);
+            ServiceRound(s, round);
+            if (round % 2 == 1) EmbeddedRound(e, round);
+          }
+          results_.push_back(CloseEmbedded(e));
+          results_.push_back(CloseService(s));
+          results_.back().embedded_gib_s = results_[results_.size() - 2].aggregate_median;
+          continue;
+        }
         double embedded_gib_s = 0;
         if (embedded) {
-          results_.push_back(RunEmbedded(v, n));
+          EmbeddedArm e = OpenEmbedded(v, n);
+          for (uint32_t round = 0; round < rounds; ++round) EmbeddedRound(e, round);
+          results_.push_back(CloseEmbedded(e));
           embedded_gib_s = results_.back().aggregate_median;
         }
         if (service) {
-          results_.push_back(RunService(v, n));
+          ServiceArm s = OpenService(v, n);
+          for (uint32_t round = 0; round < rounds; ++round) ServiceRound(s, round);
+          results_.push_back(CloseService(s));
           results_.back().embedded_gib_s = embedded_gib_s;
         }
       }
@@ -1130,6 +1188,9 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
   cmd->add_option("--variants", f->variants,
                   "comma-separated subset of distinct, same-prefix, mixed")
       ->capture_default_str();
+  cmd->add_flag("--interleave", f->interleave,
+                "--mode both: open the embedded engine and the service's clients side by side "
+                "and time their rounds in turn (ABBA), so both meet the machine alike");
   cmd->add_option("--clients", f->clients,
                   "--mode service: each request's engine in a client process of its own "
                   "(processes, a node's serving instances) or in a thread of this process "

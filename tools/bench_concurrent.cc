@@ -271,6 +271,21 @@ class Bench {
     return p;
   }
 
+  // One engine's read counts from the --client-read-* or --embedded-read-* flags (0 keeps the
+  // engine's own): read workers (lookahead at least as deep), read I/O threads, read banks
+  // (prefetch capped one below).
+  static void SizeReads(EngineOptions& eo, uint32_t workers, uint32_t threads, uint32_t banks) {
+    eo.read_io_threads = threads;
+    if (workers != 0) {
+      eo.read_workers = workers;
+      eo.lookahead_layers = std::max(eo.lookahead_layers, workers);
+    }
+    if (banks != 0) {
+      eo.read_banks = banks;
+      eo.prefetch_banks = std::min(eo.prefetch_banks, banks - 1);
+    }
+  }
+
   // Engine options of every engine of a run: embedded at `store_dir`, or a client of the
   // service at `socket`.
   EngineOptions Options(const RunPlan& p, const std::string& store_dir,
@@ -280,26 +295,10 @@ class Bench {
     if (!socket.empty()) {
       eo.store_service = "unix://" + socket;
       eo.tenant = "bench";
-      eo.read_io_threads = f_.client_read_threads;
       eo.share_reads = f_.client_share_reads == "on";
-      if (f_.client_read_workers != 0) {
-        eo.read_workers = f_.client_read_workers;
-        eo.lookahead_layers = std::max(eo.lookahead_layers, f_.client_read_workers);
-      }
-      if (f_.client_read_banks != 0) {
-        eo.read_banks = f_.client_read_banks;
-        eo.prefetch_banks = std::min(eo.prefetch_banks, f_.client_read_banks - 1);
-      }
+      SizeReads(eo, f_.client_read_workers, f_.client_read_threads, f_.client_read_banks);
     } else {
-      eo.read_io_threads = f_.embedded_read_threads;
-      if (f_.embedded_read_workers != 0) {
-        eo.read_workers = f_.embedded_read_workers;
-        eo.lookahead_layers = std::max(eo.lookahead_layers, f_.embedded_read_workers);
-      }
-      if (f_.embedded_read_banks != 0) {
-        eo.read_banks = f_.embedded_read_banks;
-        eo.prefetch_banks = std::min(eo.prefetch_banks, f_.embedded_read_banks - 1);
-      }
+      SizeReads(eo, f_.embedded_read_workers, f_.embedded_read_threads, f_.embedded_read_banks);
     }
     eo.model = model_;
     eo.stripe_bytes = geometry_.stripe_bytes;

@@ -758,6 +758,7 @@ class Bench {
       }
     } else {
       for (uint32_t i = 0; i < n; ++i) a.clients.push_back(Spawn(a.p, i, a.socket));
+      AwaitReady(a);
     }
     return a;
   }
@@ -771,11 +772,28 @@ class Bench {
     }
   }
 
-  void ProcessRound(ServiceArm& a, uint32_t round) {
-    const uint32_t n = a.p.n;
+  // The clients start up and prepare a round (AwaitReady), and end (ReapClients), inside the
+  // arm's own open and rounds: with --interleave no client work overlaps an embedded round.
+  void AwaitReady(ServiceArm& a) {
     for (Client& c : a.clients) {
       if (ReadLine(c) != "ready\n") Fail("client protocol: expected ready");
     }
+  }
+  void ReapClients(ServiceArm& a) {
+    for (Client& c : a.clients) {
+      std::fclose(c.to);
+      std::fclose(c.from);
+      int wstatus = 0;
+      if (waitpid(c.pid, &wstatus, 0) != c.pid || !WIFEXITED(wstatus) ||
+          WEXITSTATUS(wstatus) != 0) {
+        Fail("a client process failed at its end");
+      }
+    }
+    a.clients.clear();
+  }
+
+  void ProcessRound(ServiceArm& a, uint32_t round) {
+    const uint32_t n = a.p.n;
     CeilingPass(n, round);
     const double t0 = NowSeconds();
     for (Client& c : a.clients) {
@@ -808,6 +826,11 @@ class Bench {
       a.r.verify_failures += bad;
     }
     Record(a.r, round, t0, last_end - t0, timelines);
+    if (round + 1 < a.p.rounds) {
+      AwaitReady(a);  // the next round's paged KV, prepared now
+    } else {
+      ReapClients(a);
+    }
   }
 
   RunResult CloseService(ServiceArm& a) {
@@ -815,15 +838,7 @@ class Bench {
       Status closed = e->Close();
       if (!closed.ok()) Fail("close: " + closed.ToString());
     }
-    for (Client& c : a.clients) {
-      std::fclose(c.to);
-      std::fclose(c.from);
-      int wstatus = 0;
-      if (waitpid(c.pid, &wstatus, 0) != c.pid || !WIFEXITED(wstatus) ||
-          WEXITSTATUS(wstatus) != 0) {
-        Fail("a client process failed at its end");
-      }
-    }
+    ReapClients(a);  // when the last round did not
     Status stopped = a.svc->Stop();
     if (!stopped.ok()) Fail("store service stop: " + stopped.ToString());
     KeepCeilingStore(a.p, std::move(a.scratch));  // as CloseEmbedded does
@@ -1185,7 +1200,8 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "auto value)")
       ->capture_default_str();
   cmd->add_option("--variants", f->variants,
-                  "comma-separated subset of distinct, same-prefix, mixed")
+                  "comma-separated subset of distinct, same-prefix, mixed (the read ceiling is "
+                  "measured on the distinct variant's store: without it, none)")
       ->capture_default_str();
   cmd->add_flag("--interleave", f->interleave,
                 "--mode both: open the embedded engine and the service's clients side by side "

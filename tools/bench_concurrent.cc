@@ -224,14 +224,19 @@ class Bench {
     }
     if (ns_.empty()) Fail("--n is empty");
     std::stringstream vs(f_.variants);
-    bool any_variant = false;
-    while (std::getline(vs, item, ',')) {
-      if (item != "distinct" && item != "same-prefix" && item != "mixed") {
-        Fail("--variants: '" + item + "' is none of distinct, same-prefix, mixed");
+    std::vector<std::string> named;
+    while (std::getline(vs, item, ',')) named.push_back(item);
+    for (const std::string& v : named) {
+      if (v != "distinct" && v != "same-prefix" && v != "mixed") {
+        Fail("--variants: '" + v + "' is none of distinct, same-prefix, mixed");
       }
-      any_variant = true;
     }
-    if (!any_variant) Fail("--variants is empty");
+    for (Variant v : {Variant::kDistinct, Variant::kSamePrefix, Variant::kMixed}) {
+      if (std::find(named.begin(), named.end(), VariantName(v)) != named.end()) {
+        variants_.push_back(v);
+      }
+    }
+    if (variants_.empty()) Fail("--variants is empty");
     if (f_.interleave && f_.mode != "both") Fail("--interleave needs --mode both");
     if (total_tokens_ < *std::max_element(ns_.begin(), ns_.end())) {
       Fail("--size must hold at least one token (" + FormatBytes(row_bytes_) + ") per request");
@@ -543,6 +548,16 @@ class Bench {
     Record(r, round, t0, wall, timelines);
   }
 
+  // The N requests' paged KV (restores of prefix i use the pattern seed PrefixSeed(i)) and
+  // prompts (restores: their prefix; stores get theirs per round).
+  void OpenRequests(const RunPlan& p, std::vector<std::unique_ptr<PagedKvSpace>>* kv,
+                    std::vector<std::vector<int32_t>>* prompts) {
+    kv->resize(p.n);
+    for (uint32_t i = 0; i < p.n; ++i) (*kv)[i] = Space(p, i);
+    prompts->resize(p.n);
+    for (uint32_t i = 0; i < p.restores; ++i) (*prompts)[i] = Prompt(p, i);
+  }
+
   // One mode's run of a (variant, N): opened (its store, its engine or the service and its
   // clients, the prefixes stored untimed), then its rounds timed one at a time, then closed.
   // RunAll times an arm's rounds in a row, or (--interleave) the embedded and the service arm
@@ -567,11 +582,7 @@ class Bench {
     Result<std::unique_ptr<Engine>> opened = Engine::Open(eo);
     if (!opened.ok()) Fail("open: " + opened.status().ToString());
     a.engine = std::move(*opened);
-    // Restores of prefix i use the pattern seed PrefixSeed(i).
-    a.kv.resize(n);
-    for (uint32_t i = 0; i < n; ++i) a.kv[i] = Space(a.p, i);
-    a.prompts.resize(n);
-    for (uint32_t i = 0; i < a.p.restores; ++i) a.prompts[i] = Prompt(a.p, i);
+    OpenRequests(a.p, &a.kv, &a.prompts);
     StorePrefixes(*a.engine, a.p, a.kv);
     // The engine's read concurrency: its read I/O engine's threads (read_io_threads as resolved
     // at Open), which the ceiling's grid includes.
@@ -746,16 +757,12 @@ class Bench {
     }
     BeginCeiling(a.p, pack_path, read_io_threads);  // with --mode service: the N's first store
     if (threads) {
-      a.engines.resize(n);
-      a.kv.resize(n);
-      a.prompts.resize(n);
       for (uint32_t i = 0; i < n; ++i) {
         Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(a.p, "", a.socket));
         if (!opened.ok()) Fail("open: " + opened.status().ToString());
-        a.engines[i] = std::move(*opened);
-        a.kv[i] = Space(a.p, i);
-        if (i < a.p.restores) a.prompts[i] = Prompt(a.p, i);
+        a.engines.push_back(std::move(*opened));
       }
+      OpenRequests(a.p, &a.kv, &a.prompts);
     } else {
       for (uint32_t i = 0; i < n; ++i) a.clients.push_back(Spawn(a.p, i, a.socket));
       AwaitReady(a);
@@ -846,17 +853,11 @@ class Bench {
     return a.r;
   }
 
-  bool Selected(Variant v) const {
-    std::string list = "," + f_.variants + ",";
-    return list.find(std::string(",") + VariantName(v) + ",") != std::string::npos;
-  }
-
   void RunAll() {
     const double wall0 = NowSeconds();
     const bool embedded = f_.mode != "service", service = f_.mode != "embedded";
     for (uint32_t n : ns_) {
-      for (Variant v : {Variant::kDistinct, Variant::kSamePrefix, Variant::kMixed}) {
-        if (!Selected(v)) continue;
+      for (Variant v : variants_) {
         const uint32_t rounds = Plan(v, n).rounds;
         if (embedded && service && f_.interleave) {
           // Both arms open side by side; round i runs embedded then service (i even) or
@@ -1084,6 +1085,7 @@ class Bench {
   uint64_t row_bytes_ = 0;
   uint64_t total_tokens_ = 0;
   std::vector<uint32_t> ns_;
+  std::vector<Variant> variants_;  // --variants, in the order distinct, same-prefix, mixed
   std::unique_ptr<Device> device_;
   struct CeilingState {  // the N whose rounds run now (BeginCeiling .. FinishCeiling)
     std::unique_ptr<ScratchDir> scratch;  // the distinct variant's store, while passes read it

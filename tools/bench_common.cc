@@ -32,6 +32,7 @@
 #include "base/units.h"
 #include "pack/pack_file.h"
 #include "rangekv/env.h"
+#include "tools/bench_stats.h"
 
 namespace rangekv::tools {
 
@@ -1944,6 +1945,23 @@ void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
                    "rangekv: spread within repetitions %.1f%% (each time over its repetition's "
                    "median across points)\n",
                    (phi - plo) / plo * 100);
+      // Whether the points differ at all, told apart from the medium's noise: Friedman's test
+      // over the same blocks (with --interleave a repetition ran every point once, side by
+      // side; without it the blocks are not one moment, so no test). On a disk whose repetitions
+      // vary by several percent, a spread of medians of a few percent is what identical points
+      // give too (docs/benchmarks.md, 2026-12-06); a Q under the 5% critical value says the
+      // measurements do not show the naming mattering.
+      std::vector<std::vector<double>> samples;
+      for (const SweepResult* r : rkv) samples.push_back(r->samples_s);
+      const std::optional<double> q = FriedmanQ(samples);
+      const std::optional<double> critical = ChiSquare95(rkv.size() - 1);
+      if (rep.interleaved && q && critical) {
+        std::fprintf(out,
+                     "rangekv: naming effect: Friedman Q %.2f over %zu repetitions, 5%% critical "
+                     "value %.2f (df %zu): %s\n",
+                     *q, reps, *critical, rkv.size() - 1,
+                     *q > *critical ? "the points differ" : "no difference shown");
+      }
     }
     if (rep.ceiling_gib_s > 0) {
       std::fprintf(out, "rangekv / engine-config ceiling (%s): %.2f-%.2f\n",

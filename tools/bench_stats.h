@@ -1,0 +1,28 @@
+// Statistics the bench summaries print beside their medians.
+//
+// Thread-safety: stateless functions.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+namespace rangekv::tools {
+
+// Friedman's rank statistic Q for k treatments measured in n blocks: samples[j][i] is
+// treatment j's value in block i (every row the same length n >= 1, k >= 2). In a bench sweep
+// run with --interleave the treatments are the namings and the blocks the repetitions, each of
+// which ran every naming once, so the medium's speed in that repetition cancels: within each
+// block the values are ranked 1..k (ties get their average rank), R_j is treatment j's rank sum,
+// and Q = 12 / (n k (k+1)) * sum R_j^2 - 3 n (k+1). With no treatment effect Q follows a
+// chi-square distribution with k-1 degrees of freedom; it is 0 when every block ties and n (k-1)
+// when every block ranks the treatments in the same order. No tie correction (times are
+// continuous). nullopt when the shape does not qualify.
+std::optional<double> FriedmanQ(const std::vector<std::vector<double>>& samples);
+
+// The chi-square distribution's 95th percentile for `df` degrees of freedom, 1 <= df <= 15
+// (the points one sweep runs); nullopt otherwise. Q above it: the treatments differ at the 5%
+// level.
+std::optional<double> ChiSquare95(size_t df);
+
+}  // namespace rangekv::tools

@@ -1,0 +1,55 @@
+#include "tools/bench_stats.h"
+
+#include <gtest/gtest.h>
+
+namespace rangekv::tools {
+namespace {
+
+TEST(FriedmanQ, ZeroWhenEveryBlockTies) {
+  EXPECT_DOUBLE_EQ(*FriedmanQ({{1, 2, 3}, {1, 2, 3}, {1, 2, 3}}), 0);
+}
+
+TEST(FriedmanQ, MaximalWhenEveryBlockRanksAlike) {
+  // Treatment j is always the j-th fastest, whatever the block's level: Q = n (k - 1).
+  const std::vector<std::vector<double>> s = {
+      {1.0, 2.0, 0.5, 9.0}, {1.1, 2.2, 0.6, 9.5}, {1.2, 2.4, 0.7, 9.9}};
+  EXPECT_DOUBLE_EQ(*FriedmanQ(s), 4.0 * 2);
+}
+
+TEST(FriedmanQ, BlockLevelsCancel) {
+  // The same within-block order at wildly different block levels gives the same Q as at one.
+  const std::vector<std::vector<double>> flat = {{1, 1, 1}, {2, 2, 2}};
+  const std::vector<std::vector<double>> drift = {{1, 10, 100}, {2, 20, 200}};
+  EXPECT_DOUBLE_EQ(*FriedmanQ(flat), *FriedmanQ(drift));
+}
+
+TEST(FriedmanQ, KnownValue) {
+  // k = 3, n = 4. Blocks' ranks: (1,2,3) (1,3,2) (2,1,3) (1,2,3): R = (5, 8, 11),
+  // Q = 12 / (4*3*4) * (25 + 64 + 121) - 3*4*4 = 52.5 - 48 = 4.5.
+  const std::vector<std::vector<double>> s = {{1, 1, 5, 1}, {2, 3, 4, 2}, {3, 2, 6, 3}};
+  EXPECT_DOUBLE_EQ(*FriedmanQ(s), 4.5);
+}
+
+TEST(FriedmanQ, TiesShareTheirAverageRank) {
+  // One block (2, 2, 1): ranks (2.5, 2.5, 1); the other (1, 2, 3). R = (3.5, 4.5, 4):
+  // Q = 12 / (2*3*4) * (12.25 + 20.25 + 16) - 3*2*4 = 24.25 - 24 = 0.25.
+  EXPECT_DOUBLE_EQ(*FriedmanQ({{2, 1}, {2, 2}, {1, 3}}), 0.25);
+}
+
+TEST(FriedmanQ, RejectsShapesThatDoNotQualify) {
+  EXPECT_FALSE(FriedmanQ({}).has_value());
+  EXPECT_FALSE(FriedmanQ({{1, 2}}).has_value());
+  EXPECT_FALSE(FriedmanQ({{}, {}}).has_value());
+  EXPECT_FALSE(FriedmanQ({{1, 2}, {1}}).has_value());
+}
+
+TEST(ChiSquare95, TableBounds) {
+  EXPECT_DOUBLE_EQ(*ChiSquare95(1), 3.841);
+  EXPECT_DOUBLE_EQ(*ChiSquare95(5), 11.070);
+  EXPECT_DOUBLE_EQ(*ChiSquare95(15), 24.996);
+  EXPECT_FALSE(ChiSquare95(0).has_value());
+  EXPECT_FALSE(ChiSquare95(16).has_value());
+}
+
+}  // namespace
+}  // namespace rangekv::tools

@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   // First byte picks the message; the rest is its body.
   const std::span<const uint8_t> body = bytes.subspan(1);
-  switch (data[0] % 19) {
+  switch (data[0] % 20) {
     case 0: RoundTrip<HelloRequest>(body); break;
     case 1: RoundTrip<HelloReply>(body); break;
     case 2: RoundTrip<LookupRequest>(body); break;
@@ -57,6 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 16: RoundTrip<AttachQueryBufferRequest>(body); break;
     case 17: RoundTrip<LookupSharedRequest>(body); break;
     case 18: RoundTrip<ClaimSharedRequest>(body); break;
+    case 19:
+      RoundTrip<AttachReadGateReply>(body);
+      break;
     case 14: {
       rangekv::Status remote;
       std::span<const uint8_t> rest;
@@ -65,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     default:
-      for (uint16_t t = 0; t <= 16; ++t) {
+      for (uint16_t t = 0; t <= 19; ++t) {
         rangekv::Status s = DecodeRequestBody(t, body);
         s.IgnoreError();
       }

@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
 #include <csignal>
 #include <cstdarg>
@@ -93,6 +94,9 @@ struct ConcurrentFlags {
   std::string variants = "distinct,same-prefix,mixed";
   bool interleave = false;                 // --mode both: the two arms' rounds in turn (RunAll)
   std::string client_share_reads = "off";  // service clients' EngineOptions::share_reads
+  // The in-process service's read gate (ServiceOptions::read_slots) and every client's
+  // EngineOptions::read_gate; 0: none.
+  uint32_t read_gate = 0;
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
   // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
   // engines in this process, each its own session): tells what separate processes cost apart
@@ -301,6 +305,7 @@ class Bench {
       eo.store_service = "unix://" + socket;
       eo.tenant = "bench";
       eo.share_reads = f_.client_share_reads == "on";
+      eo.read_gate = f_.read_gate > 0;
       SizeReads(eo, f_.client_read_workers, f_.client_read_threads, f_.client_read_banks);
     } else {
       SizeReads(eo, f_.embedded_read_workers, f_.embedded_read_threads, f_.embedded_read_banks);
@@ -643,8 +648,15 @@ class Bench {
     const Engine::ReadShare share = engine.read_share();
     std::fprintf(stderr,
                  "bench client %u of %u: read share at the end: %u readers, %u stripe reads and "
-                 "%u read I/O pieces in flight at most\n",
+                 "%u read I/O pieces in flight at most",
                  c.index, p.n, share.readers, share.read_workers, share.read_io_threads);
+    if (share.gate_slots > 0) {
+      std::fprintf(stderr,
+                   "; the node's read gate of %u slots: %" PRIu64 " reads waited, %" PRIu64
+                   " waits ran out",
+                   share.gate_slots, share.gate_waited, share.gate_timed_out);
+    }
+    std::fprintf(stderr, "\n");
     Status closed = engine.Close();
     if (!closed.ok()) Fail("close: " + closed.ToString());
   }
@@ -675,7 +687,8 @@ class Bench {
                                      std::to_string(f_.client_read_workers),
                                      "--client-read-banks",
                                      std::to_string(f_.client_read_banks),
-                                     "--client-share-reads", f_.client_share_reads};
+                                     "--client-share-reads", f_.client_share_reads,
+                                     "--read-gate", std::to_string(f_.read_gate)};
     // clang-format on
     if (f_.buffered) args.push_back("--buffered");
     if (f_.pin_clients) args.push_back("--pin-clients");
@@ -732,6 +745,7 @@ class Bench {
     so.root = a.scratch->Join("service");
     so.socket_path = a.scratch->Join("rangekv.sock");
     so.default_quota_bytes = a.p.capacity_bytes;
+    so.read_slots = f_.read_gate;
     a.socket = so.socket_path;
     Result<std::unique_ptr<service::StoreService>> svc = service::StoreService::Start(so);
     if (!svc.ok()) Fail("store service: " + svc.status().ToString());
@@ -899,6 +913,12 @@ class Bench {
                 "stripe %s, device %s\n",
                 FormatBytes(total_tokens_ * row_bytes_).c_str(), FormatBytes(row_bytes_).c_str(),
                 FormatBytes(geometry_.stripe_bytes).c_str(), device_->capabilities().name.c_str());
+    if (f_.read_gate > 0) {
+      std::printf(
+          "service clients pass the node's read gate: %u read pieces in flight across "
+          "all of them (rangekv serve --read-slots, EngineOptions::read_gate)\n",
+          f_.read_gate);
+    }
     std::printf("%-9s %-12s %4s %4s %4s %10s %9s %10s %9s %9s %9s %9s %11s %11s %8s\n", "mode",
                 "variant", "N", "rst", "sto", "agg GiB/s", "x ceiling", "x embedded", "p50 ms",
                 "p90 ms", "p99 ms", "p99/p50", "sto p50 ms", "sto p99 ms", "verify");
@@ -951,6 +971,7 @@ class Bench {
     j["warmups"] = f_.warmups;
     j["machine"] = DescribeMachine(f_.dir.empty() ? "/var/tmp" : f_.dir).ToJson();
     j["wall_s"] = wall_s_;
+    j["read_gate_slots"] = f_.read_gate;
     nlohmann::json rs = nlohmann::json::array();
     for (const RunResult& r : results_) {
       nlohmann::json x;
@@ -1186,6 +1207,13 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "(EngineOptions::share_reads, off by default: each client takes what one "
                   "engine alone would)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--read-gate", f->read_gate,
+                  "--mode service/both: the service runs a read gate of this many slots and "
+                  "every client's engine passes it (rangekv serve --read-slots N, "
+                  "EngineOptions::read_gate): the clients together keep at most N read pieces "
+                  "in flight, taken as they come (0: no gate)")
+      ->check(CLI::Range(0u, 4096u))
       ->capture_default_str();
   cmd->add_option("--embedded-read-banks", f->embedded_read_banks,
                   "--mode embedded/both: read banks of the one embedded engine (0: its default; "

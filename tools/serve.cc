@@ -26,6 +26,7 @@ struct ServeConfig {
   uint64_t fence_ms = 1000;
   uint32_t spin_us = static_cast<uint32_t>(service::ServiceOptions{}.request_spin.count());
   bool follow_client_cpu = service::ServiceOptions{}.follow_client_cpu;
+  uint32_t read_slots = 0;
 };
 
 Result<uint64_t> ParseBytes(const std::string& s) {
@@ -56,6 +57,7 @@ void RunServe(const ServeConfig& c) {
   o.restart_fence_ms = c.fence_ms;
   o.request_spin = std::chrono::microseconds(c.spin_us);
   o.follow_client_cpu = c.follow_client_cpu;
+  o.read_slots = c.read_slots;
   auto quota = ParseBytes(c.quota);
   if (!quota.ok()) {
     std::fprintf(stderr, "rangekv serve: --quota: %s\n", quota.status().ToString().c_str());
@@ -149,6 +151,12 @@ void AddServeCommand(CLI::App& app) {
       ->add_flag("--follow-client-cpu,!--no-follow-client-cpu", cfg->follow_client_cpu,
                  "Walk a lookup's or claim's tokens on the CPU its client wrote them from (the "
                  "session's thread moves there, when this process may run on it)")
+      ->capture_default_str();
+  serve
+      ->add_option("--read-slots", cfg->read_slots,
+                   "The node's read gate: read I/O pieces all engines that ask for it "
+                   "(read_gate) keep in flight together; 0 = no gate")
+      ->check(CLI::Range(0u, service::kMaxGateSlots))
       ->capture_default_str();
   serve->callback([cfg] { RunServe(*cfg); });
 }

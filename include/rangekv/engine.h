@@ -269,10 +269,17 @@ class Engine {
   // keeps in flight at most, and its read I/O engine's cap: read_io_threads while reading alone,
   // else 1 / readers of the spans or pieces that engine can have in flight (posix: its threads;
   // io_uring: rings x queue depth).
+  // With EngineOptions::read_gate: the node's read slots this engine's reads pass (0: none), the
+  // reads that took one, and how many waited for one or, the wait running out, went ahead
+  // without one.
   struct ReadShare {
     uint32_t readers = 1;
     uint32_t read_workers = 0;
     uint32_t read_io_threads = 0;
+    uint32_t gate_slots = 0;
+    uint64_t gate_passes = 0;
+    uint64_t gate_waited = 0;
+    uint64_t gate_timed_out = 0;
   };
   ReadShare read_share() const;
 

@@ -179,6 +179,14 @@ struct EngineOptions {
   // default: on two H100 hosts it brought each request's first layer back to the embedded
   // engine's time but lowered four instances' aggregate (docs/store-service.md).
   bool share_reads = false;
+  // With a store service that runs a read gate (`rangekv serve --read-slots N`;
+  // docs/store-service.md "A node-wide read gate"): every read I/O piece of this engine first
+  // takes one of the node's N slots, shared with every other engine of the service that asked,
+  // and gives it back when the read call returns. Work-conserving where share_reads is not: an
+  // engine reading alone may take every slot. posix and cuFile reads are gated, io_uring's are
+  // not. A service without a gate leaves the engine ungated (logged). Ignored for an embedded
+  // store. Off by default.
+  bool read_gate = false;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
   // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when

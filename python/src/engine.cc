@@ -304,6 +304,7 @@ class PyEngine {
     d["read_workers"] = o.read_workers;
     d["read_io_threads"] = o.read_io_threads;
     d["share_reads"] = o.share_reads;
+    d["read_gate"] = o.read_gate;
     d["lookahead_layers"] = o.lookahead_layers;
     d["store_banks"] = o.store_banks;
     d["store_bank_bytes"] = o.store_bank_bytes;
@@ -419,6 +420,10 @@ class PyEngine {
     d["readers"] = r.readers;
     d["read_workers"] = r.read_workers;
     d["read_io_threads"] = r.read_io_threads;
+    d["gate_slots"] = r.gate_slots;
+    d["gate_passes"] = r.gate_passes;
+    d["gate_waited"] = r.gate_waited;
+    d["gate_timed_out"] = r.gate_timed_out;
     return d;
   }
 
@@ -663,7 +668,7 @@ void RegisterEngine(nb::module_& m) {
              uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
              uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens,
              uint64_t max_removed_ranges, std::string store_service, std::string tenant,
-             uint32_t store_service_spin_us, bool share_reads) {
+             uint32_t store_service_spin_us, bool share_reads, bool read_gate) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -722,6 +727,7 @@ void RegisterEngine(nb::module_& m) {
             o.tenant = std::move(tenant);
             o.store_service_spin_us = store_service_spin_us;
             o.share_reads = share_reads;
+            o.read_gate = read_gate;
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -742,7 +748,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("max_inflight_stores") = 16, nb::arg("max_request_tokens") = 262144,
           nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",
           nb::arg("tenant") = "default", nb::arg("store_service_spin_us") = 200,
-          nb::arg("share_reads") = false,
+          nb::arg("share_reads") = false, nb::arg("read_gate") = false,
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error.")
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")
@@ -782,7 +788,9 @@ void RegisterEngine(nb::module_& m) {
       .def("stats", &PyEngine::Stats, "The engine's work counters (dict).")
       .def("read_share", &PyEngine::ReadShare,
            "The read concurrency in effect (dict: readers the store service last reported, "
-           "stripe reads and read I/O pieces kept in flight; share_reads).")
+           "stripe reads and read I/O pieces kept in flight; share_reads; the node's read gate "
+           "slots this engine passes, reads that waited for one and waits that ran out; "
+           "read_gate).")
       .def("drain_removed_ranges", &PyEngine::DrainRemovedRanges, nb::arg("max") = 4096,
            "Takes up to `max` of the oldest ranges of tokens that stopped being served (a pack "
            "evicted, invalidated or clipped): [(slot, generation, begin, end, retired)], the "

@@ -223,6 +223,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.service = options_.store_service;
   so.tenant = options_.tenant;
   so.service_spin_us = options_.store_service_spin_us;
+  so.read_gate = options_.read_gate;
   so.max_removed_ranges = options_.max_removed_ranges;
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
@@ -296,6 +297,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     MutexLock l(share_mu_);
     share_ = {1, options_.read_workers, options_.read_io_threads};
   }
+  FollowReadGate();
   MutexLock l(mu_);
   RANGEKV_ASSIGN_OR_RETURN(copy_stream_, device_->CreateStream());
   return OkStatus();
@@ -325,6 +327,7 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
       Ticket ticket,
       directory.Lookup(ns(), tokens, ToDirectoryEnvelope(envelope), reuse_granularity_tokens));
   ShareReads();
+  FollowReadGate();
   LookupResult result;
   result.hit_tokens = ticket.hit_tokens;
   result.records_selected = ticket.records.size();
@@ -407,6 +410,7 @@ Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
       directory.ClaimBytes(ns(), std::span<const uint8_t>(bytes, r.ticket.size()),
                            ToDirectoryEnvelope(r.envelope), r.tokens, r.endpoint_tokens));
   ShareReads();
+  FollowReadGate();
   const TokenInterval wanted{r.begin_token, r.endpoint_tokens};
 
   std::shared_ptr<TicketHold> hold;
@@ -534,9 +538,32 @@ void EngineCore::ShareReads() {
                             std::to_string(threads) + " read I/O pieces in flight");
 }
 
+void EngineCore::FollowReadGate() {
+  const ServiceStore* service = store_->service();
+  if (service == nullptr || !options_.read_gate) return;
+  MutexLock l(share_mu_);
+  const uint64_t generation = service->read_gate_generation();
+  if (generation == gate_generation_) return;  // the common case: one load, no change
+  gate_generation_ = generation;
+  gate_ = service->read_gate();  // a new session's gate, or null without one
+  const bool gated = read_io_->SetReadGate(gate_);
+  share_.gate_slots = gated && gate_ != nullptr ? gate_->slots() : 0;
+  if (gate_ != nullptr && !gated) {
+    Log(LogLevel::kWarning, "read gate: the " + std::string(read_io_->name()) +
+                                " engine does not gate its reads (posix and cuFile do)");
+  }
+}
+
 Engine::ReadShare EngineCore::read_share() const {
   MutexLock l(share_mu_);
-  return share_;
+  Engine::ReadShare r = share_;
+  if (gate_ != nullptr && r.gate_slots != 0) {
+    const service::SharedReadGate::Counts c = gate_->counts();
+    r.gate_passes = c.entered;
+    r.gate_waited = c.waited;
+    r.gate_timed_out = c.timed_out;
+  }
+  return r;
 }
 
 EngineStats EngineCore::GetStats() const {

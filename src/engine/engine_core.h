@@ -32,6 +32,7 @@
 #include "engine/store_state.h"
 #include "io/io_engine.h"
 #include "rangekv/engine.h"
+#include "service/read_gate.h"
 
 namespace rangekv::engine_internal {
 
@@ -118,6 +119,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // After a lookup or claim through a store service: divides the read concurrency by the
   // readers its reply reported, when that changed (EngineOptions::share_reads).
   void ShareReads() EXCLUDES(share_mu_);
+  // Hands the store service's read gate to the read I/O engine when the service store has a
+  // new one (a new session) (EngineOptions::read_gate).
+  void FollowReadGate() EXCLUDES(share_mu_);
 
   EngineOptions options_;
   Geometry geometry_;
@@ -136,6 +140,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   mutable Mutex share_mu_;  // taken before the restore pipeline's lock, never with mu_
   Engine::ReadShare share_ GUARDED_BY(share_mu_);
+  uint64_t gate_generation_ GUARDED_BY(share_mu_) = 0;
+  std::shared_ptr<service::SharedReadGate> gate_ GUARDED_BY(share_mu_);
 
   mutable Mutex mu_;
   bool closed_ GUARDED_BY(mu_) = false;

@@ -151,6 +151,7 @@ Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
     session_ = reply->session_id;
   }
   AttachQueryBuffer();
+  AttachReadGate();
   return frame->passed_fd;
 }
 
@@ -195,6 +196,46 @@ void ServiceStore::AttachQueryBuffer() {
   }
 }
 
+void ServiceStore::AttachReadGate() {
+  if (!options_.read_gate) return;
+  std::vector<uint8_t> out;
+  int fd = -1;
+  Status s = CallLocked(MessageType::kAttachReadGate, {}, &out, {}, -1, &fd);
+  service::AttachReadGateReply reply;
+  if (s.ok()) s = service::Decode(out, &reply);
+  if (s.ok() && fd < 0) s = Status(StatusCode::kCorruption, "no read gate page passed");
+  std::shared_ptr<service::SharedReadGate> gate;
+  if (s.ok()) {
+    auto attached = service::SharedReadGate::Attach(fd, reply.holder);  // takes fd
+    fd = -1;
+    if (attached.ok()) {
+      gate = std::move(attached).value();
+    } else {
+      s = attached.status();
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  {
+    MutexLock l(mu_);
+    gate_ = gate;
+  }
+  gate_generation_.fetch_add(1, std::memory_order_acq_rel);
+  if (gate != nullptr) {
+    Log(LogLevel::kDebug, "store service " + socket_path_ + ": read gate of " +
+                              std::to_string(gate->slots()) + " slots, holder " +
+                              std::to_string(gate->holder()));
+  } else if (!gate_warned_) {
+    gate_warned_ = true;
+    Log(LogLevel::kWarning, "store service " + socket_path_ + ": no read gate (" + s.ToString() +
+                                "); this engine's reads go ungated");
+  }
+}
+
+std::shared_ptr<service::SharedReadGate> ServiceStore::read_gate() const {
+  MutexLock l(mu_);
+  return gate_;
+}
+
 Status ServiceStore::CallWithTokens(MessageType inline_type, std::span<const uint8_t> body,
                                     std::span<const uint8_t> tail, MessageType shared_type,
                                     std::span<const uint8_t> shared_body,
@@ -233,7 +274,8 @@ void ServiceStore::LoseConnection(const Status& why) {
 
 Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
                                 std::vector<uint8_t>* payload, std::span<const uint8_t> tail,
-                                int pass_fd) {
+                                int pass_fd, int* received_fd) {
+  if (received_fd != nullptr) *received_fd = -1;
   if (closed_) return FailedPrecondition("store service connection closed");
   if (fd_ < 0) {
     {
@@ -277,7 +319,14 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
     LoseConnection(frame.status());
     return Unavailable("store service: " + frame.status().ToString());
   }
-  if (frame->passed_fd >= 0) ::close(frame->passed_fd);
+  // A passed descriptor is the caller's only when it asked for one and the call succeeded.
+  int passed = frame->passed_fd;
+  struct CloseUnlessTaken {
+    int* fd;
+    ~CloseUnlessTaken() {
+      if (*fd >= 0) ::close(*fd);
+    }
+  } close_passed{&passed};
   if (frame->header.type != (static_cast<uint16_t>(type) | service::kReplyBit)) {
     const Status bad(StatusCode::kCorruption, "store service replied to another request");
     LoseConnection(bad);
@@ -292,6 +341,7 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
   }
   if (!remote.ok()) return remote;
   payload->assign(rest.begin(), rest.end());
+  if (received_fd != nullptr) std::swap(*received_fd, passed);
   return OkStatus();
 }
 

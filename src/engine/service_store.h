@@ -43,6 +43,7 @@
 #include "pack/span_plan.h"
 #include "persist/payload_digests.h"
 #include "service/protocol.h"
+#include "service/read_gate.h"
 
 namespace rangekv::engine_internal {
 
@@ -57,6 +58,8 @@ struct ServiceStoreOptions {
   std::chrono::milliseconds reconnect_interval{200};
   // How long a call polls for its reply before sleeping (service::SpinUntilReadable).
   std::chrono::microseconds reply_spin{0};
+  // Ask every session for the service's read gate (EngineOptions::read_gate).
+  bool read_gate = false;
 };
 
 class ServiceStore final : public RangeIndex, public PayloadIntegrity, public GenerationView {
@@ -78,6 +81,12 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   // divides its read concurrency by it (EngineOptions::share_reads).
   static constexpr uint32_t kMaxReaders = 1024;
   uint32_t readers() const { return readers_.load(std::memory_order_relaxed); }
+  // The read gate of the current session (ServiceStoreOptions::read_gate): null when not asked
+  // for, when the service runs without one, or before a session attached one. Each session has
+  // its own holder index, so every new session brings a new gate; the generation counts them,
+  // and the engine hands the newest to its read I/O engine.
+  std::shared_ptr<service::SharedReadGate> read_gate() const EXCLUDES(mu_);
+  uint64_t read_gate_generation() const { return gate_generation_.load(std::memory_order_acquire); }
   // durability=every_publish on the service: blocks until the publication is durable there.
   Status AwaitDurable(uint64_t reservation_id) EXCLUDES(call_mu_, mu_);
 
@@ -122,13 +131,18 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   Status Call(service::MessageType type, std::span<const uint8_t> body,
               std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {})
       EXCLUDES(call_mu_, mu_);
+  // A descriptor the reply passes is closed, or handed to the caller through `received_fd`
+  // when the call succeeded (-1 when none came).
   Status CallLocked(service::MessageType type, std::span<const uint8_t> body,
                     std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {},
-                    int pass_fd = -1) REQUIRES(call_mu_) EXCLUDES(mu_);
+                    int pass_fd = -1, int* received_fd = nullptr) REQUIRES(call_mu_) EXCLUDES(mu_);
   void LoseConnection(const Status& why) REQUIRES(call_mu_) EXCLUDES(mu_);
   // Creates the query buffer (once) and attaches it to the current session; on failure the
   // session sends tokens inline (logged once).
   void AttachQueryBuffer() REQUIRES(call_mu_) EXCLUDES(mu_);
+  // Asks the current session for the service's read gate (when options_.read_gate) and makes
+  // it the current one; without it (refused, or not offered) reads go ungated (logged once).
+  void AttachReadGate() REQUIRES(call_mu_) EXCLUDES(mu_);
   // A lookup's or claim's call: with an attached query buffer `tokens` are written there and
   // `shared_body` (a kLookupShared / kClaimShared body) goes over the socket, else `inline_type`
   // with `body` + `tail`.
@@ -160,6 +174,8 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   uint8_t* query_ GUARDED_BY(call_mu_) = nullptr;
   bool query_attached_ GUARDED_BY(call_mu_) = false;
   bool query_warned_ GUARDED_BY(call_mu_) = false;
+  bool gate_warned_ GUARDED_BY(call_mu_) = false;
+  std::atomic<uint64_t> gate_generation_{0};
 
   mutable Mutex mu_;
   bool connected_ GUARDED_BY(mu_) = false;
@@ -169,6 +185,7 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   std::set<uint64_t> claimed_ GUARDED_BY(mu_);       // ticket ids of the current session
   std::map<uint64_t, std::vector<service::LayerDigests>> pending_ GUARDED_BY(mu_);
   DirectoryStats counters_ GUARDED_BY(mu_);
+  std::shared_ptr<service::SharedReadGate> gate_ GUARDED_BY(mu_);
 };
 
 }  // namespace rangekv::engine_internal

@@ -62,6 +62,7 @@ Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOpti
   so.direct = o.direct == DirectIo::kPreferred;
   so.digest_block_tokens = o.digest_block_tokens;
   so.reply_spin = std::chrono::microseconds(o.service_spin_us);
+  so.read_gate = o.read_gate;
   RANGEKV_ASSIGN_OR_RETURN(auto service, ServiceStore::Connect(so));
   return std::unique_ptr<StoreState>(new StoreState(o.env, std::move(service)));
 }

@@ -76,6 +76,7 @@ struct StoreStateOptions {
   std::string service;
   std::string tenant = "default";
   uint32_t service_spin_us = 0;
+  bool read_gate = false;  // ask the service for its read gate (EngineOptions::read_gate)
 };
 
 class StoreState {

@@ -124,6 +124,10 @@ class CuFileEngine final : public IoEngine {
 
   Status Submit(IoBatch& batch) override { return queue_.Submit(batch); }
   void SetConcurrencyLimit(uint32_t limit) override { queue_.SetTakeLimit(limit); }
+  bool SetReadGate(std::shared_ptr<ReadGate> gate) override {
+    gate_.Set(std::move(gate));
+    return true;
+  }
 
  private:
   void DeregisterBuffers() {
@@ -173,11 +177,12 @@ class CuFileEngine final : public IoEngine {
       cufile::Handle h = r.length == 0 ? nullptr : FindHandle(r.file);
       if (h == nullptr || io_internal::HasDirectTail(r)) {
         counters_.file_path_spans.fetch_add(1, std::memory_order_relaxed);
-        queue_.Complete(ref,
-                        io_internal::RunSpan(r, options_.max_short_retries, bounce, counters_));
+        queue_.Complete(ref, gate_.Pass(r.op, [&] {
+          return io_internal::RunSpan(r, options_.max_short_retries, bounce, counters_);
+        }));
         continue;
       }
-      queue_.Complete(ref, RunCuFile(r, h));
+      queue_.Complete(ref, gate_.Pass(r.op, [&] { return RunCuFile(r, h); }));
     }
   }
 
@@ -233,6 +238,7 @@ class CuFileEngine final : public IoEngine {
   const std::string mode_;
   Counters counters_;
   SpanQueue queue_;
+  io_internal::ReadGateSlot gate_;
   std::vector<std::thread> workers_;
   std::vector<RegisteredBuffer> buffers_;  // sorted by begin
   std::vector<FileHandle> handles_;        // sorted by file

@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "io/read_gate.h"
 #include "rangekv/env.h"
 #include "rangekv/status.h"
 
@@ -274,6 +275,15 @@ class IoEngine {
   // engine's threads stay; the ones over the cap wait. Used to give a node's medium a fair
   // share when several engines read it (EngineOptions::share_reads). Thread-safe.
   virtual void SetConcurrencyLimit(uint32_t limit) = 0;
+  // Makes every read span or piece from now on pass `gate` (null: none): a cap on reads in
+  // flight shared with other engines, a node's store service's read gate
+  // (src/service/read_gate.h). The posix and cuFile engines' threads pass it around each read
+  // call; io_uring's submissions are not gated (its reads stay within its rings x queue depth).
+  // Returns whether this engine gates. Thread-safe; reads in flight finish as they began.
+  virtual bool SetReadGate(std::shared_ptr<ReadGate> gate) {
+    (void)gate;
+    return false;
+  }
   bool Poll(const IoBatch& batch) const { return batch.done(); }
   void Wait(IoBatch& batch) { batch.Wait(); }
 };

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "base/thread_annotations.h"
 #include "io/io_engine.h"
+#include "io/read_gate.h"
 
 namespace rangekv::io_internal {
 
@@ -95,6 +97,29 @@ class SpanQueue {
   uint32_t take_limit_ GUARDED_BY(mu_) = 0;  // 0: none
   std::atomic<bool> limited_{false};         // take_limit_ != 0, read without mu_
   bool stopping_ GUARDED_BY(mu_) = false;
+};
+
+// The read gate an engine's threads pass before each read span or piece
+// (IoEngine::SetReadGate). A gate replaced by another stays alive with the engine, so a thread
+// still inside it leaves it safely (gates change only when a store service is reconnected).
+class ReadGateSlot {
+ public:
+  void Set(std::shared_ptr<ReadGate> gate) EXCLUDES(mu_);
+  ReadGate* get() const { return current_.load(std::memory_order_acquire); }
+  // Runs `run` (a read) inside the gate when there is one; writes pass straight through.
+  template <typename Run>
+  IoCompletion Pass(IoOp op, Run&& run) const {
+    ReadGate* gate = op == IoOp::kRead ? get() : nullptr;
+    const bool entered = gate != nullptr && gate->Enter();
+    IoCompletion c = run();
+    if (entered) gate->Leave();
+    return c;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<std::shared_ptr<ReadGate>> kept_ GUARDED_BY(mu_);
+  std::atomic<ReadGate*> current_{nullptr};
 };
 
 // An aligned block of kMaxDirectAlignmentBytes for O_DIRECT tails, one per engine thread.

@@ -48,6 +48,10 @@ class PosixEngine final : public IoEngine {
 
   Status Submit(IoBatch& batch) override { return queue_.Submit(batch); }
   void SetConcurrencyLimit(uint32_t limit) override { queue_.SetTakeLimit(limit); }
+  bool SetReadGate(std::shared_ptr<ReadGate> gate) override {
+    gate_.Set(std::move(gate));
+    return true;
+  }
 
  private:
   void Run() {
@@ -60,13 +64,16 @@ class PosixEngine final : public IoEngine {
         queue_.Complete(ref, {std::move(valid), 0});
         continue;
       }
-      queue_.Complete(ref, RunSpan(r, options_.max_short_retries, bounce, counters_));
+      queue_.Complete(ref, gate_.Pass(r.op, [&] {
+        return RunSpan(r, options_.max_short_retries, bounce, counters_);
+      }));
     }
   }
 
   const IoEngineOptions options_;
   Counters counters_;
   SpanQueue queue_;
+  ReadGateSlot gate_;
   std::vector<std::thread> workers_;
 };
 

@@ -9,6 +9,12 @@
 
 namespace rangekv::io_internal {
 
+void ReadGateSlot::Set(std::shared_ptr<ReadGate> gate) {
+  MutexLock l(mu_);
+  current_.store(gate.get(), std::memory_order_release);
+  if (gate != nullptr) kept_.push_back(std::move(gate));
+}
+
 IoEngineStats Counters::Snapshot() const {
   auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   return IoEngineStats{

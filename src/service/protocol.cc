@@ -216,6 +216,8 @@ std::string_view MessageTypeName(uint16_t type) {
     case MessageType::kAttachQueryBuffer: return "attach_query_buffer";
     case MessageType::kLookupShared: return "lookup_shared";
     case MessageType::kClaimShared: return "claim_shared";
+    case MessageType::kAttachReadGate:
+      return "attach_read_gate";
   }
   return "unknown";
 }
@@ -223,7 +225,7 @@ std::string_view MessageTypeName(uint16_t type) {
 bool IsKnownType(uint16_t type) {
   const uint16_t t = type & ~kReplyBit;
   return t >= static_cast<uint16_t>(MessageType::kHello) &&
-         t <= static_cast<uint16_t>(MessageType::kClaimShared);
+         t <= static_cast<uint16_t>(MessageType::kAttachReadGate);
 }
 
 void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]) {
@@ -622,6 +624,19 @@ Status Decode(std::span<const uint8_t> body, StatsReply* m) {
   return r.Finish();
 }
 
+void Encode(const AttachReadGateReply& m, std::vector<uint8_t>* out) {
+  ByteWriter w;
+  w.U32(m.holder);
+  w.U32(m.slots);
+  Append(w, out);
+}
+Status Decode(std::span<const uint8_t> body, AttachReadGateReply* m) {
+  Reader r(body);
+  r.U32(&m->holder, "holder");
+  r.U32(&m->slots, "slots");
+  return r.Finish();
+}
+
 void Encode(const AttachQueryBufferRequest& m, std::vector<uint8_t>* out) {
   ByteWriter w;
   w.U64(m.bytes);
@@ -731,6 +746,7 @@ Status DecodeRequestBody(uint16_t type, std::span<const uint8_t> body) {
     }
     case MessageType::kStats:
     case MessageType::kGoodbye:
+    case MessageType::kAttachReadGate:
       return body.empty() ? OkStatus() : Corruption("service message: unexpected body");
     case MessageType::kAttachQueryBuffer: {
       AttachQueryBufferRequest m;

@@ -37,7 +37,8 @@ inline constexpr uint32_t kFrameMagic = 0x53564B52;  // "RKVS" little-endian
 // 2: the shared query buffer (kAttachQueryBuffer, kLookupShared, kClaimShared).
 // 3: a shared lookup / claim names the CPU its caller ran on (client_cpu).
 // 4: lookup and claim replies say how many sessions are reading the node's stores (readers).
-inline constexpr uint16_t kProtocolVersion = 4;
+// 5: the node's read gate (kAttachReadGate).
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr uint32_t kMaxBodyBytes = 32u << 20;
 inline constexpr uint32_t kMaxTokensPerMessage = 4u << 20;     // int32 tokens of one query
@@ -69,6 +70,9 @@ enum class MessageType : uint16_t {
   kAttachQueryBuffer = 15,
   kLookupShared = 16,
   kClaimShared = 17,
+  // The node's read gate (read_gate.h): the reply passes the service's gate page (SCM_RIGHTS)
+  // and a holder index of the session's own. kUnavailable when the service runs without one.
+  kAttachReadGate = 18,
 };
 std::string_view MessageTypeName(uint16_t type);
 bool IsKnownType(uint16_t type);
@@ -122,6 +126,11 @@ struct LookupRequest {
 struct LookupReply {
   std::vector<uint8_t> ticket;  // empty on a miss
   uint32_t readers = 1;
+};
+
+struct AttachReadGateReply {  // the gate page's memfd travels with the frame
+  uint32_t holder = 0;
+  uint32_t slots = 0;
 };
 
 struct AttachQueryBufferRequest {  // the memfd travels with the frame
@@ -237,6 +246,7 @@ void Encode(const PackRef& m, std::vector<uint8_t>* out);
 void Encode(const DigestsReply& m, std::vector<uint8_t>* out);
 void Encode(const StatsReply& m, std::vector<uint8_t>* out);
 void Encode(const AttachQueryBufferRequest& m, std::vector<uint8_t>* out);
+void Encode(const AttachReadGateReply& m, std::vector<uint8_t>* out);
 void Encode(const LookupSharedRequest& m, std::vector<uint8_t>* out);
 void Encode(const ClaimSharedRequest& m, std::vector<uint8_t>* out);
 
@@ -259,6 +269,7 @@ Status Decode(std::span<const uint8_t> body, StatsReply* m);
 // kResourceExhausted for bytes over kMaxQueryBufferBytes or a token count over
 // kMaxTokensPerMessage; kCorruption for zero or unaligned bytes.
 Status Decode(std::span<const uint8_t> body, AttachQueryBufferRequest* m);
+Status Decode(std::span<const uint8_t> body, AttachReadGateReply* m);
 Status Decode(std::span<const uint8_t> body, LookupSharedRequest* m);
 Status Decode(std::span<const uint8_t> body, ClaimSharedRequest* m);
 

@@ -108,6 +108,22 @@ TEST(ServiceProtocolTest, EveryBodyRoundTrips) {
     EXPECT_EQ(m.stats.lookups, 5u);
     EXPECT_EQ(m.stats.inflight_reservations, 3u);
   }
+  {  // the read gate's reply; its request has no body
+    AttachReadGateReply g{.holder = 7, .slots = 16};
+    std::vector<uint8_t> b;
+    Encode(g, &b);
+    AttachReadGateReply m;
+    ASSERT_TRUE(Decode(b, &m).ok());
+    EXPECT_EQ(m.holder, 7u);
+    EXPECT_EQ(m.slots, 16u);
+    b.push_back(0);
+    EXPECT_FALSE(Decode(b, &m).ok());  // trailing bytes
+    const uint16_t type = static_cast<uint16_t>(MessageType::kAttachReadGate);
+    EXPECT_TRUE(IsKnownType(type));
+    EXPECT_EQ(MessageTypeName(type), "attach_read_gate");
+    EXPECT_TRUE(DecodeRequestBody(type, {}).ok());
+    EXPECT_FALSE(DecodeRequestBody(type, b).ok());
+  }
   {  // the shared queries carry the caller's CPU
     LookupSharedRequest l;
     l.envelope = SampleLookup().envelope;

@@ -4,6 +4,8 @@
 //   restore SOCKET CLIENTS             restores every client's prefix, bit for bit
 //   hold SOCKET                        starts a store (one layer produced) and a restore
 //                                      (claimed, unfinished), prints HOLDING, sleeps forever
+//   gate SOCKET N                      attaches the service's read gate on a raw session, takes
+//                                      N of its slots, prints GATED, sleeps forever
 // Exit 0 on success; otherwise prints why. Prefix data: canonical rows of seed 11, so any
 // process can verify what any other stored.
 #include <signal.h>
@@ -16,8 +18,9 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
-#include "service/store_service.h"
+#include "service/read_gate.h"
 #include "service/service_test_shapes.h"
+#include "service/store_service.h"
 
 using namespace rangekv;
 using namespace rangekv::engine_testing;
@@ -140,6 +143,30 @@ int Hold(const std::string& socket) {
 
 }  // namespace
 
+int Gate(const std::string& socket, int slots) {
+  auto fd = service_test::RawHello(socket);
+  if (!fd.ok()) return Fail("gate: " + fd.status().ToString());
+  Status sent =
+      service::SendFrame(*fd, static_cast<uint16_t>(service::MessageType::kAttachReadGate), {});
+  if (!sent.ok()) return Fail("gate: " + sent.ToString());
+  auto frame = service::ReceiveFrame(*fd);
+  if (!frame.ok()) return Fail("gate: " + frame.status().ToString());
+  Status remote;
+  std::span<const uint8_t> rest;
+  service::AttachReadGateReply reply;
+  Status decoded = service::DecodeStatus(frame->body, &remote, &rest);
+  if (decoded.ok() && remote.ok()) decoded = service::Decode(rest, &reply);
+  if (!decoded.ok() || !remote.ok() || frame->passed_fd < 0) return Fail("gate: refused");
+  auto gate = service::SharedReadGate::Attach(frame->passed_fd, reply.holder);
+  if (!gate.ok()) return Fail("gate: " + gate.status().ToString());
+  for (int i = 0; i < slots; ++i) {
+    if (!(*gate)->Enter()) return Fail("gate: no slot");
+  }
+  std::printf("GATED\n");
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return Fail("usage: see the file comment");
   const std::string mode = argv[1];
@@ -147,5 +174,6 @@ int main(int argc, char** argv) {
   if (mode == "store" && argc == 4) return Store(argv[2], std::atoi(argv[3]));
   if (mode == "restore" && argc == 4) return Restore(argv[2], std::atoi(argv[3]));
   if (mode == "hold" && argc == 3) return Hold(argv[2]);
+  if (mode == "gate" && argc == 4) return Gate(argv[2], std::atoi(argv[3]));
   return Fail("bad arguments for mode " + mode);
 }

@@ -35,6 +35,7 @@ using service_test::ClientOptions;
 using service_test::ClientTokens;
 using service_test::kGranularity;
 using service_test::kSeed;
+using service_test::RawHello;
 
 template <typename Pred>
 bool Eventually(Pred pred, int seconds = 60) {
@@ -260,6 +261,101 @@ TEST_P(ServiceProcessesTest, ClientProcessesStoreAndRestoreOverlappingPrefixes) 
 
 INSTANTIATE_TEST_SUITE_P(Clients, ServiceProcessesTest, ::testing::Values(2, 4));
 
+// The node's read gate (ServiceOptions::read_slots): engines that ask pass it with every read
+// and restore bit-exact; one whose service has no gate reads ungated; a session's holder index
+// comes back at Goodbye.
+TEST_F(ServiceTest, EnginesPassTheNodesReadGate) {
+  ASSERT_TRUE(service_->Stop().ok());
+  service_.reset();
+  ServiceOptions so;
+  so.read_slots = 2;
+  StartService(so);
+  EngineOptions eo = ClientOptions(socket_);
+  eo.io_engine = IoEngineSelection::kPosix;  // io_uring's reads are not gated
+  eo.read_gate = true;
+  std::vector<Engine*> gated;
+  for (int i = 0; i < 2; ++i) {
+    auto e = Engine::Open(eo);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engines_.push_back(std::move(e).value());
+    gated.push_back(engines_.back().get());
+    EXPECT_EQ(gated.back()->read_share().gate_slots, 2u);
+  }
+  EXPECT_EQ(service_->stats().read_gate_slots, 2u);
+  EXPECT_EQ(service_->stats().read_gate_holders, 2u);
+  auto src = Fixture(*gated[0]);
+  const auto tokens = ClientTokens(0);
+  auto stored = StoreAll(*gated[0], *src, tokens, kSeed, 1);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+  std::vector<std::thread> restores;
+  for (int i = 0; i < 2; ++i) {
+    restores.emplace_back([&, i] {
+      auto dst = Fixture(*gated[i]);
+      auto r = RestoreAndVerify(*gated[i], *dst, Envelope("g" + std::to_string(i)), tokens,
+                                kGranularity, kSeed, 2 + i);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
+      EXPECT_EQ(r->mismatches, 0u);
+    });
+  }
+  for (auto& t : restores) t.join();
+  EXPECT_EQ(service_->stats().read_gate_taken, 0u);  // every slot given back
+  for (Engine* e : gated) {
+    EXPECT_GT(e->read_share().gate_passes, 0u);  // its reads passed the gate
+    EXPECT_EQ(e->read_share().gate_timed_out, 0u);
+  }
+  ASSERT_TRUE(gated[1]->Close().ok());
+  EXPECT_TRUE(Eventually([&] { return service_->stats().read_gate_holders == 1; }));
+  EXPECT_EQ(service_->stats().read_gate_marks_reclaimed, 0u);
+
+  // Asked of a service without a gate: the engine opens and reads ungated.
+  ASSERT_TRUE(service_->Stop().ok());
+  engines_.clear();
+  service_.reset();
+  StartService();
+  auto plain = Engine::Open(eo);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ((*plain)->read_share().gate_slots, 0u);
+  ASSERT_TRUE((*plain)->Close().ok());
+}
+
+// A client process SIGKILLed while holding gate slots: once it is gone the service gives its
+// slots back to the node, and an engine that waited for them reads on.
+TEST_F(ServiceTest, SigkilledClientsGateSlotsComeBack) {
+  ASSERT_TRUE(service_->Stop().ok());
+  service_.reset();
+  ServiceOptions so;
+  so.read_slots = 3;
+  StartService(so);
+  Engine& a = Client();
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  auto stored = StoreAll(a, *src, tokens, kSeed, 1);
+  ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+
+  Child holder = Spawn({"gate", socket_, "3"});  // every slot of the node
+  ASSERT_TRUE(WaitForLine(holder, "GATED"));
+  EXPECT_EQ(service_->stats().read_gate_taken, 3u);
+  ::kill(holder.pid, SIGKILL);
+  EXPECT_EQ(WaitExit(holder), 128 + SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return service_->stats().read_gate_holders == 0; }));
+  const ServiceStats s = service_->stats();
+  EXPECT_EQ(s.read_gate_taken, 0u);
+  EXPECT_EQ(s.read_gate_marks_reclaimed, 3u);
+  // A gated engine gets every slot at once (no wait runs out).
+  EngineOptions eo = ClientOptions(socket_);
+  eo.io_engine = IoEngineSelection::kPosix;
+  eo.read_gate = true;
+  auto b = Engine::Open(eo);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto dst = Fixture(**b);
+  auto r = RestoreAndVerify(**b, *dst, Envelope("after-gate"), tokens, kGranularity, kSeed, 3);
+  ASSERT_TRUE(r.ok() && r->outcome.status.ok());
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ((*b)->read_share().gate_timed_out, 0u);
+  ASSERT_TRUE((*b)->Close().ok());
+}
+
 TEST_F(ServiceTest, SigkilledClientIsReclaimedAndOthersAreUnaffected) {
   Engine& a = Client();
   auto src = Fixture(a);
@@ -344,24 +440,6 @@ TEST(ServiceRestartTest, SigkilledServiceFailsRequestsCleanlyAndRestartsFromItsJ
 }
 
 // ---- hostile clients ----------------------------------------------------------------------------
-
-Result<int> RawHello(const std::string& socket) {
-  RANGEKV_ASSIGN_OR_RETURN(int fd, ConnectUnix(socket));
-  HelloRequest h;
-  RANGEKV_ASSIGN_OR_RETURN(h.geometry, DeriveGeometry(service_test::Model(), service_test::kW));
-  h.ns = DeriveNamespace(service_test::Model(), h.geometry);
-  h.capacity_bytes = service_test::kPacks * h.geometry.pack_bytes;
-  std::vector<uint8_t> body;
-  Encode(h, &body);
-  RANGEKV_RETURN_IF_ERROR(SendFrame(fd, static_cast<uint16_t>(MessageType::kHello), body));
-  RANGEKV_ASSIGN_OR_RETURN(ReceivedFrame f, ReceiveFrame(fd));
-  if (f.passed_fd >= 0) ::close(f.passed_fd);
-  Status remote;
-  std::span<const uint8_t> rest;
-  RANGEKV_RETURN_IF_ERROR(DecodeStatus(f.body, &remote, &rest));
-  RANGEKV_RETURN_IF_ERROR(remote);
-  return fd;
-}
 
 // The status of the next reply on `fd`, or kUnavailable when none came.
 Status ReplyStatus(int fd) {

@@ -1,12 +1,16 @@
-// Shapes shared by service_test and service_client_driver: the model, the client options and
-// each client's prefix (a head all clients share plus a tail of their own).
+// Shapes shared by service_test and service_client_driver: the model, the client options,
+// each client's prefix (a head all clients share plus a tail of their own), and a raw session.
 #pragma once
+
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/engine_test_util.h"
+#include "service/protocol.h"
+#include "service/unix_socket.h"
 
 namespace rangekv::service_test {
 
@@ -35,5 +39,26 @@ inline std::vector<int32_t> ClientTokens(int client) {
 }
 
 inline std::vector<int32_t> HeldTokens() { return engine_testing::RandomTokens(2 * kT, 9999); }
+
+// A session opened by hand (no engine): Hello for Model(), the passed pack descriptor closed.
+// Returns the connected socket.
+inline Result<int> RawHello(const std::string& socket) {
+  RANGEKV_ASSIGN_OR_RETURN(int fd, service::ConnectUnix(socket));
+  service::HelloRequest h;
+  RANGEKV_ASSIGN_OR_RETURN(h.geometry, DeriveGeometry(Model(), kW));
+  h.ns = DeriveNamespace(Model(), h.geometry);
+  h.capacity_bytes = kPacks * h.geometry.pack_bytes;
+  std::vector<uint8_t> body;
+  service::Encode(h, &body);
+  RANGEKV_RETURN_IF_ERROR(
+      service::SendFrame(fd, static_cast<uint16_t>(service::MessageType::kHello), body));
+  RANGEKV_ASSIGN_OR_RETURN(service::ReceivedFrame f, service::ReceiveFrame(fd));
+  if (f.passed_fd >= 0) ::close(f.passed_fd);
+  Status remote;
+  std::span<const uint8_t> rest;
+  RANGEKV_RETURN_IF_ERROR(service::DecodeStatus(f.body, &remote, &rest));
+  RANGEKV_RETURN_IF_ERROR(remote);
+  return fd;
+}
 
 }  // namespace rangekv::service_test

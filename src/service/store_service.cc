@@ -55,6 +55,9 @@ struct StoreService::Session {
   std::set<uint64_t> claimed;      // claimed ticket ids not yet released
   std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
   bool goodbye = false;
+  // Its read gate holder index (kAttachReadGate), given back at the end once its process can no
+  // longer touch the gate page: like a lease, it counts as a leftover without Goodbye.
+  std::optional<uint32_t> gate_holder;
   // Whether the session counts as a reader (StoreService::Readers): its connection is open and
   // it holds claimed tickets, or it claimed, released or hit within the last reader window
   // (ServiceOptions::reader_window_ms). Written by the session's thread, read by every
@@ -90,7 +93,8 @@ struct StoreService::Session {
   }
 
   bool HasLeftovers() const {
-    return !requests.empty() || !claimed.empty() || !reservations.empty();
+    return !requests.empty() || !claimed.empty() || !reservations.empty() ||
+           gate_holder.has_value();
   }
 };
 
@@ -147,6 +151,14 @@ Result<std::unique_ptr<StoreService>> StoreService::Start(const ServiceOptions& 
       options.socket_path.empty() ? options.root + "/rangekv.sock" : options.socket_path;
   RANGEKV_ASSIGN_OR_RETURN(s->listen_fd_,
                            ListenUnix(s->socket_path_, options.group_access ? 0660 : 0600));
+  if (options.read_slots > 0) {
+    auto gate = ReadGatePage::Create(options.read_slots);
+    if (!gate.ok()) {
+      ::close(s->listen_fd_);
+      return gate.status().WithContext("store service read gate");
+    }
+    s->gate_ = std::move(gate).value();
+  }
   s->stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (s->stop_fd_ < 0) {
     ::close(s->listen_fd_);
@@ -286,6 +298,13 @@ void StoreService::RunSession(Session* session) {
   s.ended.store(true, std::memory_order_relaxed);
   if (!s.goodbye && s.HasLeftovers()) ReclaimAfterExit(s);
   Reclaim(s);  // a Goodbye session should hold nothing; whatever it left goes now
+  if (s.gate_holder.has_value()) {
+    // Its process has exited (or drained and said Goodbye): marks it left are slots no one
+    // holds any more.
+    MutexLock l(mu_);
+    stats_.read_gate_marks_reclaimed += gate_->ReleaseHolder(*s.gate_holder);
+    s.gate_holder.reset();
+  }
   ::close(s.fd);
   s.done.store(true);
 }
@@ -523,6 +542,13 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       status = Decode(body, &m);
       if (status.ok()) status = AttachQueryBuffer(s, m.bytes);
       break;
+    }
+    case MessageType::kAttachReadGate: {
+      AttachReadGateReply r;
+      status = AttachReadGate(s, &r);
+      if (!status.ok()) break;
+      Encode(r, &out);
+      return Reply(s, type, status, out, gate_->fd());
     }
     case MessageType::kLookupShared:
     case MessageType::kLookup: {
@@ -771,6 +797,20 @@ void StoreService::FollowClientCpu(Session& s, uint32_t cpu) {
   client_cpu_moves_.fetch_add(1, std::memory_order_relaxed);
 }
 
+Status StoreService::AttachReadGate(Session& s, AttachReadGateReply* reply) {
+  if (gate_ == nullptr) {
+    return Unavailable("this store service runs without a read gate (rangekv serve --read-slots)");
+  }
+  if (!s.gate_holder.has_value()) {
+    MutexLock l(mu_);
+    RANGEKV_ASSIGN_OR_RETURN(const uint32_t holder, gate_->AcquireHolder());
+    s.gate_holder = holder;
+  }
+  reply->holder = *s.gate_holder;
+  reply->slots = gate_->slots();
+  return OkStatus();
+}
+
 Status StoreService::AttachQueryBuffer(Session& s, uint64_t bytes) {
   const int fd = s.frame.passed_fd;
   if (s.query != nullptr) return FailedPrecondition("a query buffer is already attached");
@@ -855,6 +895,11 @@ ServiceStats StoreService::stats() const {
   s.requests = requests_.load(std::memory_order_relaxed);
   s.shared_queries = shared_queries_.load(std::memory_order_relaxed);
   s.client_cpu_moves = client_cpu_moves_.load(std::memory_order_relaxed);
+  if (gate_ != nullptr) {
+    s.read_gate_slots = gate_->slots();
+    s.read_gate_taken = gate_->taken();
+    s.read_gate_holders = gate_->holders_in_use();
+  }
   return s;
 }
 

@@ -55,6 +55,7 @@
 #include "rangekv/env.h"
 #include "rangekv/status.h"
 #include "service/protocol.h"
+#include "service/read_gate.h"
 
 namespace rangekv::service {
 
@@ -82,6 +83,10 @@ struct ServiceOptions {
   // claim replies' `readers`, protocol.h; docs/store-service.md "Sharing the node's read
   // concurrency").
   uint64_t reader_window_ms = 1000;
+  // The node's read gate (read_gate.h; docs/store-service.md "A node-wide read gate"): the read
+  // I/O pieces every session's engine together keeps in flight, for engines that ask
+  // (EngineOptions::read_gate). 0: no gate (kAttachReadGate is answered kUnavailable).
+  uint32_t read_slots = 0;
   // Test seam: the uid peers must have (default: the service's effective uid).
   std::optional<uint32_t> peer_uid;
 };
@@ -99,6 +104,10 @@ struct ServiceStats {
   uint64_t tickets_reclaimed = 0;
   uint64_t reservations_reclaimed = 0;
   uint64_t stores_open = 0;
+  uint64_t read_gate_slots = 0;    // ServiceOptions::read_slots
+  uint64_t read_gate_taken = 0;    // slots taken now
+  uint64_t read_gate_holders = 0;  // sessions holding a gate index (ended ones until reclaimed)
+  uint64_t read_gate_marks_reclaimed = 0;  // marks dead sessions left (their slots came back)
 };
 
 class StoreService {
@@ -129,6 +138,8 @@ class StoreService {
   bool Handle(Session& s, uint16_t type, std::span<const uint8_t> body);
   // Maps the memfd passed with a kAttachQueryBuffer frame (s.frame.passed_fd) read-only.
   Status AttachQueryBuffer(Session& s, uint64_t bytes);
+  // Gives the session a holder index of the read gate (once; the same one again after).
+  Status AttachReadGate(Session& s, AttachReadGateReply* reply) EXCLUDES(mu_);
   // Pins the session's thread to `cpu` (ServiceOptions::follow_client_cpu) when it is not there
   // yet and this process may run on it; otherwise changes nothing.
   void FollowClientCpu(Session& s, uint32_t cpu);
@@ -160,6 +171,8 @@ class StoreService {
   uint64_t next_session_ GUARDED_BY(mu_) = 1;
   std::map<uint64_t, std::unique_ptr<Session>> sessions_ GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Store>> stores_ GUARDED_BY(mu_);
+  // The node's read gate (ServiceOptions::read_slots > 0); its holder indexes under mu_.
+  std::unique_ptr<ReadGatePage> gate_;
   ServiceStats stats_ GUARDED_BY(mu_);
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> shared_queries_{0};

@@ -430,7 +430,7 @@ class RangeKVConnector(KVConnectorBase_V1):
             # rank r's namespace there.
             store_service=self.cfg.store if service else "", tenant=self.cfg.tenant,
             store_service_spin_us=self.cfg.store_service_spin_us,
-            share_reads=self.cfg.share_reads,
+            share_reads=self.cfg.share_reads, read_gate=self.cfg.read_gate,
             **self.cfg.engine_options())
         kwargs.update(spec.engine_args(total_heads))
         # Shallow models: a layer group and the read lookahead cannot exceed the layer count.

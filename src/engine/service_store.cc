@@ -206,7 +206,8 @@ void ServiceStore::AttachReadGate() {
   if (s.ok() && fd < 0) s = Status(StatusCode::kCorruption, "no read gate page passed");
   std::shared_ptr<service::SharedReadGate> gate;
   if (s.ok()) {
-    auto attached = service::SharedReadGate::Attach(fd, reply.holder);  // takes fd
+    // Takes fd; the slot count obeyed is the service's reply, checked against the page.
+    auto attached = service::SharedReadGate::Attach(fd, reply.holder, reply.slots);
     fd = -1;
     if (attached.ok()) {
       gate = std::move(attached).value();

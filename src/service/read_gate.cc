@@ -35,11 +35,10 @@ void FutexWake(std::atomic<uint32_t>& word, int count) {
   ::syscall(SYS_futex, Word(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
 }
 
-// taken -= n, never below 0 (the page is shared with clients, so no value is trusted).
-void SubtractSaturating(std::atomic<uint32_t>& a, uint32_t n) {
-  uint32_t v = a.load();
-  while (!a.compare_exchange_weak(v, v > n ? v - n : 0)) {
-  }
+// Ticket `t` may go: fewer than `slots` tickets before it are still out. Signed difference, so
+// the counters may wrap.
+bool Within(uint32_t ticket, uint32_t done, uint32_t slots) {
+  return static_cast<int32_t>(ticket - done) < static_cast<int32_t>(slots);
 }
 
 }  // namespace
@@ -76,7 +75,7 @@ Result<std::unique_ptr<ReadGatePage>> ReadGatePage::Create(uint32_t slots) {
   layout->version = ReadGateLayout::kVersion;
   layout->slots = slots;
   layout->holders = kMaxGateHolders;
-  return std::unique_ptr<ReadGatePage>(new ReadGatePage(fd, layout));
+  return std::unique_ptr<ReadGatePage>(new ReadGatePage(fd, layout, slots));
 }
 
 ReadGatePage::~ReadGatePage() {
@@ -99,14 +98,21 @@ uint32_t ReadGatePage::ReleaseHolder(uint32_t holder) {
   in_use_[holder] = false;
   const uint32_t left = layout_->marks[holder].exchange(0);
   if (left > 0) {
-    SubtractSaturating(layout_->taken, left);
-    layout_->generation.fetch_add(1);
-    FutexWake(layout_->generation, INT32_MAX);
+    // Its tickets count as given back; the reads they admit may be anywhere in the queue, so
+    // every word is bumped and woken (a rare event: a client died).
+    layout_->done.fetch_add(left);
+    for (std::atomic<uint32_t>& w : layout_->words) {
+      w.fetch_add(1);
+      FutexWake(w, INT32_MAX);
+    }
   }
   return left;
 }
 
-uint32_t ReadGatePage::taken() const { return layout_->taken.load(); }
+uint32_t ReadGatePage::outstanding() const {
+  const auto n = static_cast<int32_t>(layout_->next_ticket.load() - layout_->done.load());
+  return n > 0 ? static_cast<uint32_t>(n) : 0;
+}
 
 uint32_t ReadGatePage::holders_in_use() const {
   uint32_t n = 0;
@@ -117,7 +123,7 @@ uint32_t ReadGatePage::holders_in_use() const {
 // ---- a session's side --------------------------------------------------------------------------
 
 Result<std::shared_ptr<SharedReadGate>> SharedReadGate::Attach(
-    int fd, uint32_t holder, std::chrono::milliseconds enter_wait) {
+    int fd, uint32_t holder, uint32_t slots, std::chrono::milliseconds enter_wait) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
@@ -137,72 +143,70 @@ Result<std::shared_ptr<SharedReadGate>> SharedReadGate::Attach(
   Status bad;
   if (layout->magic != ReadGateLayout::kMagic || layout->version != ReadGateLayout::kVersion) {
     bad = Corruption("not a read gate page of version " + std::to_string(ReadGateLayout::kVersion));
-  } else if (layout->slots < 1 || layout->slots > kMaxGateSlots ||
-             layout->holders != kMaxGateHolders) {
+  } else if (holder >= kMaxGateHolders || slots < 1 || slots > kMaxGateSlots) {
+    bad = InvalidArgument("read gate holder " + std::to_string(holder) + " with " +
+                          std::to_string(slots) + " slots: out of range");
+  } else if (layout->slots != slots || layout->holders != kMaxGateHolders) {
     bad = Corruption("read gate page with " + std::to_string(layout->slots) + " slots and " +
-                     std::to_string(layout->holders) + " holders");
-  } else if (holder >= kMaxGateHolders) {
-    bad = InvalidArgument("read gate holder " + std::to_string(holder) + " out of range");
+                     std::to_string(layout->holders) + " holders, not " + std::to_string(slots) +
+                     " and " + std::to_string(kMaxGateHolders));
   }
   if (!bad.ok()) {
     ::munmap(p, kPageBytes);
     return bad;
   }
-  return std::shared_ptr<SharedReadGate>(new SharedReadGate(layout, holder, enter_wait));
+  return std::shared_ptr<SharedReadGate>(new SharedReadGate(layout, holder, slots, enter_wait));
 }
-
-SharedReadGate::SharedReadGate(ReadGateLayout* layout, uint32_t holder,
-                               std::chrono::milliseconds enter_wait)
-    : layout_(layout), slots_(layout->slots), holder_(holder), enter_wait_(enter_wait) {}
 
 SharedReadGate::~SharedReadGate() { ::munmap(layout_, kPageBytes); }
 
-bool SharedReadGate::TryTake() {
-  uint32_t t = layout_->taken.load();
-  while (t < slots_) {
-    if (layout_->taken.compare_exchange_weak(t, t + 1)) return true;
-  }
-  return false;
+bool SharedReadGate::Admitted(uint32_t ticket) const {
+  return Within(ticket, layout_->done.load(), slots_);
 }
 
 bool SharedReadGate::Enter() {
-  std::atomic<uint32_t>& mark = layout_->marks[holder_];
-  // Marked before the slot is taken (and unmarked after it is given back): the service, when
-  // this process is gone, subtracts the marks and so never leaves a slot taken by nobody.
-  mark.fetch_add(1);
-  if (TryTake()) {
-    entered_.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
+  // Marked before the ticket is taken (and unmarked after the pass is given back): when this
+  // process is gone the service counts its marks as given back and so never strands a slot.
+  layout_->marks[holder_].fetch_add(1);
+  const uint32_t ticket = layout_->next_ticket.fetch_add(1);
+  entered_.fetch_add(1, std::memory_order_relaxed);
+  if (Admitted(ticket)) return true;
+  waited_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic<uint32_t>& word = layout_->words[ticket % kWaitWords];
   const auto deadline = std::chrono::steady_clock::now() + enter_wait_;
+  // Counted as a sleeper before the word is read, and the word read before `done`: a
+  // give-back that admits this ticket after that read bumps the word first and sees the
+  // sleeper (the futex then returns at once); one before it is seen in `done`.
+  layout_->sleepers.fetch_add(1);
+  bool timed_out = false;
   for (;;) {
-    // Counted as a waiter before the generation is read: a give-back after this load bumps it
-    // (the futex then returns at once), one before it freed the slot TryTake sees next.
-    layout_->waiters.fetch_add(1);
-    const uint32_t generation = layout_->generation.load();
-    if (TryTake()) {
-      SubtractSaturating(layout_->waiters, 1);
-      entered_.fetch_add(1, std::memory_order_relaxed);
-      waited_.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
+    const uint32_t seen = word.load();
+    if (Admitted(ticket)) break;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      SubtractSaturating(layout_->waiters, 1);
-      SubtractSaturating(mark, 1);
-      timed_out_.fetch_add(1, std::memory_order_relaxed);
-      return false;
+      timed_out = true;  // goes ahead holding its ticket: Leave() gives it back as any other
+      break;
     }
-    FutexWait(layout_->generation, generation, deadline - now);
-    SubtractSaturating(layout_->waiters, 1);
+    FutexWait(word, seen, deadline - now);
   }
+  uint32_t n = layout_->sleepers.load();
+  while (n > 0 && !layout_->sleepers.compare_exchange_weak(n, n - 1)) {
+  }
+  if (timed_out) timed_out_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void SharedReadGate::Leave() {
-  SubtractSaturating(layout_->taken, 1);
-  SubtractSaturating(layout_->marks[holder_], 1);
-  layout_->generation.fetch_add(1);
-  if (layout_->waiters.load() > 0) FutexWake(layout_->generation, 1);
+  const uint32_t done = layout_->done.fetch_add(1) + 1;
+  std::atomic<uint32_t>& mark = layout_->marks[holder_];
+  uint32_t m = mark.load();
+  while (m > 0 && !mark.compare_exchange_weak(m, m - 1)) {
+  }
+  // The ticket this give-back admitted: done + slots - 1. Wake its word (every sleeper on it
+  // looks again; others sharing the word go back to sleep).
+  std::atomic<uint32_t>& word = layout_->words[(done + slots_ - 1) % kWaitWords];
+  word.fetch_add(1);
+  if (layout_->sleepers.load() > 0) FutexWake(word, INT32_MAX);  // no syscall when none sleeps
 }
 
 SharedReadGate::Counts SharedReadGate::counts() const {

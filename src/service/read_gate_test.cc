@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -16,10 +17,20 @@
 namespace rangekv::service {
 namespace {
 
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 std::shared_ptr<SharedReadGate> AttachDup(const ReadGatePage& page, uint32_t holder,
                                           std::chrono::milliseconds wait = kEnterWait) {
   Result<std::shared_ptr<SharedReadGate>> g =
-      SharedReadGate::Attach(::fcntl(page.fd(), F_DUPFD_CLOEXEC, 0), holder, wait);
+      SharedReadGate::Attach(::fcntl(page.fd(), F_DUPFD_CLOEXEC, 0), holder, page.slots(), wait);
   EXPECT_TRUE(g.ok()) << g.status().ToString();
   return g.ok() ? *g : nullptr;
 }
@@ -35,7 +46,10 @@ TEST(ReadGate, SessionsTogetherStayWithinTheSlots) {
   auto page = ReadGatePage::Create(3);
   ASSERT_TRUE(page.ok());
   std::vector<std::shared_ptr<SharedReadGate>> gates;
-  for (int s = 0; s < 3; ++s) gates.push_back(AttachDup(**page, *(*page)->AcquireHolder()));
+  // A bound no wait reaches on a loaded machine: every read here passes with a slot.
+  for (int s = 0; s < 3; ++s) {
+    gates.push_back(AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::seconds(30)));
+  }
   std::atomic<int> inside{0}, most{0};
   std::atomic<uint64_t> passes{0};
   std::vector<std::thread> threads;
@@ -43,8 +57,7 @@ TEST(ReadGate, SessionsTogetherStayWithinTheSlots) {
     threads.emplace_back([&, t] {
       SharedReadGate& g = *gates[t % 3];
       for (int i = 0; i < 300; ++i) {
-        const bool in = g.Enter();
-        ASSERT_TRUE(in);  // nobody holds a slot long: no wait runs out
+        ASSERT_TRUE(g.Enter());
         const int now = inside.fetch_add(1) + 1;
         int m = most.load();
         while (now > m && !most.compare_exchange_weak(m, now)) {
@@ -59,10 +72,11 @@ TEST(ReadGate, SessionsTogetherStayWithinTheSlots) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(passes.load(), 12u * 300);
   EXPECT_LE(most.load(), 3);
-  EXPECT_EQ((*page)->taken(), 0u);
+  EXPECT_EQ((*page)->outstanding(), 0u);
   uint64_t waited = 0;
   for (auto& g : gates) waited += g->counts().waited;
   EXPECT_GT(waited, 0u);  // 12 threads on 3 slots: some waited
+  for (auto& g : gates) EXPECT_EQ(g->counts().timed_out, 0u);
 }
 
 // One session alone may take every slot: the gate is not a share per session.
@@ -71,16 +85,47 @@ TEST(ReadGate, OneSessionAloneTakesEverySlot) {
   ASSERT_TRUE(page.ok());
   auto g = AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::milliseconds(20));
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(g->Enter());
-  EXPECT_EQ((*page)->taken(), 4u);
-  // The fifth waits its bound out and goes ahead without a slot (fail open).
+  EXPECT_EQ((*page)->outstanding(), 4u);
+  EXPECT_EQ(g->counts().waited, 0u);
+  // The fifth waits its bound out and goes ahead anyway, holding its ticket (fail open).
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_FALSE(g->Enter());
+  EXPECT_TRUE(g->Enter());
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(15));
   EXPECT_EQ(g->counts().timed_out, 1u);
-  EXPECT_EQ((*page)->taken(), 4u);
-  for (int i = 0; i < 4; ++i) g->Leave();
-  EXPECT_EQ((*page)->taken(), 0u);
+  EXPECT_EQ((*page)->outstanding(), 5u);
+  for (int i = 0; i < 5; ++i) g->Leave();
+  EXPECT_EQ((*page)->outstanding(), 0u);
   EXPECT_EQ((*page)->ReleaseHolder(g->holder()), 0u);  // a clean end leaves no marks
+}
+
+// Reads go in the order they asked, across sessions: with one slot, waiters that queued in turn
+// are let through in that turn.
+TEST(ReadGate, WaitersGoInTheOrderTheyAsked) {
+  auto page = ReadGatePage::Create(1);
+  ASSERT_TRUE(page.ok());
+  auto first = AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::seconds(30));
+  ASSERT_TRUE(first->Enter());
+  std::vector<std::shared_ptr<SharedReadGate>> gates;
+  std::vector<std::thread> waiters;
+  std::mutex mu;
+  std::vector<int> order;
+  for (int i = 0; i < 4; ++i) {
+    gates.push_back(AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::seconds(30)));
+    waiters.emplace_back([&, i] {
+      ASSERT_TRUE(gates[i]->Enter());
+      {
+        std::lock_guard l(mu);
+        order.push_back(i);
+      }
+      gates[i]->Leave();
+    });
+    // Queued before the next one asks: tickets 1, 2, 3, 4 in turn.
+    ASSERT_TRUE(Eventually([&] { return (*page)->outstanding() == 2u + i; }));
+  }
+  first->Leave();
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ((*page)->outstanding(), 0u);
 }
 
 // A waiter is woken by a give-back, not by its bound.
@@ -115,7 +160,8 @@ TEST(ReadGate, ADeadHoldersSlotsComeBack) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto g = SharedReadGate::Attach(::dup((*page)->fd()), holder);
+    ::close(ready[0]);
+    auto g = SharedReadGate::Attach(::dup((*page)->fd()), holder, (*page)->slots());
     if (!g.ok()) ::_exit(2);
     for (int i = 0; i < 3; ++i) (*g)->Enter();  // and never gives them back
     const char c = 1;
@@ -123,16 +169,16 @@ TEST(ReadGate, ADeadHoldersSlotsComeBack) {
     ::pause();
     ::_exit(0);
   }
+  ::close(ready[1]);  // so a child that died early is an end of file here, not a hang
   char c = 0;
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  EXPECT_EQ((*page)->taken(), 3u);
+  EXPECT_EQ((*page)->outstanding(), 3u);
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
   ::close(ready[0]);
-  ::close(ready[1]);
   EXPECT_EQ((*page)->ReleaseHolder(holder), 3u);
-  EXPECT_EQ((*page)->taken(), 0u);
+  EXPECT_EQ((*page)->outstanding(), 0u);
   EXPECT_EQ((*page)->holders_in_use(), 0u);
   // The node's four slots are all there again for another session.
   auto other = AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::milliseconds(10));
@@ -146,15 +192,18 @@ TEST(ReadGate, ThePageIsSealedAndChecked) {
   ASSERT_TRUE(page.ok());
   EXPECT_NE(::ftruncate((*page)->fd(), 0), 0);
   EXPECT_EQ(errno, EPERM);
-  EXPECT_EQ(SharedReadGate::Attach(::dup((*page)->fd()), kMaxGateHolders).status().code(),
+  EXPECT_EQ(SharedReadGate::Attach(::dup((*page)->fd()), kMaxGateHolders, 2).status().code(),
             StatusCode::kInvalidArgument);
+  // The slot count obeyed is the service's reply; a page that says otherwise is refused.
+  EXPECT_EQ(SharedReadGate::Attach(::dup((*page)->fd()), 0, 3).status().code(),
+            StatusCode::kCorruption);
   const int other = ::memfd_create("not-a-gate", MFD_CLOEXEC);
   ASSERT_GE(other, 0);
   ASSERT_EQ(::ftruncate(other, 4096), 0);
-  EXPECT_EQ(SharedReadGate::Attach(other, 0).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(SharedReadGate::Attach(other, 0, 2).status().code(), StatusCode::kCorruption);
   const int small = ::memfd_create("small", MFD_CLOEXEC);
   ASSERT_EQ(::ftruncate(small, 100), 0);
-  EXPECT_EQ(SharedReadGate::Attach(small, 0).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(SharedReadGate::Attach(small, 0, 2).status().code(), StatusCode::kCorruption);
 }
 
 TEST(ReadGate, HolderIndexesRunOut) {

@@ -4,8 +4,9 @@
 //   restore SOCKET CLIENTS             restores every client's prefix, bit for bit
 //   hold SOCKET                        starts a store (one layer produced) and a restore
 //                                      (claimed, unfinished), prints HOLDING, sleeps forever
-//   gate SOCKET N                      attaches the service's read gate on a raw session, takes
-//                                      N of its slots, prints GATED, sleeps forever
+//   gate SOCKET N [hangup]             attaches the service's read gate on a raw session, takes
+//                                      N of its slots (then, with hangup, closes the session
+//                                      without Goodbye), prints GATED, sleeps forever
 // Exit 0 on success; otherwise prints why. Prefix data: canonical rows of seed 11, so any
 // process can verify what any other stored.
 #include <signal.h>
@@ -143,7 +144,7 @@ int Hold(const std::string& socket) {
 
 }  // namespace
 
-int Gate(const std::string& socket, int slots) {
+int Gate(const std::string& socket, int slots, bool hangup) {
   auto fd = service_test::RawHello(socket);
   if (!fd.ok()) return Fail("gate: " + fd.status().ToString());
   Status sent =
@@ -157,11 +158,12 @@ int Gate(const std::string& socket, int slots) {
   Status decoded = service::DecodeStatus(frame->body, &remote, &rest);
   if (decoded.ok() && remote.ok()) decoded = service::Decode(rest, &reply);
   if (!decoded.ok() || !remote.ok() || frame->passed_fd < 0) return Fail("gate: refused");
-  auto gate = service::SharedReadGate::Attach(frame->passed_fd, reply.holder);
+  auto gate = service::SharedReadGate::Attach(frame->passed_fd, reply.holder, reply.slots);
   if (!gate.ok()) return Fail("gate: " + gate.status().ToString());
   for (int i = 0; i < slots; ++i) {
     if (!(*gate)->Enter()) return Fail("gate: no slot");
   }
+  if (hangup) ::close(*fd);  // the process lives on, its session is gone
   std::printf("GATED\n");
   std::fflush(stdout);
   for (;;) ::pause();
@@ -174,6 +176,8 @@ int main(int argc, char** argv) {
   if (mode == "store" && argc == 4) return Store(argv[2], std::atoi(argv[3]));
   if (mode == "restore" && argc == 4) return Restore(argv[2], std::atoi(argv[3]));
   if (mode == "hold" && argc == 3) return Hold(argv[2]);
-  if (mode == "gate" && argc == 4) return Gate(argv[2], std::atoi(argv[3]));
+  if (mode == "gate" && (argc == 4 || argc == 5)) {
+    return Gate(argv[2], std::atoi(argv[3]), argc == 5 && std::string(argv[4]) == "hangup");
+  }
   return Fail("bad arguments for mode " + mode);
 }

@@ -56,7 +56,8 @@ struct StoreService::Session {
   std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
   bool goodbye = false;
   // Its read gate holder index (kAttachReadGate), given back at the end once its process can no
-  // longer touch the gate page: like a lease, it counts as a leftover without Goodbye.
+  // longer touch the gate page (at once after Goodbye; else when the process has exited, which
+  // the accept loop checks while it waits: a client that reconnects does not hold a thread).
   std::optional<uint32_t> gate_holder;
   // Whether the session counts as a reader (StoreService::Readers): its connection is open and
   // it holds claimed tickets, or it claimed, released or hit within the last reader window
@@ -93,8 +94,7 @@ struct StoreService::Session {
   }
 
   bool HasLeftovers() const {
-    return !requests.empty() || !claimed.empty() || !reservations.empty() ||
-           gate_holder.has_value();
+    return !requests.empty() || !claimed.empty() || !reservations.empty();
   }
 };
 
@@ -146,19 +146,16 @@ Result<std::unique_ptr<StoreService>> StoreService::Start(const ServiceOptions& 
   if (options.root.empty()) return InvalidArgument("store service: empty root directory");
   if (options.max_sessions == 0) return InvalidArgument("store service: max_sessions is 0");
   std::unique_ptr<StoreService> s(new StoreService(options));
+  if (options.read_slots > 0) {  // before the socket: a failure here leaves nothing to undo
+    auto gate = ReadGatePage::Create(options.read_slots);
+    if (!gate.ok()) return gate.status().WithContext("store service read gate");
+    s->gate_ = std::move(gate).value();
+  }
   RANGEKV_RETURN_IF_ERROR(MakeDir(options.root, options.group_access ? 0750 : 0700));
   s->socket_path_ =
       options.socket_path.empty() ? options.root + "/rangekv.sock" : options.socket_path;
   RANGEKV_ASSIGN_OR_RETURN(s->listen_fd_,
                            ListenUnix(s->socket_path_, options.group_access ? 0660 : 0600));
-  if (options.read_slots > 0) {
-    auto gate = ReadGatePage::Create(options.read_slots);
-    if (!gate.ok()) {
-      ::close(s->listen_fd_);
-      return gate.status().WithContext("store service read gate");
-    }
-    s->gate_ = std::move(gate).value();
-  }
   s->stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (s->stop_fd_ < 0) {
     ::close(s->listen_fd_);
@@ -175,13 +172,52 @@ StoreService::~StoreService() {
   s.IgnoreError();
 }
 
+bool StoreService::ProcessGone(int pid, std::chrono::milliseconds wait) const {
+  if (pid <= 0) return false;  // another pid namespace: ReapGateHolders' grace decides
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return errno == ESRCH;
+  pollfd p = {pidfd, POLLIN, 0};
+  const bool exited = ::poll(&p, 1, static_cast<int>(wait.count())) > 0;  // exited (a zombie too)
+  ::close(pidfd);
+  return exited;
+}
+
+void StoreService::ReapGateHolders() {
+  std::vector<PendingHolder> pending;
+  {
+    MutexLock l(mu_);
+    pending.swap(pending_holders_);
+  }
+  std::vector<PendingHolder> still;
+  std::vector<uint32_t> gone;
+  const auto grace = std::chrono::milliseconds(options_.orphan_grace_ms);
+  for (const PendingHolder& p : pending) {
+    const bool over = p.pid > 0 ? ProcessGone(p.pid, std::chrono::milliseconds(0))
+                                : Clock::now() - p.since >= grace;
+    if (over) {
+      gone.push_back(p.holder);
+    } else {
+      still.push_back(p);
+    }
+  }
+  MutexLock l(mu_);
+  for (uint32_t holder : gone) stats_.read_gate_marks_reclaimed += gate_->ReleaseHolder(holder);
+  pending_holders_.insert(pending_holders_.end(), still.begin(), still.end());
+  pending_count_.store(pending_holders_.size());
+}
+
 void StoreService::AcceptLoop() {
   for (;;) {
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
+    // With a read gate, look every 100 ms for gate holder indexes whose process exited (a
+    // session thread may have queued one while this one slept).
+    const int n = ::poll(p, 2, gate_ != nullptr ? 100 : -1);
+    if (pending_count_.load() > 0) ReapGateHolders();
+    if (n < 0) {
       if (errno == EINTR) continue;
       return;
     }
+    if (n == 0) continue;
     if (p[1].revents != 0) return;
     if ((p[0].revents & POLLIN) == 0) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -299,11 +335,18 @@ void StoreService::RunSession(Session* session) {
   if (!s.goodbye && s.HasLeftovers()) ReclaimAfterExit(s);
   Reclaim(s);  // a Goodbye session should hold nothing; whatever it left goes now
   if (s.gate_holder.has_value()) {
-    // Its process has exited (or drained and said Goodbye): marks it left are slots no one
-    // holds any more.
-    MutexLock l(mu_);
-    stats_.read_gate_marks_reclaimed += gate_->ReleaseHolder(*s.gate_holder);
+    const uint32_t holder = *s.gate_holder;
     s.gate_holder.reset();
+    // After Goodbye the client drained its reads; after a crash its process is usually gone by
+    // now or within moments. Otherwise the accept loop gives the index back once it is.
+    const bool gone = s.goodbye || ProcessGone(s.peer.pid, std::chrono::milliseconds(50));
+    MutexLock l(mu_);
+    if (gone) {
+      stats_.read_gate_marks_reclaimed += gate_->ReleaseHolder(holder);
+    } else {
+      pending_holders_.push_back({holder, s.peer.pid, Clock::now()});
+      pending_count_.store(pending_holders_.size());
+    }
   }
   ::close(s.fd);
   s.done.store(true);
@@ -548,7 +591,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       status = AttachReadGate(s, &r);
       if (!status.ok()) break;
       Encode(r, &out);
-      return Reply(s, type, status, out, gate_->fd());
+      return Reply(s, type, status, out, gate_->fd());  // the service keeps its descriptor
     }
     case MessageType::kLookupShared:
     case MessageType::kLookup: {
@@ -897,8 +940,9 @@ ServiceStats StoreService::stats() const {
   s.client_cpu_moves = client_cpu_moves_.load(std::memory_order_relaxed);
   if (gate_ != nullptr) {
     s.read_gate_slots = gate_->slots();
-    s.read_gate_taken = gate_->taken();
+    s.read_gate_outstanding = gate_->outstanding();
     s.read_gate_holders = gate_->holders_in_use();
+    s.read_gate_holders_waiting = pending_holders_.size();
   }
   return s;
 }

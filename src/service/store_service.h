@@ -105,8 +105,9 @@ struct ServiceStats {
   uint64_t reservations_reclaimed = 0;
   uint64_t stores_open = 0;
   uint64_t read_gate_slots = 0;    // ServiceOptions::read_slots
-  uint64_t read_gate_taken = 0;    // slots taken now
+  uint64_t read_gate_outstanding = 0;  // gate tickets out: reads in flight and waiting
   uint64_t read_gate_holders = 0;  // sessions holding a gate index (ended ones until reclaimed)
+  uint64_t read_gate_holders_waiting = 0;  // of them, ended and waiting for their process to exit
   uint64_t read_gate_marks_reclaimed = 0;  // marks dead sessions left (their slots came back)
 };
 
@@ -145,6 +146,9 @@ class StoreService {
   void FollowClientCpu(Session& s, uint32_t cpu);
   Status HandleHello(Session& s, std::span<const uint8_t> body, int* pass_fd,
                      std::vector<uint8_t>* reply) EXCLUDES(mu_);
+  // Whether process `pid` has exited, waiting up to `wait` (false for pid <= 0).
+  bool ProcessGone(int pid, std::chrono::milliseconds wait) const;
+  void ReapGateHolders() EXCLUDES(mu_);
   // Waits until the session's process can have no I/O in flight, then reclaims its leftovers.
   void ReclaimAfterExit(Session& s);
   void Reclaim(Session& s);
@@ -173,6 +177,16 @@ class StoreService {
   std::map<std::string, std::unique_ptr<Store>> stores_ GUARDED_BY(mu_);
   // The node's read gate (ServiceOptions::read_slots > 0); its holder indexes under mu_.
   std::unique_ptr<ReadGatePage> gate_;
+  // Holder indexes of sessions that ended without Goodbye while their process lived on, given
+  // back once it exited (ReapGateHolders, from the accept loop); pid <= 0 (not visible): after
+  // orphan_grace_ms.
+  struct PendingHolder {
+    uint32_t holder;
+    int pid;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<PendingHolder> pending_holders_ GUARDED_BY(mu_);
+  std::atomic<size_t> pending_count_{0};
   ServiceStats stats_ GUARDED_BY(mu_);
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> shared_queries_{0};

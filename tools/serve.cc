@@ -114,6 +114,15 @@ void RunServe(const ServeConfig& c) {
                static_cast<unsigned long long>(st.sessions_reclaimed),
                static_cast<unsigned long long>(st.requests),
                static_cast<unsigned long long>(st.bad_frames));
+  if (st.read_gate_slots > 0) {
+    std::fprintf(stderr,
+                 "rangekv serve: read gate of %llu slots: %llu tickets out, %llu holders, %llu "
+                 "marks of dead sessions reclaimed\n",
+                 static_cast<unsigned long long>(st.read_gate_slots),
+                 static_cast<unsigned long long>(st.read_gate_outstanding),
+                 static_cast<unsigned long long>(st.read_gate_holders),
+                 static_cast<unsigned long long>(st.read_gate_marks_reclaimed));
+  }
   if (!stopped.ok()) {
     std::fprintf(stderr, "rangekv serve: clean shutdown failed: %s\n", stopped.ToString().c_str());
     Exit(1);

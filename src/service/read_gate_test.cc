@@ -105,12 +105,15 @@ TEST(ReadGate, WaitersGoInTheOrderTheyAsked) {
   ASSERT_TRUE(page.ok());
   auto first = AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::seconds(30));
   ASSERT_TRUE(first->Enter());
+  // Every gate attached before any waiter starts (the threads read the vector).
   std::vector<std::shared_ptr<SharedReadGate>> gates;
+  for (int i = 0; i < 4; ++i) {
+    gates.push_back(AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::seconds(30)));
+  }
   std::vector<std::thread> waiters;
   std::mutex mu;
   std::vector<int> order;
   for (int i = 0; i < 4; ++i) {
-    gates.push_back(AttachDup(**page, *(*page)->AcquireHolder(), std::chrono::seconds(30)));
     waiters.emplace_back([&, i] {
       ASSERT_TRUE(gates[i]->Enter());
       {

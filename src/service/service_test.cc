@@ -113,6 +113,21 @@ class ServiceTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     service_ = std::move(s).value();
   }
+  // The service again, with the node's read gate of `slots` (ServiceOptions::read_slots).
+  void RestartWithReadGate(uint32_t slots) {
+    ASSERT_TRUE(service_->Stop().ok());
+    service_.reset();
+    ServiceOptions o;
+    o.read_slots = slots;
+    StartService(o);
+  }
+  // A client engine that passes the read gate (posix: io_uring's reads are not gated).
+  EngineOptions GatedClientOptions() const {
+    EngineOptions o = ClientOptions(socket_);
+    o.io_engine = IoEngineSelection::kPosix;
+    o.read_gate = true;
+    return o;
+  }
   Engine& Client(const std::string& tenant = "default") {
     auto e = Engine::Open(ClientOptions(socket_, tenant));
     EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -265,14 +280,8 @@ INSTANTIATE_TEST_SUITE_P(Clients, ServiceProcessesTest, ::testing::Values(2, 4))
 // and restore bit-exact; one whose service has no gate reads ungated; a session's holder index
 // comes back at Goodbye.
 TEST_F(ServiceTest, EnginesPassTheNodesReadGate) {
-  ASSERT_TRUE(service_->Stop().ok());
-  service_.reset();
-  ServiceOptions so;
-  so.read_slots = 2;
-  StartService(so);
-  EngineOptions eo = ClientOptions(socket_);
-  eo.io_engine = IoEngineSelection::kPosix;  // io_uring's reads are not gated
-  eo.read_gate = true;
+  RestartWithReadGate(2);
+  const EngineOptions eo = GatedClientOptions();
   std::vector<Engine*> gated;
   for (int i = 0; i < 2; ++i) {
     auto e = Engine::Open(eo);
@@ -319,11 +328,7 @@ TEST_F(ServiceTest, EnginesPassTheNodesReadGate) {
 // A client process SIGKILLed while holding gate slots: once it is gone the service gives its
 // slots back to the node, and an engine that waited for them reads on.
 TEST_F(ServiceTest, SigkilledClientsGateSlotsComeBack) {
-  ASSERT_TRUE(service_->Stop().ok());
-  service_.reset();
-  ServiceOptions so;
-  so.read_slots = 3;
-  StartService(so);
+  RestartWithReadGate(3);
   Engine& a = Client();
   auto src = Fixture(a);
   const auto tokens = ClientTokens(0);
@@ -340,10 +345,7 @@ TEST_F(ServiceTest, SigkilledClientsGateSlotsComeBack) {
   EXPECT_EQ(s.read_gate_outstanding, 0u);
   EXPECT_EQ(s.read_gate_marks_reclaimed, 3u);
   // A gated engine reads through the node's slots again.
-  EngineOptions eo = ClientOptions(socket_);
-  eo.io_engine = IoEngineSelection::kPosix;
-  eo.read_gate = true;
-  auto b = Engine::Open(eo);
+  auto b = Engine::Open(GatedClientOptions());
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   auto dst = Fixture(**b);
   auto r = RestoreAndVerify(**b, *dst, Envelope("after-gate"), tokens, kGranularity, kSeed, 3);
@@ -358,11 +360,7 @@ TEST_F(ServiceTest, SigkilledClientsGateSlotsComeBack) {
 // session's thread ends at once (no thread waits on a live process), its holder index and its
 // slots wait for the process to exit.
 TEST_F(ServiceTest, AHungUpGateHolderWaitsForItsProcessNotAThread) {
-  ASSERT_TRUE(service_->Stop().ok());
-  service_.reset();
-  ServiceOptions so;
-  so.read_slots = 2;
-  StartService(so);
+  RestartWithReadGate(2);
   Child holder = Spawn({"gate", socket_, "1", "hangup"});
   struct KillAtExit {
     pid_t pid;

@@ -1213,7 +1213,7 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "every client's engine passes it (rangekv serve --read-slots N, "
                   "EngineOptions::read_gate): the clients together keep at most N read pieces "
                   "in flight, taken as they come (0: no gate)")
-      ->check(CLI::Range(0u, 4096u))
+      ->check(CLI::Range(0u, service::kMaxGateSlots))
       ->capture_default_str();
   cmd->add_option("--embedded-read-banks", f->embedded_read_banks,
                   "--mode embedded/both: read banks of the one embedded engine (0: its default; "

@@ -186,6 +186,7 @@ void StoreService::ReapGateHolders() {
   std::vector<PendingHolder> pending;
   {
     MutexLock l(mu_);
+    if (pending_holders_.empty()) return;  // the common case, every 100 ms
     pending.swap(pending_holders_);
   }
   std::vector<PendingHolder> still;
@@ -203,7 +204,6 @@ void StoreService::ReapGateHolders() {
   MutexLock l(mu_);
   for (uint32_t holder : gone) stats_.read_gate_marks_reclaimed += gate_->ReleaseHolder(holder);
   pending_holders_.insert(pending_holders_.end(), still.begin(), still.end());
-  pending_count_.store(pending_holders_.size());
 }
 
 void StoreService::AcceptLoop() {
@@ -212,7 +212,7 @@ void StoreService::AcceptLoop() {
     // With a read gate, look every 100 ms for gate holder indexes whose process exited (a
     // session thread may have queued one while this one slept).
     const int n = ::poll(p, 2, gate_ != nullptr ? 100 : -1);
-    if (pending_count_.load() > 0) ReapGateHolders();
+    if (gate_ != nullptr) ReapGateHolders();
     if (n < 0) {
       if (errno == EINTR) continue;
       return;
@@ -345,7 +345,6 @@ void StoreService::RunSession(Session* session) {
       stats_.read_gate_marks_reclaimed += gate_->ReleaseHolder(holder);
     } else {
       pending_holders_.push_back({holder, s.peer.pid, Clock::now()});
-      pending_count_.store(pending_holders_.size());
     }
   }
   ::close(s.fd);

@@ -186,7 +186,6 @@ class StoreService {
     std::chrono::steady_clock::time_point since;
   };
   std::vector<PendingHolder> pending_holders_ GUARDED_BY(mu_);
-  std::atomic<size_t> pending_count_{0};
   ServiceStats stats_ GUARDED_BY(mu_);
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> shared_queries_{0};

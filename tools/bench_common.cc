@@ -1549,8 +1549,8 @@ class Sweep {
       if (paired < m) {
         for (size_t k = 0; k < n; ++k) {
           const size_t pi = (rep + k) % n;
-          for (size_t j : (rep + k) % 2 == 0 ? std::array{size_t{0}, paired}
-                                             : std::array{paired, size_t{0}}) {
+          for (size_t j : PairedDefaultFirst(rep, k, n) ? std::array{size_t{0}, paired}
+                                                        : std::array{paired, size_t{0}}) {
             RANGEKV_RETURN_IF_ERROR(RangeKvRep(sessions[j], pi, cis[j], rep, results[j][pi]));
           }
         }

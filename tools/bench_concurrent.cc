@@ -60,8 +60,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/cpus.h"
 #include "base/log.h"
 #include "base/units.h"
+#include "engine/options.h"
 #include "service/store_service.h"
 #include "tools/bench_common.h"
 #include "tools/commands.h"
@@ -95,8 +97,8 @@ struct ConcurrentFlags {
   bool interleave = false;                 // --mode both: the two arms' rounds in turn (RunAll)
   std::string client_share_reads = "off";  // service clients' EngineOptions::share_reads
   // The in-process service's read gate (ServiceOptions::read_slots) and every client's
-  // EngineOptions::read_gate; 0: none.
-  uint32_t read_gate = 0;
+  // EngineOptions::read_gate; 0: none. The default is rangekv serve's (--read-slots auto).
+  uint32_t read_gate = engine_internal::NodeReadSlots(UsableCpus());
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs
   // service clients: "processes" (one per request, the deployment's shape) or "threads" (N
   // engines in this process, each its own session): tells what separate processes cost apart
@@ -913,11 +915,13 @@ class Bench {
                 "stripe %s, device %s\n",
                 FormatBytes(total_tokens_ * row_bytes_).c_str(), FormatBytes(row_bytes_).c_str(),
                 FormatBytes(geometry_.stripe_bytes).c_str(), device_->capabilities().name.c_str());
-    if (f_.read_gate > 0) {
+    if (f_.mode != "embedded" && f_.read_gate > 0) {
       std::printf(
           "service clients pass the node's read gate: %u read pieces in flight across "
           "all of them (rangekv serve --read-slots, EngineOptions::read_gate)\n",
           f_.read_gate);
+    } else if (f_.mode != "embedded") {
+      std::printf("service clients' reads are not gated (--read-gate 0)\n");
     }
     std::printf("%-9s %-12s %4s %4s %4s %10s %9s %10s %9s %9s %9s %9s %11s %11s %8s\n", "mode",
                 "variant", "N", "rst", "sto", "agg GiB/s", "x ceiling", "x embedded", "p50 ms",
@@ -1212,9 +1216,11 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentFlags* f) {
                   "--mode service/both: the service runs a read gate of this many slots and "
                   "every client's engine passes it (rangekv serve --read-slots N, "
                   "EngineOptions::read_gate): the clients together keep at most N read pieces "
-                  "in flight, taken as they come (0: no gate)")
+                  "in flight, taken as they come; auto: rangekv serve's default, " +
+                      std::to_string(f->read_gate) + " here (0: no gate)")
+      ->transform(ReadSlotsAuto())
       ->check(CLI::Range(0u, service::kMaxGateSlots))
-      ->capture_default_str();
+      ->default_str("auto");
   cmd->add_option("--embedded-read-banks", f->embedded_read_banks,
                   "--mode embedded/both: read banks of the one embedded engine (0: its default; "
                   "N clients' banks add up to N times one engine's)")

@@ -45,4 +45,9 @@ std::optional<double> ChiSquare95(size_t df) {
   return kTable[df - 1];
 }
 
+bool PairedDefaultFirst(uint32_t rep, size_t k, size_t points) {
+  const size_t n = points == 0 ? 1 : points;
+  return (rep / n + k) % 2 == 0;
+}
+
 }  // namespace rangekv::tools

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -24,5 +25,15 @@ std::optional<double> FriedmanQ(const std::vector<std::vector<double>>& samples)
 // (the points one sweep runs); nullopt otherwise. Q above it: the treatments differ at the 5%
 // level.
 std::optional<double> ChiSquare95(size_t df);
+
+// A sweep run with --interleave and a paired arm (checksum=off for restores, durability=none
+// for stores) runs the pair side by side at every point, k-th in repetition `rep` of a round over
+// `points` points (the point at k rotates with rep). True: the default configuration goes first
+// of the pair there. The order alternates with k and flips every `points` repetitions, so over
+// 2 x points repetitions each point's default (and paired) run takes every position of a
+// repetition once. (The order used to follow (rep + k) % 2, which for an even point count is the
+// point's own parity: even points' default ran first of its pair in every repetition, and a
+// disk that favours one slot of a pair showed as a naming effect.)
+bool PairedDefaultFirst(uint32_t rep, size_t k, size_t points);
 
 }  // namespace rangekv::tools

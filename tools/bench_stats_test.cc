@@ -51,5 +51,26 @@ TEST(ChiSquare95, TableBounds) {
   EXPECT_FALSE(ChiSquare95(16).has_value());
 }
 
+// The schedule of bench_common.cc's RunRangeKvShared: in repetition rep the k-th pair runs point
+// (rep + k) % n, default and paired arm in the order PairedDefaultFirst says. Over 2n
+// repetitions each point's default run must take each of the 2n positions of a repetition once,
+// so a slot the disk favours cannot look like a naming effect.
+TEST(PairedDefaultFirst, EveryPointsDefaultRunTakesEveryPositionOnce) {
+  for (size_t n = 1; n <= 7; ++n) {
+    std::vector<std::vector<int>> seen(n, std::vector<int>(2 * n, 0));
+    for (uint32_t rep = 0; rep < 2 * n; ++rep) {
+      for (size_t k = 0; k < n; ++k) {
+        const size_t pi = (rep + k) % n;
+        ++seen[pi][2 * k + (PairedDefaultFirst(rep, k, n) ? 0 : 1)];
+      }
+    }
+    for (size_t pi = 0; pi < n; ++pi) {
+      for (size_t pos = 0; pos < 2 * n; ++pos) {
+        EXPECT_EQ(seen[pi][pos], 1) << n << " points, point " << pi << ", position " << pos;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rangekv::tools

@@ -15,4 +15,8 @@ void AddBenchConcurrentCommand(CLI::App& bench);  // bench_concurrent.cc
 void AddInspectCommands(CLI::App& app);        // inspect.cc: inspect, fsck
 void AddServeCommand(CLI::App& app);           // serve.cc: the node's store service
 
+// The value "auto" of `serve --read-slots` and `bench concurrent --read-gate`, turned into the
+// node's read slots for this process's CPUs (engine_internal::NodeReadSlots); serve.cc.
+CLI::Validator ReadSlotsAuto();
+
 }  // namespace rangekv::tools

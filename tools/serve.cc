@@ -8,7 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "base/cpus.h"
 #include "commands.h"
+#include "engine/options.h"
 #include "rangekv/options.h"
 #include "service/store_service.h"
 
@@ -26,7 +28,7 @@ struct ServeConfig {
   uint64_t fence_ms = 1000;
   uint32_t spin_us = static_cast<uint32_t>(service::ServiceOptions{}.request_spin.count());
   bool follow_client_cpu = service::ServiceOptions{}.follow_client_cpu;
-  uint32_t read_slots = 0;
+  uint32_t read_slots = engine_internal::NodeReadSlots(UsableCpus());  // --read-slots auto
 };
 
 Result<uint64_t> ParseBytes(const std::string& s) {
@@ -45,6 +47,19 @@ Result<uint64_t> ParseBytes(const std::string& s) {
   if (it == units.end()) return InvalidArgument("'" + s + "': unit must be B, KiB, MiB, GiB or TiB");
   return v * it->second;
 }
+
+}  // namespace
+
+CLI::Validator ReadSlotsAuto() {
+  return CLI::Validator(
+      [](std::string& s) {
+        if (s == "auto") s = std::to_string(engine_internal::NodeReadSlots(UsableCpus()));
+        return std::string();
+      },
+      "auto|N");
+}
+
+namespace {
 
 [[noreturn]] void Exit(int code) { throw CLI::RuntimeError(code); }
 
@@ -97,9 +112,12 @@ void RunServe(const ServeConfig& c) {
     Exit(1);
   }
   std::fprintf(stderr,
-               "rangekv serve: listening on %s (stores under %s, durability %s); engines "
+               "rangekv serve: listening on %s (stores under %s, durability %s, %s); engines "
                "connect with store_service=\"unix://%s\"\n",
                (*service)->socket_path().c_str(), c.dir.c_str(), d.ToString().c_str(),
+               c.read_slots == 0
+                   ? "no read gate"
+                   : ("read gate of " + std::to_string(c.read_slots) + " slots").c_str(),
                (*service)->socket_path().c_str());
   int sig = 0;
   sigwait(&set, &sig);
@@ -116,9 +134,10 @@ void RunServe(const ServeConfig& c) {
                static_cast<unsigned long long>(st.bad_frames));
   if (st.read_gate_slots > 0) {
     std::fprintf(stderr,
-                 "rangekv serve: read gate of %llu slots: %llu tickets out, %llu holders, %llu "
-                 "marks of dead sessions reclaimed\n",
+                 "rangekv serve: read gate of %llu slots: %llu sessions passed it; %llu tickets "
+                 "out, %llu holders, %llu marks of dead sessions reclaimed\n",
                  static_cast<unsigned long long>(st.read_gate_slots),
+                 static_cast<unsigned long long>(st.read_gate_sessions),
                  static_cast<unsigned long long>(st.read_gate_outstanding),
                  static_cast<unsigned long long>(st.read_gate_holders),
                  static_cast<unsigned long long>(st.read_gate_marks_reclaimed));
@@ -164,9 +183,12 @@ void AddServeCommand(CLI::App& app) {
   serve
       ->add_option("--read-slots", cfg->read_slots,
                    "The node's read gate: read I/O pieces all engines that ask for it "
-                   "(read_gate) keep in flight together; 0 = no gate")
+                   "(read_gate, on by default) keep in flight together; auto = what one "
+                   "engine alone keeps on this node (" +
+                       std::to_string(cfg->read_slots) + " here); 0 = no gate")
+      ->transform(ReadSlotsAuto())
       ->check(CLI::Range(0u, service::kMaxGateSlots))
-      ->capture_default_str();
+      ->default_str("auto");
   serve->callback([cfg] { RunServe(*cfg); });
 }
 

@@ -179,14 +179,17 @@ struct EngineOptions {
   // default: on two H100 hosts it brought each request's first layer back to the embedded
   // engine's time but lowered four instances' aggregate (docs/store-service.md).
   bool share_reads = false;
-  // With a store service that runs a read gate (`rangekv serve --read-slots N`;
-  // docs/store-service.md "A node-wide read gate"): every read I/O piece of this engine first
-  // takes one of the node's N slots, shared with every other engine of the service that asked,
-  // and gives it back when the read call returns. Work-conserving where share_reads is not: an
-  // engine reading alone may take every slot. posix and cuFile reads are gated, io_uring's are
-  // not. A service without a gate leaves the engine ungated (logged). Ignored for an embedded
-  // store. Off by default.
-  bool read_gate = false;
+  // With a store service that runs a read gate (`rangekv serve` does by default, `--read-slots
+  // auto`; docs/store-service.md "A node-wide read gate"): every read I/O piece of this engine
+  // first takes one of the node's N slots, shared with every other engine of the service that
+  // asked, and gives it back when the read call returns. Work-conserving where share_reads is
+  // not: an engine reading alone may take every slot. posix and cuFile reads are gated,
+  // io_uring's are not. A service without a gate leaves the engine ungated. Ignored for an
+  // embedded store. On by default: four gated instances moved what ungated ones do (an H100
+  // host: 0.87-1.08 of one embedded engine against 0.88-1.10) and their requests' first layer
+  // came back to the embedded engine's time (5.6-6.8 ms against 7.6-11.1 ungated; the dev VM:
+  // 19-20 ms against 29-33), docs/benchmarks.md, 2026-12-06.
+  bool read_gate = true;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
   // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when

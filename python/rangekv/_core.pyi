@@ -141,7 +141,7 @@ class Engine:
         tenant: str = "default",
         store_service_spin_us: int = 200,
         share_reads: bool = False,
-        read_gate: bool = False,
+        read_gate: bool = True,
     ) -> None: ...
     @property
     def geometry(self) -> dict[str, Any]: ...

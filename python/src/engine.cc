@@ -748,7 +748,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("max_inflight_stores") = 16, nb::arg("max_request_tokens") = 262144,
           nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",
           nb::arg("tenant") = "default", nb::arg("store_service_spin_us") = 200,
-          nb::arg("share_reads") = false, nb::arg("read_gate") = false,
+          nb::arg("share_reads") = false, nb::arg("read_gate") = true,
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error.")
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")

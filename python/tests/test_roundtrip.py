@@ -268,14 +268,15 @@ def test_evicted_packs_are_drained_as_removed_ranges(make_engine):
 def test_read_share_of_an_embedded_engine_is_its_full_counts(make_engine):
     # share_reads divides the read concurrency only by the readers a store service reports;
     # an embedded engine keeps its own counts, with share_reads or without (the default).
-    # read_gate too needs a store service: embedded, the engine reads ungated (gate_slots 0).
+    # read_gate (on by default) too needs a store service: embedded, the engine reads ungated
+    # (gate_slots 0), with it on or off.
     ungated = {"gate_slots": 0, "gate_passes": 0, "gate_waited": 0, "gate_timed_out": 0}
-    e = make_engine(read_workers=3, read_io_threads=5, share_reads=True, read_gate=True)
+    e = make_engine(read_workers=3, read_io_threads=5, share_reads=True, read_gate=False)
     assert e.options["share_reads"] is True
-    assert e.options["read_gate"] is True
+    assert e.options["read_gate"] is False
     assert e.read_share() == {"readers": 1, "read_workers": 3, "read_io_threads": 5, **ungated}
     e.close()
     off = make_engine(read_workers=2, read_io_threads=4)
     assert off.options["share_reads"] is False
-    assert off.options["read_gate"] is False
+    assert off.options["read_gate"] is True
     assert off.read_share() == {"readers": 1, "read_workers": 2, "read_io_threads": 4, **ungated}

@@ -548,7 +548,8 @@ void EngineCore::FollowReadGate() {
   gate_ = service->read_gate();  // a new session's gate, or null without one
   const bool gated = read_io_->SetReadGate(gate_);
   share_.gate_slots = gated && gate_ != nullptr ? gate_->slots() : 0;
-  if (gate_ != nullptr && !gated) {
+  if (gate_ != nullptr && !gated && !gate_ignored_logged_) {
+    gate_ignored_logged_ = true;  // once per engine, not once per session
     Log(LogLevel::kWarning, "read gate: the " + std::string(read_io_->name()) +
                                 " engine does not gate its reads (posix and cuFile do)");
   }

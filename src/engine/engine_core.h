@@ -142,6 +142,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Engine::ReadShare share_ GUARDED_BY(share_mu_);
   uint64_t gate_generation_ GUARDED_BY(share_mu_) = 0;
   std::shared_ptr<service::SharedReadGate> gate_ GUARDED_BY(share_mu_);
+  bool gate_ignored_logged_ GUARDED_BY(share_mu_) = false;
 
   mutable Mutex mu_;
   bool closed_ GUARDED_BY(mu_) = false;

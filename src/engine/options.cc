@@ -282,5 +282,11 @@ ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t usable_cpu
   return plan;
 }
 
+uint32_t NodeReadSlots(uint32_t usable_cpus) {
+  const EngineOptions defaults;
+  return std::max(PlanReadIo(defaults, /*buffered=*/true, usable_cpus).threads,
+                  PlanReadIo(defaults, /*buffered=*/false, usable_cpus).threads);
+}
+
 }  // namespace engine_internal
 }  // namespace rangekv

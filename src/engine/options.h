@@ -47,6 +47,11 @@ struct ReadIoPlan {
 };
 ReadIoPlan PlanReadIo(const EngineOptions& options, bool buffered, uint32_t usable_cpus);
 
+// The read I/O pieces one engine with default options keeps in flight at most on a node of
+// `usable_cpus` CPUs, buffered or O_DIRECT (the larger of the two plans): `rangekv serve
+// --read-slots auto`, so a node's gated engines together keep what one engine alone would.
+uint32_t NodeReadSlots(uint32_t usable_cpus);
+
 // capacity_bytes / pack_bytes; kInvalidArgument when below one pack or above the format's
 // pack count bound.
 Result<uint64_t> PackCountForCapacity(uint64_t capacity_bytes, const Geometry& geometry);

@@ -191,6 +191,16 @@ TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesAndTheWorkersOnDire
   EXPECT_EQ(p.fill_split_bytes, 0u);
 }
 
+TEST(PlanReadIoTest, TheNodesReadSlotsAreWhatOneDefaultEngineKeepsInFlight) {
+  EXPECT_TRUE(EngineOptions{}.read_gate);  // engines pass a service's gate unless told not to
+  // The dev VM (2 CPUs): O_DIRECT's 4 x 4 threads; the 16-CPU GPU hosts: 16 either way; a big
+  // host: the buffered cap (also 16). Never fewer than one default engine's O_DIRECT threads.
+  for (uint32_t cpus : {0u, 1u, 2u, 16u, 128u}) {
+    EXPECT_EQ(NodeReadSlots(cpus), 16u) << cpus;
+  }
+  EXPECT_EQ(NodeReadSlots(16), PlanReadIo(EngineOptions{}, /*buffered=*/true, 16).threads);
+}
+
 TEST(PlanReadIoTest, ConfiguredThreadsAndOtherSplitsAreKept) {
   EngineOptions o = Base();
   o.read_io_threads = 8;

@@ -227,8 +227,10 @@ void ServiceStore::AttachReadGate() {
                               std::to_string(gate->holder()));
   } else if (!gate_warned_) {
     gate_warned_ = true;
-    Log(LogLevel::kWarning, "store service " + socket_path_ + ": no read gate (" + s.ToString() +
-                                "); this engine's reads go ungated");
+    // A service run with --read-slots 0 answers kUnavailable: a choice, not a fault.
+    Log(s.code() == StatusCode::kUnavailable ? LogLevel::kInfo : LogLevel::kWarning,
+        "store service " + socket_path_ + ": no read gate (" + s.ToString() +
+            "); this engine's reads go ungated");
   }
 }
 

@@ -121,11 +121,11 @@ class ServiceTest : public ::testing::Test {
     o.read_slots = slots;
     StartService(o);
   }
-  // A client engine that passes the read gate (posix: io_uring's reads are not gated).
+  // A client engine that passes the read gate: read_gate is on by default (posix: io_uring's
+  // reads are not gated).
   EngineOptions GatedClientOptions() const {
     EngineOptions o = ClientOptions(socket_);
     o.io_engine = IoEngineSelection::kPosix;
-    o.read_gate = true;
     return o;
   }
   Engine& Client(const std::string& tenant = "default") {
@@ -292,6 +292,7 @@ TEST_F(ServiceTest, EnginesPassTheNodesReadGate) {
   }
   EXPECT_EQ(service_->stats().read_gate_slots, 2u);
   EXPECT_EQ(service_->stats().read_gate_holders, 2u);
+  EXPECT_EQ(service_->stats().read_gate_sessions, 2u);
   auto src = Fixture(*gated[0]);
   const auto tokens = ClientTokens(0);
   auto stored = StoreAll(*gated[0], *src, tokens, kSeed, 1);

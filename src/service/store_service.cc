@@ -847,6 +847,7 @@ Status StoreService::AttachReadGate(Session& s, AttachReadGateReply* reply) {
     MutexLock l(mu_);
     RANGEKV_ASSIGN_OR_RETURN(const uint32_t holder, gate_->AcquireHolder());
     s.gate_holder = holder;
+    ++stats_.read_gate_sessions;
   }
   reply->holder = *s.gate_holder;
   reply->slots = gate_->slots();

@@ -109,6 +109,7 @@ struct ServiceStats {
   uint64_t read_gate_holders = 0;  // sessions holding a gate index (ended ones until reclaimed)
   uint64_t read_gate_holders_waiting = 0;  // of them, ended and waiting for their process to exit
   uint64_t read_gate_marks_reclaimed = 0;  // marks dead sessions left (their slots came back)
+  uint64_t read_gate_sessions = 0;         // sessions that attached to the gate, since the start
 };
 
 class StoreService {

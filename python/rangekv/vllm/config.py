@@ -89,9 +89,9 @@ KEYS: dict[str, _Key] = {
     "share_reads": _Key(False, "bool", "with a store service: keep this instance's reads to its "
                         "share of the node (read workers and read I/O threads divided by the "
                         "instances reading now)"),
-    "read_gate": _Key(False, "bool", "with a store service run with --read-slots N: every read "
-                      "of this instance takes one of the node's N read slots, shared with the "
-                      "other instances as their reads come"),
+    "read_gate": _Key(True, "bool", "with a store service that runs a read gate (rangekv serve "
+                      "does by default): every read of this instance takes one of the node's "
+                      "read slots, shared with the other instances as their reads come"),
     "capacity": _Key(16 << 30, "size", "capacity bound of each rank's pack file (bytes or '512GiB')"),
     "stripe_bytes": _Key(32 << 20, "size", "stripe size W (bytes); a pack is layers x W"),
     "io_engine": _Key("auto", "choice", "I/O engine", ("auto", "posix", "uring")),

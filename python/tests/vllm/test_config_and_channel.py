@@ -101,8 +101,8 @@ def test_store_service_address_needs_no_store_dir():
     assert parse_config({"store": "unix:///s", "share_reads": True}).share_reads is True
     with pytest.raises(ConfigError, match="share_reads: expected true or false"):
         parse_config({"store": "unix:///s", "share_reads": "no"})
-    assert cfg.read_gate is False  # opt-in (docs/store-service.md "A node-wide read gate")
-    assert parse_config({"store": "unix:///s", "read_gate": True}).read_gate is True
+    assert cfg.read_gate is True  # on by default (docs/store-service.md "A node-wide read gate")
+    assert parse_config({"store": "unix:///s", "read_gate": False}).read_gate is False
 
 
 def test_banks_that_do_not_fit_host_memory_are_refused_with_the_remedy(monkeypatch):

@@ -388,7 +388,8 @@ def test_metrics_on_a_live_server(workdir):
 def test_two_engines_share_one_store_service(workdir, reference):
     """Two vLLM engines (separate processes) pointed at one `rangekv serve`: what the first
     stored, the second restores, with tokens and logprobs identical to vLLM's own cache. The
-    service runs the node's read gate and both engines pass it (docs/store-service.md)."""
+    service runs the node's read gate (4 slots, fewer than one engine's read threads, so reads
+    wait for one) and both engines pass it, as they do by default (docs/store-service.md)."""
     from rangekv._offline import cli_path
 
     sock = workdir / "svc.sock"
@@ -400,7 +401,7 @@ def test_two_engines_share_one_store_service(workdir, reference):
         while not sock.exists() and time.time() < deadline and service.poll() is None:
             time.sleep(0.05)
         assert sock.exists(), service.stdout.read() if service.poll() is not None else "no socket"
-        cfg = connector_config("", store=f"unix://{sock}", read_gate=True)
+        cfg = connector_config("", store=f"unix://{sock}")
         first, _ = run_engine(workdir, "service_a", [[P1], [P2]], cfg, max_tokens=4)
         assert [b[0]["num_cached"] for b in first] == [0, 2304]
         assert_same(first[0][0], reference[0][0], "P1 stored through the service")
@@ -415,6 +416,7 @@ def test_two_engines_share_one_store_service(workdir, reference):
         out, _ = service.communicate(timeout=60)
     assert service.returncode == 0, out
     assert "sessions 2 accepted" in out and "0 reclaimed" in out, out
-    # Every read's ticket was given back, and no session died holding one.
-    assert "read gate of 4 slots: 0 tickets out," in out, out
+    # Both engines passed the gate (read_gate is on by default), every read's ticket was given
+    # back, and no session died holding one.
+    assert "read gate of 4 slots: 2 sessions passed it; 0 tickets out," in out, out
     assert ", 0 marks of dead sessions reclaimed" in out, out

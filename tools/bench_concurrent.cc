@@ -975,7 +975,7 @@ class Bench {
     j["warmups"] = f_.warmups;
     j["machine"] = DescribeMachine(f_.dir.empty() ? "/var/tmp" : f_.dir).ToJson();
     j["wall_s"] = wall_s_;
-    j["read_gate_slots"] = f_.read_gate;
+    j["read_gate_slots"] = f_.mode == "embedded" ? 0u : f_.read_gate;
     nlohmann::json rs = nlohmann::json::array();
     for (const RunResult& r : results_) {
       nlohmann::json x;

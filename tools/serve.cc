@@ -119,6 +119,12 @@ void RunServe(const ServeConfig& c) {
                    ? "no read gate"
                    : ("read gate of " + std::to_string(c.read_slots) + " slots").c_str(),
                (*service)->socket_path().c_str());
+  if (c.read_slots > 0 && c.max_sessions > service::kMaxGateHolders) {
+    std::fprintf(stderr,
+                 "rangekv serve: note: the read gate has room for %u sessions; sessions beyond "
+                 "that (of --max-sessions %u) read ungated\n",
+                 service::kMaxGateHolders, c.max_sessions);
+  }
   int sig = 0;
   sigwait(&set, &sig);
   std::fprintf(stderr, "rangekv serve: %s: stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -134,7 +140,7 @@ void RunServe(const ServeConfig& c) {
                static_cast<unsigned long long>(st.bad_frames));
   if (st.read_gate_slots > 0) {
     std::fprintf(stderr,
-                 "rangekv serve: read gate of %llu slots: %llu sessions passed it; %llu tickets "
+                 "rangekv serve: read gate of %llu slots: %llu sessions attached; %llu tickets "
                  "out, %llu holders, %llu marks of dead sessions reclaimed\n",
                  static_cast<unsigned long long>(st.read_gate_slots),
                  static_cast<unsigned long long>(st.read_gate_sessions),

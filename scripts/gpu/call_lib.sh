@@ -50,6 +50,9 @@ step_checksum_shm() {
   rm -rf /dev/shm/rkv-ck
   note "== checksum on/off, tmpfs"; tail -12 "$work/restore_shm_ck.txt" | tee -a "$sum"
 }
+# bench concurrent's service clients pass a read gate by default since commit dc58457
+# (--read-gate auto, as rangekv serve --read-slots); the scripts recorded before it ran them
+# ungated: add --read-gate 0 to reproduce those.
 step_conc() {
   local name=$1 shm=/dev/shm/rkv-conc
   shift

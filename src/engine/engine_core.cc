@@ -549,9 +549,9 @@ void EngineCore::FollowReadGate() {
   const bool gated = read_io_->SetReadGate(gate_);
   share_.gate_slots = gated && gate_ != nullptr ? gate_->slots() : 0;
   if (gate_ != nullptr && !gated && !gate_ignored_logged_) {
-    gate_ignored_logged_ = true;  // once per engine, not once per session
-    Log(LogLevel::kWarning, "read gate: the " + std::string(read_io_->name()) +
-                                " engine does not gate its reads (posix and cuFile do)");
+    gate_ignored_logged_ = true;  // once per engine, not once per session; io_uring was chosen
+    Log(LogLevel::kInfo, "read gate: the " + std::string(read_io_->name()) +
+                             " engine does not gate its reads (posix and cuFile do)");
   }
 }
 

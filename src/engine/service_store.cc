@@ -227,8 +227,9 @@ void ServiceStore::AttachReadGate() {
                               std::to_string(gate->holder()));
   } else if (!gate_warned_) {
     gate_warned_ = true;
-    // A service run with --read-slots 0 answers kUnavailable: a choice, not a fault.
-    Log(s.code() == StatusCode::kUnavailable ? LogLevel::kInfo : LogLevel::kWarning,
+    // A service run with --read-slots 0 answers kNotFound: a choice, not a fault (a lost or
+    // unreachable service is kUnavailable, and warned of).
+    Log(s.code() == StatusCode::kNotFound ? LogLevel::kInfo : LogLevel::kWarning,
         "store service " + socket_path_ + ": no read gate (" + s.ToString() +
             "); this engine's reads go ungated");
   }

@@ -341,7 +341,8 @@ TEST_F(ServiceTest, SigkilledClientsGateSlotsComeBack) {
   EXPECT_EQ(service_->stats().read_gate_outstanding, 3u);
   ::kill(holder.pid, SIGKILL);
   EXPECT_EQ(WaitExit(holder), 128 + SIGKILL);
-  ASSERT_TRUE(Eventually([&] { return service_->stats().read_gate_holders == 0; }));
+  // a (read_gate on by default) keeps its own index; the killed holder's comes back.
+  ASSERT_TRUE(Eventually([&] { return service_->stats().read_gate_holders == 1; }));
   const ServiceStats s = service_->stats();
   EXPECT_EQ(s.read_gate_outstanding, 0u);
   EXPECT_EQ(s.read_gate_marks_reclaimed, 3u);
@@ -566,6 +567,18 @@ int QueryMemfd(uint64_t bytes, bool sealed) {
 Status SendWithFd(int fd, MessageType type, std::span<const uint8_t> body, int pass_fd) {
   RANGEKV_RETURN_IF_ERROR(SendFrame(fd, static_cast<uint16_t>(type), body, pass_fd));
   return ReplyStatus(fd);
+}
+
+// Engines ask for the read gate by default (EngineOptions::read_gate); a service run without one
+// answers kNotFound (the engine logs it as a choice, where a lost service's kUnavailable is
+// warned of) and keeps the session.
+TEST_F(ServiceTest, AServiceWithoutAGateAnswersNotFoundAndKeepsTheSession) {
+  auto fd = RawHello(socket_);  // the fixture's service: ServiceOptions::read_slots 0
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_EQ(SendWithFd(*fd, MessageType::kAttachReadGate, {}, -1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(SendWithFd(*fd, MessageType::kAttachReadGate, {}, -1).code(), StatusCode::kNotFound);
+  ::close(*fd);
+  EXPECT_EQ(service_->stats().read_gate_sessions, 0u);
 }
 
 TEST_F(ServiceTest, QueryBufferIsASealedMemfdAndSharedQueriesStayInsideIt) {

@@ -841,7 +841,7 @@ void StoreService::FollowClientCpu(Session& s, uint32_t cpu) {
 
 Status StoreService::AttachReadGate(Session& s, AttachReadGateReply* reply) {
   if (gate_ == nullptr) {
-    return Unavailable("this store service runs without a read gate (rangekv serve --read-slots)");
+    return NotFound("this store service runs without a read gate (rangekv serve --read-slots)");
   }
   if (!s.gate_holder.has_value()) {
     MutexLock l(mu_);

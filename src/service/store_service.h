@@ -85,7 +85,7 @@ struct ServiceOptions {
   uint64_t reader_window_ms = 1000;
   // The node's read gate (read_gate.h; docs/store-service.md "A node-wide read gate"): the read
   // I/O pieces every session's engine together keeps in flight, for engines that ask
-  // (EngineOptions::read_gate). 0: no gate (kAttachReadGate is answered kUnavailable).
+  // (EngineOptions::read_gate). 0: no gate (kAttachReadGate is answered kNotFound).
   uint32_t read_slots = 0;
   // Test seam: the uid peers must have (default: the service's effective uid).
   std::optional<uint32_t> peer_uid;

@@ -418,5 +418,5 @@ def test_two_engines_share_one_store_service(workdir, reference):
     assert "sessions 2 accepted" in out and "0 reclaimed" in out, out
     # Both engines passed the gate (read_gate is on by default), every read's ticket was given
     # back, and no session died holding one.
-    assert "read gate of 4 slots: 2 sessions passed it; 0 tickets out," in out, out
+    assert "read gate of 4 slots: 2 sessions attached; 0 tickets out," in out, out
     assert ", 0 marks of dead sessions reclaimed" in out, out

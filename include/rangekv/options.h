@@ -185,9 +185,9 @@ struct EngineOptions {
   // asked, and gives it back when the read call returns. Work-conserving where share_reads is
   // not: an engine reading alone may take every slot. posix and cuFile reads are gated,
   // io_uring's are not. A service without a gate leaves the engine ungated. Ignored for an
-  // embedded store. On by default: four gated instances moved what ungated ones do (an H100
-  // host: 0.87-1.08 of one embedded engine against 0.88-1.10) and their requests' first layer
-  // came back to the embedded engine's time (5.6-6.8 ms against 7.6-11.1 ungated; the dev VM:
+  // embedded store. On by default: four gated instances moved what ungated ones do (H100
+  // hosts: 0.87-1.08 of one embedded engine against 0.87-1.10) and their requests' first layer
+  // came back to the embedded engine's time (5.6-6.8 ms against 7.6-11.2 ungated; the dev VM:
   // 19-20 ms against 29-33), docs/benchmarks.md, 2026-12-06.
   bool read_gate = true;
   ModelSpec model;

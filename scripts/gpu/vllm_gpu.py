@@ -319,7 +319,7 @@ def ttft_arms(args, roots: dict) -> list[dict]:
                                    "kv_connector_extra_config": {
                                        "cpu_bytes_to_use": args.capacity_gib * gib}}})
     if args.arms:
-        keep = args.arms.split(",")
+        keep = args.arms.split(";")
         arms = [a for a in arms if a["kind"] == "base" or any(k in a["name"] for k in keep)]
     return arms
 
@@ -442,7 +442,7 @@ def main() -> int:
     t.add_argument("--shm-root", default="/dev/shm/rangekv-ttft")
     t.add_argument("--disk-root", default="/var/tmp/rangekv-ttft")
     t.add_argument("--reps", type=int, default=3)
-    t.add_argument("--arms", default="")
+    t.add_argument("--arms", default="", help="keep arms whose name contains one of these (;-separated)")
     t.add_argument("--prefix", type=int, default=49152)
     t.add_argument("--suffix", type=int, default=16128)
     t.add_argument("--capacity-gib", type=int, default=24)

@@ -9,9 +9,10 @@
 # scripts/vllm_venv.sh where that script exists, else as a small venv with numpy + pytest
 # (the torch tests then skip, with the reason shown). The build directory
 # build/python/<wheel tag> (pyproject.toml's build-dir) is kept between runs, so a rerun
-# rebuilds only what changed; ccache is used when installed. CUDA stays off unless
-# RANGEKV_CUDA=AUTO|ON is set. Runs python/tests (hf/ included; vllm/ only with
-# RANGEKV_PY_TEST_VLLM=1). Prints pytest's summary line last.
+# rebuilds only what changed; ccache is used when installed. CUDA kernels are built when nvcc is
+# found (RANGEKV_CUDA=OFF: none), as for any `pip install .`. Runs python/tests (hf/ included;
+# vllm/ only with RANGEKV_PY_TEST_VLLM=1; install/ never: scripts/install_test.sh). Prints
+# pytest's summary line last.
 #
 # The lead's scripts/test.sh can call it as a stage: `bash scripts/python_test.sh`.
 set -euo pipefail
@@ -59,9 +60,10 @@ echo "python_test: build + install took $(( $(date +%s) - start ))s"
 # Run from python/tests so the source tree's python/rangekv is not what gets imported.
 cd python/tests
 set +e
-# python/tests/vllm (the vLLM connector's tests) runs only with RANGEKV_PY_TEST_VLLM=1.
-ignore=(--ignore=vllm)
-[ "${RANGEKV_PY_TEST_VLLM:-0}" = 1 ] && ignore=()
+# python/tests/vllm (the vLLM connector's tests) runs only with RANGEKV_PY_TEST_VLLM=1;
+# python/tests/install (fresh venvs, builds) only through scripts/install_test.sh.
+ignore=(--ignore=vllm --ignore=install)
+[ "${RANGEKV_PY_TEST_VLLM:-0}" = 1 ] && ignore=(--ignore=install)
 "$py" -m pytest -q -rs -p no:cacheprovider "${ignore[@]}" "$@" 2>&1 | grep -v '^rangekv [IWE] ' | tee /tmp/python_test.$$.log
 rc=${PIPESTATUS[0]}
 set -e

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs RangeKV's build dependencies (Debian 12 packages, by name) and builds the default
 # preset. Used by scripts/demo.sh and scripts/test.sh; safe to run repeatedly.
+#   bash scripts/setup.sh              install + build
+#   bash scripts/setup.sh --deps-only  install only (what `pip install .` needs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,8 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+[ "${1:-}" = "--deps-only" ] && exit 0
 
 # ccache makes rebuilds on the same machine (CI reruns, the Python package's second build of the
 # same sources) cheap; a fresh machine builds everything once.

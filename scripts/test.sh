@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test CI runs: install, build, unit/property/crash tests, a GCC Release build with the
-# install consumer test, ThreadSanitizer run of the concurrent tests, short fuzzing runs, and the
-# Python package's tests with the vLLM connector inside a real vLLM engine. GPU tests run
-# separately (scripts/gpu/run.sh).
+# install consumer test, ThreadSanitizer run of the concurrent tests, short fuzzing runs, the
+# Python package's tests with the vLLM connector inside a real vLLM engine, and the package
+# installed as users install it (the wheel, the README's lines). GPU tests run separately
+# (scripts/gpu/run.sh).
 #
 # Closing line: "N passed, M failed, K skipped", counting test CASES (not binaries), printed
 # alone on the last line even when a stage fails. It is the sum over build/test-counts/*.txt,
@@ -96,6 +97,11 @@ stage "Python package, HF adapter and the vLLM connector in a real vLLM engine (
 # Installs the vLLM venv on first use (cached at /var/cache/rangekv/vllm-0.32), builds and
 # installs the package into it, runs python/tests (pytest's counts join the closing line).
 bash scripts/vllm_test.sh
+
+stage "install as a user: the manylinux wheel and the README's install lines, in fresh venvs"
+# scripts/wheel.sh reuses the package build of the stage above; the two source lines
+# (`pip install .`, `RANGEKV_CUDA=OFF pip install .`) build in their own directories.
+bash scripts/install_test.sh
 
 stage "done"
 # The closing line is printed by summary (trap EXIT).

@@ -1,11 +1,21 @@
 // rangekv: demo, benchmarks and store tools. See `rangekv --help`.
 #include <CLI/CLI.hpp>
 
+#include <string>
+
+#include "rangekv/build_info.h"
 #include "tools/bench_common.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"RangeKV: KV-cache storage engine (byte-striped packs, ticketed restores)"};
+  const rangekv::BuildInfo& build = rangekv::GetBuildInfo();
+  app.set_version_flag("--version",
+                       "rangekv " + std::string(build.version) + " (CUDA kernels: " +
+                           (build.has_cuda_kernels() ? std::string(build.cuda_kernels) + ", nvcc " +
+                                                           std::string(build.cuda_compiler_version)
+                                                     : std::string("none, built without CUDA")) +
+                           ")");
   app.require_subcommand(1);
   rangekv::tools::AddDemoCommand(app);
   CLI::App* bench = app.add_subcommand("bench", "Named benchmark workloads");

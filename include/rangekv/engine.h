@@ -215,7 +215,8 @@ class Engine {
   const Geometry& geometry() const;
   const NamespaceId& namespace_id() const;
   const EngineOptions& options() const;  // as resolved (bank sizes filled in)
-  // "host" or "cuda", and "posix" / "uring" plus the reason for a fallback, for logs and bench.
+  // "host" or "cuda", and "posix" / "uring" plus the reason for a fallback, for logs and bench;
+  // "cuda_kernels=sm_80,...|none": whether this build has CUDA kernels (rangekv/build_info.h).
   std::string DescribeBackends() const;
   // What Open found: index loaded, or started empty and why.
   const StoreRecovery& recovery() const;

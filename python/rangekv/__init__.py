@@ -14,7 +14,8 @@ Quick start (README.md "Python" has the full, tested example)::
         assert s.finish().ok
         hit, ticket = eng.lookup(range(100), rangekv.Envelope("req-2"))  # 96
 
-See ``rangekv.Engine`` and README.md "Python". Tensors: torch, numpy or any DLPack array (no
+See ``rangekv.Engine`` and README.md "Python". ``rangekv.build_info()["cuda_kernels"]`` says
+whether this build can deliver into GPU memory (empty: built without nvcc, host device only). Tensors: torch, numpy or any DLPack array (no
 framework is linked); bf16 accepts ``torch.bfloat16`` or ``uint16`` holding the bits (numpy
 has no bfloat16). Every blocking call releases the GIL.
 """
@@ -33,6 +34,7 @@ from ._core import (  # noqa: F401
     StoreHandle,
     StoreOutcome,
     __version__,
+    build_info,
 )
 from . import _core
 from ._offline import fsck, inspect  # noqa: F401
@@ -62,5 +64,6 @@ __all__ = [
     "inspect",
     "fsck",
     "LAYOUTS",
+    "build_info",
     "__version__",
 ] + list(_errors.__all__)

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "binding.h"
+#include "rangekv/build_info.h"
 
 namespace rangekv::py {
 
@@ -20,6 +21,16 @@ std::string TypeName(nb::handle obj) {
 }
 
 std::string Repr(nb::handle obj) { return nb::cast<std::string>(nb::repr(obj)); }
+
+// A CUDA tensor handed to an engine on the host device: what would make it deliver into GPU
+// memory. A build without CUDA kernels needs a reinstall; one with them, a CUDA device.
+std::string HostEngineRemedy() {
+  if (!GetBuildInfo().has_cuda_kernels()) {
+    return ": this rangekv build has no CUDA kernels; " + std::string(kCudaKernelsRemedy);
+  }
+  return ": open the Engine with device=\"cuda\" (device=\"auto\" takes the host when no GPU "
+         "is usable; the log says why)";
+}
 
 bool IsSequence(nb::handle obj) { return PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr()); }
 
@@ -408,7 +419,8 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
       Throw(StatusCode::kInvalidArgument,
             who + " is on " + DeviceName(dev, arr.device_id()) + ", the engine's device is " +
                 (info.cuda ? "cuda:" + std::to_string(info.cuda_device)
-                           : std::string("the host (CPU tensors)")));
+                           : std::string("the host (CPU tensors)")) +
+                (!info.cuda && dev == nb::device::cuda::value ? HostEngineRemedy() : ""));
     }
     // Dtype.
     if (!DtypeAccepted(info.dtype, arr.dtype())) {

@@ -2,6 +2,7 @@
 #include <nanobind/stl/string.h>
 
 #include "binding.h"
+#include "rangekv/build_info.h"
 
 namespace nb = nanobind;
 
@@ -18,5 +19,14 @@ NB_MODULE(_core, m) {
     }
     return l;
   }, "Every StatusCode's name, in code order.");
+  m.def("build_info", [] {
+    const rangekv::BuildInfo& b = rangekv::GetBuildInfo();
+    nb::dict d;
+    d["version"] = std::string(b.version);
+    d["cuda_kernels"] = std::string(b.cuda_kernels);
+    d["cuda_compiler_version"] = std::string(b.cuda_compiler_version);
+    return d;
+  }, "What this build contains: {'version', 'cuda_kernels' ('sm_80,...,compute_100', or '' "
+     "when built without nvcc: then only the host device exists), 'cuda_compiler_version'}.");
   rangekv::py::RegisterEngine(m);
 }

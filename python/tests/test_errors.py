@@ -125,8 +125,13 @@ def test_wrong_device(stored):
     eng, src, check = stored
     e, hit, ticket, h = claim(eng)
     fake = [FakeCudaTensor(a) for a in zero_layers(LAYOUT, N)]
-    with pytest.raises(rangekv.InvalidArgument, match="cuda:0.*host"):
+    # The message names the fix: a build without CUDA kernels needs a reinstall with nvcc, one
+    # with them an engine opened on the GPU.
+    fix = ('device="cuda"' if rangekv.build_info()["cuda_kernels"]
+           else "no CUDA kernels; reinstall rangekv where the CUDA toolkit's nvcc is")
+    with pytest.raises(rangekv.InvalidArgument, match="cuda:0.*host") as raised:
         h.bind_slots(fake, np.arange(hit))
+    assert fix in str(raised.value), raised.value
     with pytest.raises(rangekv.InvalidArgument, match="cuda:0"):
         eng.begin_store(env("s"), list(range(64)), fake, list(range(64)))
     h.finish()

@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "device/host_device.h"
+#include "rangekv/build_info.h"
 #if RANGEKV_HAVE_CUDA
 #include "device/cuda_device.h"
 #endif
@@ -99,7 +100,8 @@ Result<std::unique_ptr<Device>> MakeCuda(int ordinal) {
   return CreateCudaDevice(ordinal);
 #else
   (void)ordinal;
-  return Unavailable("CUDA device requested, but this build has no CUDA support");
+  return Unavailable("CUDA device requested, but this build has no CUDA kernels: " +
+                     std::string(kCudaKernelsRemedy));
 #endif
 }
 

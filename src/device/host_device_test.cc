@@ -12,6 +12,7 @@
 #include "base/units.h"
 #include "device/device_conformance.h"
 #include "kernels/span_digest.h"
+#include "rangekv/build_info.h"
 
 namespace rangekv {
 namespace {
@@ -202,11 +203,30 @@ TEST(MakeDeviceTest, KindsAndAvailability) {
   }
   if (!CudaCompiledIn()) {
     EXPECT_FALSE(cuda.ok());
+    // The refusal names the fix (a reinstall with nvcc), not just the lack.
+    EXPECT_NE(cuda.status().message().find("no CUDA kernels"), std::string::npos)
+        << cuda.status().ToString();
+    EXPECT_NE(cuda.status().message().find("nvcc"), std::string::npos);
   }
 
   Result<std::unique_ptr<Device>> any = MakeDevice(DeviceKind::kAuto);
   ASSERT_TRUE(any.ok());
   EXPECT_EQ((*any)->capabilities().kind, cuda.ok() ? DeviceKind::kCuda : DeviceKind::kHost);
+}
+
+// BuildInfo says what CudaCompiledIn says, and names the GPU targets when there are kernels.
+TEST(BuildInfoTest, NamesTheCudaKernelsOfThisBuild) {
+  const BuildInfo& b = GetBuildInfo();
+  EXPECT_EQ(b.has_cuda_kernels(), CudaCompiledIn());
+  EXPECT_FALSE(b.version.empty());
+  if (b.has_cuda_kernels()) {
+    EXPECT_TRUE(b.cuda_kernels.find("sm_") != std::string_view::npos ||
+                b.cuda_kernels.find("compute_") != std::string_view::npos)
+        << b.cuda_kernels;
+    EXPECT_FALSE(b.cuda_compiler_version.empty());
+  } else {
+    EXPECT_TRUE(b.cuda_compiler_version.empty());
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "directory/ticket.h"
 #include "engine/options.h"
 #include "io/split_probe.h"
+#include "rangekv/build_info.h"
 #include "rangekv/env.h"
 
 namespace rangekv::engine_internal {
@@ -272,7 +273,12 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     Status reg = io->RegisterFiles(files);
     if (!reg.ok()) Log(LogLevel::kInfo, "pack file not registered for I/O: " + reg.ToString());
   }
-  backends_ = "device=" + caps.name + " io=" + read_desc + " read_io=" + read_plan.why +
+  // Whether this build has CUDA kernels at all: a host device chosen for want of them reads
+  // differently from one chosen for want of a GPU.
+  const BuildInfo& build = GetBuildInfo();
+  backends_ = "device=" + caps.name + " cuda_kernels=" +
+              (build.has_cuda_kernels() ? std::string(build.cuda_kernels) : "none") +
+              " io=" + read_desc + " read_io=" + read_plan.why +
               " direct=" + (store_->file()->direct() ? "on" : "off");
   if (write_desc != read_desc) backends_ += " write_io=" + write_desc;
   backends_ += " split=" + split_desc;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
+#include "rangekv/build_info.h"
 #include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 
@@ -580,6 +581,12 @@ TEST_F(EngineTest, OpenValidatesOptionsAndTheExistingStore) {
     // The CUDA device names the GPU ("device=NVIDIA H200 (sm_90, ...)").
     const bool on_host = (*e)->DescribeBackends().find("device=host") != std::string::npos;
     EXPECT_EQ(on_host, ok.device == DeviceSelection::kHost) << (*e)->DescribeBackends();
+    // Whether this build has CUDA kernels at all, said at open.
+    const BuildInfo& build = GetBuildInfo();
+    const std::string kernels =
+        build.has_cuda_kernels() ? std::string(build.cuda_kernels) : std::string("none");
+    EXPECT_NE((*e)->DescribeBackends().find(" cuda_kernels=" + kernels + " "), std::string::npos)
+        << (*e)->DescribeBackends();
   }
   // Reopening with another model finds a pack file of another geometry.
   auto other = Engine::Open(SmallOptions(dir_.path() + "/store", SmallModel(4, 4, 16), kW));

@@ -228,6 +228,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.read_gate = options_.read_gate;
   so.max_removed_ranges = options_.max_removed_ranges;
   so.remote = options_.remote;
+  so.block_opaque = IsBlockOpaque(options_.model.layout);
   if (!options_.remote.url.empty() && options_.checksum != ChecksumPolicy::kAlways) {
     return InvalidArgument("the cluster tier (remote.url) needs checksum=always: every remote "
                            "byte is verified against its publisher's digests");

@@ -70,8 +70,10 @@ Status StoreState::ConnectRemote(const StoreStateOptions& o) {
   RANGEKV_ASSIGN_OR_RETURN(remote_, remote::ConnectRemote(o.remote, o.tenant, ns()));
   if (directory_ == nullptr || !o.remote.publish) return OkStatus();
   publish_drain_ms_ = o.publish_drain_ms;
-  publisher_ = std::make_unique<remote::Publisher>(remote_, pack_, digests_.get(),
-                                                   remote::Publisher::Options{});
+  remote::Publisher::Options po;
+  using Opaque = remote::Publisher::Options::Opaque;
+  po.opaque = !o.block_opaque ? Opaque::kUnknown : *o.block_opaque ? Opaque::kYes : Opaque::kNo;
+  publisher_ = std::make_unique<remote::Publisher>(remote_, pack_, digests_.get(), po);
   return directory_->AddObserver(publisher_.get());
 }
 

@@ -90,6 +90,9 @@ struct StoreStateOptions {
   // publish_drain_ms before it stops the publisher.
   RemoteTierOptions remote;
   uint32_t publish_drain_ms = 10000;
+  // Whether the paged layout is block-opaque (embedded engines know; the service does not:
+  // remote::Publisher::Options::opaque).
+  std::optional<bool> block_opaque;
 };
 
 class StoreState {

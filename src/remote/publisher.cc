@@ -190,7 +190,34 @@ Status Publisher::PublishOne(const Job& job) {
   const RemoteClients& c = *clients_;
   const auto deadline = [&] { return SteadyClock::now() + options_.request_timeout; };
   const PackRecord& p = job.pack;
-  const std::span<const int32_t> run(job.path->data() + p.path_token_begin, p.tokens);
+
+  // The pack's stored extent: its record's tokens, or, for a block-opaque layout, re-based to
+  // block boundaries (pack token 0 = the block boundary at or below the record's first token).
+  RANGEKV_ASSIGN_OR_RETURN(const persist::VerifyPlan extent,
+                           digests_->PlanVerify(p.pack_slot, p.generation, 0, 1));
+  const uint64_t stored = extent.stored_tokens;
+  const uint64_t B = geometry_.block_size;
+  const uint64_t a = p.path_token_begin, b = p.path_token_end();
+  const bool plain_fits = stored == p.tokens;
+  const bool opaque_fits = B > 0 && stored == b / B * B - a / B * B;
+  bool opaque = false;
+  switch (options_.opaque) {
+    case Options::Opaque::kNo: opaque = false; break;
+    case Options::Opaque::kYes: opaque = true; break;
+    case Options::Opaque::kUnknown:
+      if (plain_fits && opaque_fits && a % B != 0) {
+        return FailedPrecondition("pack slot " + std::to_string(p.pack_slot) +
+                                  ": its position is ambiguous without the layout; not published");
+      }
+      opaque = !plain_fits;
+      break;
+  }
+  if (opaque ? !opaque_fits : !plain_fits) {
+    return Internal("pack slot " + std::to_string(p.pack_slot) + " stores " +
+                    std::to_string(stored) + " tokens, its record " + std::to_string(p.tokens));
+  }
+  const uint64_t begin = opaque ? a / B * B : a;
+  const std::span<const int32_t> run(job.path->data() + begin, stored);
 
   PackManifest m;
   m.ns = c.scope.ns;
@@ -199,11 +226,11 @@ Status Publisher::PublishOne(const Job& job) {
   m.store_uuid_hi = pack_->uuid().hi;
   m.slot = p.pack_slot;
   m.generation = p.generation;
-  m.path_begin = p.path_token_begin;
-  m.stored_tokens = p.tokens;
+  m.path_begin = begin;
+  m.stored_tokens = stored;
   {
     PathKeys keys(c.scope.ns, *job.path);
-    m.parent_key = keys.At(p.path_token_begin);
+    m.parent_key = keys.At(begin);
   }
   RANGEKV_ASSIGN_OR_RETURN(const bool known, c.directory->HasRun(m.parent_key, run, deadline()));
   if (known) return Status(StatusCode::kAlreadyExists, "run already published");
@@ -278,8 +305,10 @@ Status Publisher::PublishOne(const Job& job) {
       });
     }
     if (!s.ok()) {
-      Status a = c.s3->AbortMultipartUpload(c.scope.bucket, key, upload_id, deadline());
-      if (!a.ok()) Log(LogLevel::kWarning, "cluster tier: aborting an upload: " + a.ToString());
+      Status aborted = c.s3->AbortMultipartUpload(c.scope.bucket, key, upload_id, deadline());
+      if (!aborted.ok()) {
+        Log(LogLevel::kWarning, "cluster tier: aborting an upload: " + aborted.ToString());
+      }
       return s;
     }
   }

@@ -68,6 +68,13 @@ enum class PublishPoint : uint8_t { kPartsUploaded, kObjectComplete, kManifestSt
 class Publisher final : public DirectoryObserver {
  public:
   struct Options {
+    // Whether the store's paged layout is block-opaque (vLLM's CPU layout: a pack then starts
+    // at the block boundary at or below its first path token, docs/pack-format.md
+    // "Block-opaque stripes"). kUnknown (the store service, which is not told the layout):
+    // derived from the pack's stored extent, and a pack whose extent fits both readings is not
+    // published (never a wrong position).
+    enum class Opaque : uint8_t { kUnknown, kNo, kYes };
+    Opaque opaque = Opaque::kUnknown;
     uint32_t max_queue = 1024;
     uint32_t layer_group = 4;  // layers per manifest extent
     std::chrono::milliseconds request_timeout{60000};

@@ -13,6 +13,7 @@
 #include "remote/cluster_directory.h"
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
+#include "service/store_service.h"
 #include "testing/engine_testing.h"
 #include "testing/remote_servers.h"
 #include "testing/temp_dir.h"
@@ -318,6 +319,63 @@ TEST(EngineRemote, NodeKilledMidUploadLeavesNothingVisible) {
     EXPECT_EQ(l->hit_tokens, 0u) << "point " << k;
     (*b)->ReleaseRequest(Envelope("b"));
   }
+}
+
+// `rangekv serve --remote`: the node's store service publishes what its clients store; a node
+// elsewhere (an embedded engine here) restores it; the service's client reads remote runs too.
+TEST(EngineRemote, StoreServicePublishesWhatItsClientsStore) {
+  REQUIRE_SERVERS();
+  ::rangekv::testing::TempDir dir;
+  service::ServiceOptions so;
+  so.root = dir.Join("svc");
+  so.socket_path = dir.Join("s.sock");
+  so.restart_fence_ms = 0;
+  so.remote = NodeOptions(servers, "").remote;
+  auto svc = service::StoreService::Start(so);
+  ASSERT_TRUE(svc.ok()) << svc.status().ToString();
+  const auto tokens = RandomTokens(500, 8);
+  EngineOptions oa = NodeOptions(servers, "");
+  oa.store_service = "unix://" + so.socket_path;
+  {
+    auto a = Engine::Open(oa);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    auto fa = KvFixture::Make(**a, KvCacheLayout::kFlashAttnNhd, 256);
+    auto stored = StoreAll(**a, **fa, tokens, 81, 7);
+    ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+    EXPECT_EQ(PublisherOf(**a), nullptr);  // the client does not publish; the service does
+  }
+  EngineOptions ob = NodeOptions(servers, dir.Join("b"));
+  ob.remote.publish = false;
+  auto b = Engine::Open(ob);
+  ASSERT_TRUE(b.ok());
+  // The service uploads in the background: wait (bounded) until the whole prefix is visible.
+  uint64_t hit = 0;
+  for (int i = 0; i < 600 && hit < 496; ++i) {
+    auto l = (*b)->Lookup(Envelope("probe" + std::to_string(i)), tokens, 16);
+    ASSERT_TRUE(l.ok());
+    hit = l->hit_tokens;
+    (*b)->ReleaseRequest(Envelope("probe" + std::to_string(i)));
+    if (hit < 496) std::this_thread::sleep_for(milliseconds(50));
+  }
+  ASSERT_EQ(hit, 496u);
+  auto fb = KvFixture::Make(**b, KvCacheLayout::kFlashAttnNhd, 256);
+  auto r = RestoreAndVerify(**b, **fb, Envelope("b1"), tokens, 16, 81, 5);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_TRUE(r->outcome.failed.empty());
+  // Another client of the service: the service's store holds the prefix, so its hit is local
+  // and the cluster is not asked.
+  {
+    auto c = Engine::Open(oa);
+    ASSERT_TRUE(c.ok());
+    auto fc = KvFixture::Make(**c, KvCacheLayout::kFlashAttnNhd, 256);
+    auto rc = RestoreAndVerify(**c, **fc, Envelope("c1"), tokens, 16, 81, 6);
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(rc->lookup.hit_tokens, 496u);
+    EXPECT_EQ(rc->mismatches, 0u);
+    EXPECT_EQ((*c)->remote_stats().lookups, 0u);  // wholly local: the cluster was not asked
+  }
+  EXPECT_TRUE((*svc)->Stop().ok());
 }
 
 // Last in the binary: kills the S3 server. A restore then fails closed within its bound, every

@@ -110,6 +110,16 @@ TEST(EngineRemote, NodeBRestoresWhatNodeAPublishedBitExact) {
   EXPECT_EQ(bs.verified_spans, 32u);
   // One grid round trip (every run starts on the grid from 0) and one lease round trip.
   EXPECT_EQ(bs.directory_round_trips, 2u);
+  // The same query again before the claim: the same ticket, no round trip.
+  {
+    auto l1 = (*b)->Lookup(Envelope("again"), tokens, 16);
+    const uint64_t rts = (*b)->remote_stats().directory_round_trips;
+    auto l2 = (*b)->Lookup(Envelope("again"), tokens, 16);
+    ASSERT_TRUE(l1.ok() && l2.ok());
+    EXPECT_EQ(l1->ticket, l2->ticket);
+    EXPECT_EQ((*b)->remote_stats().directory_round_trips, rts);
+    (*b)->ReleaseRequest(Envelope("again"));
+  }
   // The manifests are cached: a second restore fetches none.
   auto r2 = RestoreAndVerify(**b, **fb, Envelope("b2"), tokens, 16, 11, 4);
   ASSERT_TRUE(r2.ok());
@@ -421,7 +431,9 @@ TEST(EngineRemote, RandomStoresEvictionsAndRestoresAcrossTwoNodesNeverDeliverAWr
     if (rng() % 2 == 0) {
       auto stored = StoreAll(e, **fixture, p, kSeed, step);
       ASSERT_TRUE(stored.ok()) << stored.status().ToString();
-      if (PublisherOf(e) != nullptr) ASSERT_TRUE(PublisherOf(e)->Flush(milliseconds(60000)));
+      if (PublisherOf(e) != nullptr) {
+        ASSERT_TRUE(PublisherOf(e)->Flush(milliseconds(60000)));
+      }
     } else {
       auto r = RestoreAndVerify(e, **fixture, Envelope("r" + std::to_string(step)), p, 16, kSeed,
                                 step);

@@ -164,6 +164,18 @@ std::optional<RemoteTier::Extension> RemoteTier::Lookup(const std::string& reque
                                                         uint64_t local_hit, uint64_t limit,
                                                         uint64_t granularity) {
   if (local_hit >= limit || granularity == 0) return std::nullopt;
+  {
+    // The same query again (vLLM asks while a request waits for blocks): the same ticket, as
+    // the local directory answers, with no network round trip.
+    MutexLock l(mu_);
+    auto it = tickets_.find(request_id);
+    if (it != tickets_.end() && !it->second.claimed && it->second.local_hit == local_hit &&
+        it->second.hit <= limit && it->second.hit % granularity == 0 &&
+        tokens.size() >= it->second.hit &&
+        TokensDigest(tokens.first(it->second.hit)) == it->second.tokens_digest) {
+      return Extension{it->second.id, it->second.hit, it->second.records.size()};
+    }
+  }
   const remote::RemoteClients& c = *clients_;
   const auto deadline =
       SteadyClock::now() + std::chrono::milliseconds(c.options.lookup_timeout_ms);

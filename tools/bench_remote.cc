@@ -54,6 +54,7 @@ struct RemoteBenchConfig {
   uint32_t connections = 32;
   uint64_t get_bytes = 0;
   bool per_object = true;
+  uint64_t per_object_max = 65536;
   std::string json;
 };
 
@@ -324,6 +325,13 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
                          {"of_ceiling_samples", ratios}, {"mismatches", mismatches}};
     out["results"].push_back(pj);
     if (!c.per_object) continue;
+    if (p.objects > c.per_object_max) {
+      std::printf("%-9s %9llu %-10s skipped: more objects than --per-object-max %llu (its setup "
+                  "alone is one PUT and one key per object)\n",
+                  label.c_str(), static_cast<unsigned long long>(p.objects), "per-object",
+                  static_cast<unsigned long long>(c.per_object_max));
+      continue;
+    }
     // The per-object model: one object and one Redis key per logical object.
     const uint64_t chunks = (P + p.chunk_tokens - 1) / p.chunk_tokens;
     const uint64_t per_obj = p.chunk_tokens * g.token_bytes * (p.per_layer ? 1 : g.layers);
@@ -500,6 +508,9 @@ void AddBenchRemoteCommand(CLI::App& bench) {
   cmd->add_option("--get-bytes", c->get_bytes, "Node B's bytes per ranged GET (0: one per span)")
       ->capture_default_str();
   cmd->add_flag("--per-object,!--no-per-object", c->per_object, "Run the per-object model")
+      ->capture_default_str();
+  cmd->add_option("--per-object-max", c->per_object_max,
+                  "Skip the per-object model at points with more objects than this")
       ->capture_default_str();
   cmd->add_option("--json", c->json, "Write results as JSON");
   cmd->callback([c] { RunRemoteBench(*c); });

@@ -436,7 +436,8 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   a.reset();
   std::vector<double> with_tier, without_tier;
   for (uint32_t r = 0; r <= c.reps; ++r) {
-    for (int arm = 0; arm < 2; ++arm) {
+    for (int k = 0; k < 2; ++k) {
+      const int arm = (k + static_cast<int>(r)) % 2;  // alternate which arm goes first
       EngineOptions el = ea;
       if (arm == 1) el.remote = RemoteTierOptions{};
       auto e = Must(Engine::Open(el), "reopening node A");

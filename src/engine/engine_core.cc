@@ -1,7 +1,5 @@
 #include "engine/engine_core.h"
 
-#include "remote/publisher.h"
-
 #include "engine/service_store.h"
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include "engine/options.h"
 #include "io/split_probe.h"
 #include "rangekv/env.h"
+#include "remote/publisher.h"
 
 namespace rangekv::engine_internal {
 

@@ -21,7 +21,7 @@ add_library(rangekv::rangekv ALIAS rangekv_lib)
 
 set(RANGEKV_EXPORTED_TARGETS rangekv_lib rangekv_warnings rangekv_base rangekv_env rangekv_io
     rangekv_pack rangekv_directory rangekv_kernels rangekv_device rangekv_persist
-    rangekv_service_proto rangekv_engine)
+    rangekv_service_proto rangekv_remote rangekv_engine)
 install(TARGETS ${RANGEKV_EXPORTED_TARGETS} EXPORT rangekvTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

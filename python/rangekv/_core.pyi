@@ -143,6 +143,15 @@ class Engine:
         store_service_spin_us: int = 200,
         share_reads: bool = False,
         read_gate: bool = True,
+        remote: str = "",
+        remote_endpoint: str = "",
+        directory: str = "",
+        remote_publish: bool = True,
+        remote_get_bytes: int = 0,
+        remote_lookup_timeout_ms: int = 250,
+        remote_read_timeout_ms: int = 10000,
+        remote_capacity_bytes: int = 0,
+        upload_bytes_per_s: int = 0,
     ) -> None: ...
     @property
     def geometry(self) -> dict[str, Any]: ...
@@ -182,6 +191,7 @@ class Engine:
         slot_mapping: IntVector,
     ) -> StoreHandle: ...
     def stats(self) -> dict[str, int]: ...
+    def remote_stats(self) -> dict[str, int | bool]: ...
     def read_share(self) -> dict[str, int]: ...
     def drain_removed_ranges(self, max: int = 4096) -> list[tuple[int, int, int, int, bool]]:
         """[(slot, generation, begin, end, retired)], oldest first: path tokens [begin, end) of

@@ -414,6 +414,29 @@ class PyEngine {
   }
 
   nb::dict Stats() { return StatsDict(Get("stats").GetStats()); }
+  nb::dict RemoteStats() {
+    const RemoteTierStats r = Get("remote_stats").remote_stats();
+    nb::dict d;
+    d["enabled"] = r.enabled;
+    d["lookups"] = r.lookups;
+    d["lookup_hits"] = r.lookup_hits;
+    d["lookup_timeouts"] = r.lookup_timeouts;
+    d["directory_round_trips"] = r.directory_round_trips;
+    d["runs_selected"] = r.runs_selected;
+    d["manifest_fetches"] = r.manifest_fetches;
+    d["gets"] = r.gets;
+    d["get_bytes"] = r.get_bytes;
+    d["failed_gets"] = r.failed_gets;
+    d["verified_spans"] = r.verified_spans;
+    d["quarantined"] = r.quarantined;
+    d["packs_published"] = r.packs_published;
+    d["packs_deduplicated"] = r.packs_deduplicated;
+    d["publish_failures"] = r.publish_failures;
+    d["bytes_uploaded"] = r.bytes_uploaded;
+    d["objects_deleted"] = r.objects_deleted;
+    d["directory_rebuilds"] = r.directory_rebuilds;
+    return d;
+  }
   nb::dict ReadShare() {
     const Engine::ReadShare r = Get("read_share").read_share();
     nb::dict d;
@@ -668,7 +691,11 @@ void RegisterEngine(nb::module_& m) {
              uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
              uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens,
              uint64_t max_removed_ranges, std::string store_service, std::string tenant,
-             uint32_t store_service_spin_us, bool share_reads, bool read_gate) {
+             uint32_t store_service_spin_us, bool share_reads, bool read_gate, std::string remote,
+             std::string remote_endpoint, std::string directory, bool remote_publish,
+             uint64_t remote_get_bytes, uint32_t remote_lookup_timeout_ms,
+             uint32_t remote_read_timeout_ms, uint64_t remote_capacity_bytes,
+             uint64_t upload_bytes_per_s) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -728,6 +755,15 @@ void RegisterEngine(nb::module_& m) {
             o.store_service_spin_us = store_service_spin_us;
             o.share_reads = share_reads;
             o.read_gate = read_gate;
+            o.remote.url = std::move(remote);
+            o.remote.endpoint = std::move(remote_endpoint);
+            o.remote.directory = std::move(directory);
+            o.remote.publish = remote_publish;
+            o.remote.get_bytes = remote_get_bytes;
+            o.remote.lookup_timeout_ms = remote_lookup_timeout_ms;
+            o.remote.read_timeout_ms = remote_read_timeout_ms;
+            o.remote.capacity_bytes = remote_capacity_bytes;
+            o.remote.upload_bytes_per_s = upload_bytes_per_s;
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -748,8 +784,14 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("max_inflight_stores") = 16, nb::arg("max_request_tokens") = 262144,
           nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",
           nb::arg("tenant") = "default", nb::arg("store_service_spin_us") = 200,
-          nb::arg("share_reads") = false, nb::arg("read_gate") = true,
-          "Opens (or creates) the store in store_dir for this model; raises rangekv.Error.")
+          nb::arg("share_reads") = false, nb::arg("read_gate") = true, nb::arg("remote") = "",
+          nb::arg("remote_endpoint") = "", nb::arg("directory") = "",
+          nb::arg("remote_publish") = true, nb::arg("remote_get_bytes") = 0,
+          nb::arg("remote_lookup_timeout_ms") = 250, nb::arg("remote_read_timeout_ms") = 10000,
+          nb::arg("remote_capacity_bytes") = 0, nb::arg("upload_bytes_per_s") = 0,
+          "Opens (or creates) the store in store_dir for this model; raises rangekv.Error. "
+          "remote='s3://bucket/prefix' with remote_endpoint and directory='redis://host:port/db' "
+          "turns on the cluster tier (docs/scale-out.md).")
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")
       .def_prop_ro("recovery", &PyEngine::Recovery, "What open found in the store directory.")
@@ -786,6 +828,8 @@ void RegisterEngine(nb::module_& m) {
           nb::rv_policy::take_ownership,
           "Reserves the uncached suffix of tokens; slot_mapping has one slot per token.")
       .def("stats", &PyEngine::Stats, "The engine's work counters (dict).")
+      .def("remote_stats", &PyEngine::RemoteStats,
+           "The cluster tier's counters (dict; enabled=False without remote).")
       .def("read_share", &PyEngine::ReadShare,
            "The read concurrency in effect (dict: readers the store service last reported, "
            "stripe reads and read I/O pieces kept in flight; share_reads; the node's read gate "

@@ -59,6 +59,7 @@ Status Engine::SynchronizeStream(DeviceStreamRef stream) {
 
 EngineStats Engine::GetStats() const { return core_->GetStats(); }
 Engine::ReadShare Engine::read_share() const { return core_->read_share(); }
+RemoteTierStats Engine::remote_stats() const { return core_->remote_stats(); }
 
 std::vector<RemovedRange> Engine::DrainRemovedRanges(size_t max) {
   return core_->DrainRemovedRanges(max);

@@ -18,6 +18,8 @@
 
 namespace rangekv::engine_internal {
 
+class RemoteTier;
+
 // What a read bank went through; reported to EngineTestHooks::read_bank_observer.
 enum class BankEvent : uint8_t { kAcquired, kReleased, kQuarantined };
 
@@ -58,6 +60,9 @@ struct EngineContext {
   IoEngine* write_io = nullptr;
   Counters* counters = nullptr;
   PayloadIntegrity* integrity = nullptr;   // null: no digests
+  // The cluster tier's reader: spans with file_index kRemoteFileIndex are read through it
+  // (engine/remote_tier.h). Null without a cluster tier.
+  RemoteTier* remote = nullptr;
   const EngineTestHooks* hooks = nullptr;  // null: none
   // The device cannot read files into its memory directly, nor host code touch it: reads land
   // in pinned staging and are copied up, gathered banks are copied down before writing.

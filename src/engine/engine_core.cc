@@ -14,6 +14,7 @@
 #include "io/split_probe.h"
 #include "rangekv/build_info.h"
 #include "rangekv/env.h"
+#include "remote/publisher.h"
 
 namespace rangekv::engine_internal {
 
@@ -226,6 +227,12 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.service_spin_us = options_.store_service_spin_us;
   so.read_gate = options_.read_gate;
   so.max_removed_ranges = options_.max_removed_ranges;
+  so.remote = options_.remote;
+  so.block_opaque = IsBlockOpaque(options_.model.layout);
+  if (!options_.remote.url.empty() && options_.checksum != ChecksumPolicy::kAlways) {
+    return InvalidArgument("the cluster tier (remote.url) needs checksum=always: every remote "
+                           "byte is verified against its publisher's digests");
+  }
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();
@@ -291,6 +298,15 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   context_.write_io = write_io_.get();
   context_.counters = &counters_;
   context_.integrity = config.integrity != nullptr ? config.integrity : store_->integrity();
+  if (store_->remote() != nullptr && context_.integrity != nullptr) {
+    remote_ = std::make_unique<RemoteTier>(
+        store_->remote(), geometry_, context_.integrity->block_tokens(),
+        context_.integrity->digest_seed(),
+        options_.read_bank_bytes != 0 ? options_.read_bank_bytes : geometry_.stripe_bytes);
+    routing_ = std::make_unique<RoutingIntegrity>(context_.integrity, remote_.get());
+    context_.integrity = routing_.get();
+    context_.remote = remote_.get();
+  }
   context_.hooks = &hooks_;
   context_.staging = !caps.device_memory_host_accessible || config.force_staging;
   // StreamWaitLayer queues a flag wait on the model's stream before the layer's scatters are
@@ -337,6 +353,28 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
   LookupResult result;
   result.hit_tokens = ticket.hit_tokens;
   result.records_selected = ticket.records.size();
+  if (remote_ != nullptr) {
+    // The cluster tier, only for what the node does not hold: the largest hit a lookup may
+    // give is the prompt less its last token, rounded down to the granularity.
+    const uint64_t limit = (tokens.size() - 1) / reuse_granularity_tokens * reuse_granularity_tokens;
+    if (auto ext = remote_->Lookup(envelope.request_id, tokens, ticket.hit_tokens, limit,
+                                   reuse_granularity_tokens)) {
+      CompositeTicket ct;
+      if (!ticket.empty()) {
+        const std::vector<uint8_t> local = EncodeTicket(ticket);
+        ct.local.assign(local.begin(), local.end());
+      }
+      ct.local_hit = ticket.hit_tokens;
+      ct.remote_id = ext->ticket_id;
+      ct.remote_hit = ext->hit_tokens;
+      result.hit_tokens = ext->hit_tokens;
+      result.records_selected += ext->runs;
+      result.ticket = EncodeCompositeTicket(ct);
+      // No lookup-time prefetch for a hit that reaches the cluster tier: its reads start at the
+      // claim (docs/scale-out.md).
+      return result;
+    }
+  }
   if (ticket.empty()) return result;
   const std::vector<uint8_t> bytes = EncodeTicket(ticket);
   result.ticket.assign(bytes.begin(), bytes.end());
@@ -380,6 +418,7 @@ void EngineCore::ReleaseRequest(const RequestEnvelope& envelope) {
     return;
   }
   store_->index().Cancel(envelope.request_id);
+  if (remote_ != nullptr) remote_->Cancel(envelope.request_id);
 }
 
 // ---- worker side ------------------------------------------------------------------------------
@@ -410,6 +449,10 @@ Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
     if (closed_) return FailedPrecondition("engine closed");
   }
   RangeIndex& directory = store_->index();
+  if (auto composite = DecodeCompositeTicket(r.ticket)) {
+    RANGEKV_RETURN_IF_ERROR(composite->status());
+    return StartCompositeRestore(r, composite->value());
+  }
   const auto* bytes = reinterpret_cast<const uint8_t*>(r.ticket.data());
   RANGEKV_ASSIGN_OR_RETURN(
       ClaimedRange claim,
@@ -445,6 +488,68 @@ Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
   RANGEKV_ASSIGN_OR_RETURN(auto job, restore_->Start(r.envelope.request_id, wanted, claim.records,
                                                      std::move(hold), /*claimed=*/true));
   return RestoreHandle(shared_from_this(), std::move(job));
+}
+
+Result<RestoreHandle> EngineCore::StartCompositeRestore(const RestoreRequest& r,
+                                                       const CompositeTicket& ct) {
+  if (remote_ == nullptr) {
+    return Status(StatusCode::kCorruptTicket, "a cluster-tier ticket, but no cluster tier here");
+  }
+  const TokenInterval wanted{r.begin_token, r.endpoint_tokens};
+  const std::string& request = r.envelope.request_id;
+  // The remote part first (checks only; nothing to undo but its own release), then the local.
+  RANGEKV_ASSIGN_OR_RETURN(
+      RemoteTier::Claimed remote,
+      remote_->Claim(request, ct.remote_id, r.tokens, r.begin_token, r.endpoint_tokens));
+  RemoteTier* tier = remote_.get();
+  auto release_remote = [tier, request, id = ct.remote_id] { tier->Release(request, id); };
+  RangeIndex& directory = store_->index();
+  ClaimedRange claim;
+  const bool local = !ct.local.empty();
+  if (local) {
+    auto claimed = directory.ClaimBytes(
+        ns(), std::span(reinterpret_cast<const uint8_t*>(ct.local.data()), ct.local.size()),
+        ToDirectoryEnvelope(r.envelope), r.tokens, std::min(r.endpoint_tokens, ct.local_hit));
+    if (!claimed.ok()) {
+      release_remote();
+      return claimed.status();
+    }
+    claim = std::move(claimed).value();
+  }
+  ShareReads();
+  FollowReadGate();
+  auto hold = std::make_shared<TicketHold>(&directory, claim.ticket_id, request, /*claimed=*/true);
+  hold->SetRemote(release_remote, local);
+  std::vector<Span> remote_spans;
+  const uint64_t remote_from = std::max(r.begin_token, ct.local_hit);
+  if (remote_from < r.endpoint_tokens) {
+    RANGEKV_RETURN_IF_ERROR(remote_->PlanSpans(remote.records, {remote_from, r.endpoint_tokens},
+                                               geometry_.layers,
+                                               options_.checksum == ChecksumPolicy::kAlways,
+                                               &remote_spans));
+  }
+  std::vector<PackRecord> local_records;
+  if (r.begin_token < ct.local_hit) local_records = std::move(claim.records);
+  RANGEKV_ASSIGN_OR_RETURN(auto job, restore_->Start(request, wanted, local_records,
+                                                     std::move(hold), /*claimed=*/true,
+                                                     remote_spans));
+  return RestoreHandle(shared_from_this(), std::move(job));
+}
+
+RemoteTierStats EngineCore::remote_stats() const {
+  RemoteTierStats s;
+  if (remote_ != nullptr) s = remote_->stats();
+  if (const remote::Publisher* p = store_->publisher()) {
+    const remote::PublisherStats ps = p->stats();
+    s.enabled = true;
+    s.packs_published = ps.published;
+    s.packs_deduplicated = ps.deduplicated;
+    s.publish_failures = ps.failed;
+    s.bytes_uploaded = ps.bytes_uploaded;
+    s.objects_deleted = ps.objects_deleted;
+    s.directory_rebuilds = ps.rebuilds;
+  }
+  return s;
 }
 
 Result<StoreHandle> EngineCore::BeginStore(const StoreRequest& r) {

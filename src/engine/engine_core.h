@@ -26,6 +26,7 @@
 #include "device/device.h"
 #include "engine/engine_context.h"
 #include "engine/options.h"
+#include "engine/remote_tier.h"
 #include "engine/restore_pipeline.h"
 #include "engine/stats.h"
 #include "engine/store_pipeline.h"
@@ -78,6 +79,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   void ReleaseRequest(const RequestEnvelope& envelope) EXCLUDES(mu_);
   Result<RestoreHandle> StartRestore(const RestoreRequest& request) EXCLUDES(mu_);
   Result<StoreHandle> BeginStore(const StoreRequest& request) EXCLUDES(mu_);
+  // The cluster tier's counters (Engine::remote_stats).
+  RemoteTierStats remote_stats() const;
 
   Result<DeviceStreamRef> CreateStream() EXCLUDES(mu_);
   Result<DeviceStreamRef> WrapNativeStream(void* native_stream) EXCLUDES(mu_);
@@ -123,6 +126,11 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // new one (a new session) (EngineOptions::read_gate).
   void FollowReadGate() EXCLUDES(share_mu_);
 
+  // A restore whose ticket reaches the cluster tier (remote_tier.h): remote claim, local claim
+  // of the local part, one job over both.
+  Result<RestoreHandle> StartCompositeRestore(const RestoreRequest& request,
+                                              const CompositeTicket& ticket) EXCLUDES(mu_);
+
   EngineOptions options_;
   Geometry geometry_;
   std::string backends_;
@@ -135,6 +143,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   std::unique_ptr<IoEngine> read_io_;
   std::unique_ptr<IoEngine> write_io_;
   EngineContext context_;
+  // The cluster tier (null when off): declared before the pipelines, destroyed after them.
+  std::unique_ptr<RemoteTier> remote_;
+  std::unique_ptr<RoutingIntegrity> routing_;
   std::unique_ptr<RestorePipeline> restore_;
   std::unique_ptr<StorePipeline> stores_;
 

@@ -7,11 +7,14 @@
 #include "base/log.h"
 #include "base/units.h"
 #include "engine/paged_views.h"
+#include "engine/remote_tier.h"
 
 namespace rangekv::engine_internal {
 
 TicketHold::~TicketHold() {
   if (!armed_.load(std::memory_order_acquire)) return;
+  if (remote_release_) remote_release_();  // non-blocking: queued to the tier's thread
+  if (!local_) return;
   if (claimed()) {
     Status s = directory_->Release(ticket_id_);
     if (!s.ok()) Log(LogLevel::kWarning, "releasing ticket: " + s.ToString());
@@ -73,7 +76,8 @@ Status RestorePipeline::Init() {
       }
     }
     RANGEKV_RETURN_IF_ERROR(slot->mapping.Allocate(dev, o.max_request_tokens));
-    slot->plan.reserve(max_spans_per_layer * layers_);
+    // Twice: a restore may hold as many cluster-tier spans as local ones (remote_tier.h).
+    slot->plan.reserve(2 * max_spans_per_layer * layers_);
     slot->views.resize(layers_);
     slots_.push_back(std::move(slot));
   }
@@ -116,7 +120,8 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
                                                            TokenInterval tokens,
                                                            std::span<const PackRecord> records,
                                                            std::shared_ptr<TicketHold> hold,
-                                                           bool claimed) {
+                                                           bool claimed,
+                                                           std::span<const Span> remote_spans) {
   RestoreSlot* slot = nullptr;
   uint64_t id = 0;
   {
@@ -138,9 +143,34 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
     aligned = BlockAlignedRecords(records, context_.geometry.block_size);
     records = aligned;
   }
-  Status planned =
-      PlanReadSpans(context_.store->layout(), records, {tokens.begin, tokens.end}, {0, layers_},
-                    context_.store->generations(), plan_options, &slot->plan);
+  // Local records cover [tokens.begin, local_end); remote spans the rest.
+  uint64_t local_end = tokens.end;
+  if (!remote_spans.empty()) {
+    local_end = tokens.begin;
+    for (const PackRecord& r : records) local_end = std::max(local_end, std::min(r.path_token_end(), tokens.end));
+  }
+  Status planned = OkStatus();
+  slot->plan.clear();
+  if (local_end > tokens.begin) {
+    planned = PlanReadSpans(context_.store->layout(), records, {tokens.begin, local_end},
+                            {0, layers_}, context_.store->generations(), plan_options, &slot->plan);
+  }
+  if (planned.ok() && !remote_spans.empty()) {
+    if (remote_spans.size() % layers_ != 0 || slot->plan.size() % layers_ != 0) {
+      planned = Internal("cluster-tier spans are not layer-major");
+    } else {
+      // Layer by layer: the local spans of layer l, then its remote spans.
+      const size_t nl = slot->plan.size() / layers_;
+      const size_t nr = remote_spans.size() / layers_;
+      std::vector<Span> local(slot->plan.begin(), slot->plan.end());
+      slot->plan.clear();
+      for (uint32_t l = 0; l < layers_; ++l) {
+        slot->plan.insert(slot->plan.end(), local.begin() + l * nl, local.begin() + (l + 1) * nl);
+        slot->plan.insert(slot->plan.end(), remote_spans.begin() + l * nr,
+                          remote_spans.begin() + (l + 1) * nr);
+      }
+    }
+  }
   if (planned.ok() && (slot->plan.empty() || slot->plan.size() % layers_ != 0)) {
     planned = Internal("read plan of " + std::to_string(slot->plan.size()) +
                        " spans is not layer-major over " + std::to_string(layers_) + " layers");
@@ -649,11 +679,22 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
     // The plan and the bank are this worker's until CompleteRead: read them without the lock.
     const Span& span = pick.job->slot->plan[pick.stripe];
     uint8_t* buf = banks_[pick.bank].io_buffer();
-    Status status = PrepareReads(span, buf, batch);
     uint64_t bytes = 0;
     const uint64_t submit_ns = SteadyNs();
-    if (status.ok()) status = context_.read_io->Submit(batch);
-    if (status.ok()) {
+    Status status = OkStatus();
+    if (span.file_index == kRemoteFileIndex) {
+      // The cluster tier: ceil(span / get_bytes) ranged GETs in parallel into the same bank.
+      uint64_t gets = 0;
+      status = context_.remote != nullptr ? context_.remote->Read(span, buf, &gets)
+                                          : Internal("a remote span without a cluster tier");
+      Count(pick.job.get(), &Counters::native_reads, gets);
+      if (status.ok()) bytes = span.length_bytes;
+      Count(pick.job.get(), &Counters::restore_read_ns, SteadyNs() - submit_ns);
+    } else {
+      status = PrepareReads(span, buf, batch);
+      if (status.ok()) status = context_.read_io->Submit(batch);
+    }
+    if (status.ok() && span.file_index != kRemoteFileIndex) {
       Count(pick.job.get(), &Counters::native_reads, batch.size());
       batch.Wait();
       status = batch.status();

@@ -51,6 +51,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -92,6 +93,13 @@ class TicketHold {
   bool claimed() const { return claimed_.load(std::memory_order_acquire); }
   // The directory entry is someone else's business now: destruction changes nothing.
   void Disarm() { armed_.store(false, std::memory_order_release); }
+  // The cluster tier: `release` runs when the hold drops (armed), after the local ticket's
+  // release; `local` false when the request holds no local ticket (a hit wholly remote). Set
+  // before the hold is shared.
+  void SetRemote(std::function<void()> release, bool local) {
+    remote_release_ = std::move(release);
+    local_ = local;
+  }
 
  private:
   RangeIndex* directory_;
@@ -99,6 +107,8 @@ class TicketHold {
   std::string request_id_;
   std::atomic<bool> claimed_;
   std::atomic<bool> armed_{true};
+  std::function<void()> remote_release_;
+  bool local_ = true;
 };
 
 // Per-job device resources, reused across jobs.
@@ -161,9 +171,13 @@ class RestorePipeline {
   // Plans the reads of `tokens` from `records` and starts the job (reads may begin at once).
   // `claimed` false makes it a lookup-time prefetch. kResourceExhausted when no job slot is
   // free; planning errors (kStaleGeneration, ...) as PlanReadSpans answers them.
+  // `remote_spans`: spans of the cluster tier (engine/remote_tier.h), layer-major with the same
+  // count per layer, placed after each layer's local spans; `records` may then cover less than
+  // `tokens` (the remote spans cover the rest).
   Result<std::shared_ptr<RestoreJob>> Start(std::string request_id, TokenInterval tokens,
                                             std::span<const PackRecord> records,
-                                            std::shared_ptr<TicketHold> hold, bool claimed)
+                                            std::shared_ptr<TicketHold> hold, bool claimed,
+                                            std::span<const Span> remote_spans = {})
       EXCLUDES(mu_);
   // A prefetching job was claimed for exactly its tokens: it now belongs to a restore.
   void Adopt(RestoreJob& job) EXCLUDES(mu_);

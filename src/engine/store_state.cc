@@ -4,6 +4,8 @@
 #include "engine/service_store.h"
 #include "engine/store_integrity.h"
 #include "persist/store_layout.h"
+#include "remote/publisher.h"
+#include "remote/remote_clients.h"
 
 namespace rangekv::engine_internal {
 
@@ -49,7 +51,30 @@ StoreState::StoreState(Env* env, std::unique_ptr<ServiceStore> service)
 }
 
 StoreState::~StoreState() {
+  StopPublisher();
   if (removals_ != nullptr && directory_ != nullptr) directory_->RemoveObserver(removals_.get());
+}
+
+void StoreState::StopPublisher() {
+  if (publisher_ == nullptr) return;
+  if (!publisher_->Flush(std::chrono::milliseconds(publish_drain_ms_))) {
+    Log(LogLevel::kWarning, "cluster tier: closing with uploads still pending; they are dropped");
+  }
+  publisher_->Stop();
+  if (directory_ != nullptr) directory_->RemoveObserver(publisher_.get());
+  publisher_.reset();
+}
+
+Status StoreState::ConnectRemote(const StoreStateOptions& o) {
+  if (o.remote.url.empty()) return OkStatus();
+  RANGEKV_ASSIGN_OR_RETURN(remote_, remote::ConnectRemote(o.remote, o.tenant, ns()));
+  if (directory_ == nullptr || !o.remote.publish) return OkStatus();
+  publish_drain_ms_ = o.publish_drain_ms;
+  remote::Publisher::Options po;
+  using Opaque = remote::Publisher::Options::Opaque;
+  po.opaque = !o.block_opaque ? Opaque::kUnknown : *o.block_opaque ? Opaque::kYes : Opaque::kNo;
+  publisher_ = std::make_unique<remote::Publisher>(remote_, pack_, digests_.get(), po);
+  return directory_->AddObserver(publisher_.get());
 }
 
 Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOptions& o) {
@@ -64,7 +89,9 @@ Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOpti
   so.reply_spin = std::chrono::microseconds(o.service_spin_us);
   so.read_gate = o.read_gate;
   RANGEKV_ASSIGN_OR_RETURN(auto service, ServiceStore::Connect(so));
-  return std::unique_ptr<StoreState>(new StoreState(o.env, std::move(service)));
+  std::unique_ptr<StoreState> state(new StoreState(o.env, std::move(service)));
+  RANGEKV_RETURN_IF_ERROR(state->ConnectRemote(o));
+  return state;
 }
 
 Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o) {
@@ -145,6 +172,7 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
     state->removals_->Seed(dir);
     RANGEKV_RETURN_IF_ERROR(dir.AddObserver(state->removals_.get()));
   }
+  RANGEKV_RETURN_IF_ERROR(state->ConnectRemote(o));
   return state;
 }
 
@@ -158,9 +186,11 @@ Status StoreState::Close() {
   if (closed_) return close_status_;
   closed_ = true;
   if (abandoned_) {
+    if (publisher_ != nullptr) publisher_->Stop();  // a crash: nothing more is uploaded
     close_status_ = OkStatus();
     return close_status_;
   }
+  StopPublisher();
   if (service_ != nullptr) {
     service_->Close();  // Goodbye: the engine drained every owner
     close_status_ = OkStatus();

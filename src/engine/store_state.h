@@ -44,11 +44,18 @@
 #include "persist/store_access.h"
 #include "rangekv/env.h"
 #include "rangekv/geometry.h"
+#include "rangekv/remote.h"
 #include "rangekv/status.h"
 
 namespace rangekv::engine_internal {
 
 class ServiceStore;
+}  // namespace rangekv::engine_internal
+namespace rangekv::remote {
+struct RemoteClients;
+class Publisher;
+}  // namespace rangekv::remote
+namespace rangekv::engine_internal {
 
 struct StoreStateOptions {
   Env* env = nullptr;
@@ -77,6 +84,15 @@ struct StoreStateOptions {
   std::string tenant = "default";
   uint32_t service_spin_us = 0;
   bool read_gate = false;  // ask the service for its read gate (EngineOptions::read_gate)
+  // The cluster tier (docs/scale-out.md; off when remote.url is empty): clients for lookups and
+  // reads in every mode, and, for an embedded directory with remote.publish, a publisher that
+  // uploads every pack this store publishes. Close() gives pending uploads up to
+  // publish_drain_ms before it stops the publisher.
+  RemoteTierOptions remote;
+  uint32_t publish_drain_ms = 10000;
+  // Whether the paged layout is block-opaque (embedded engines know; the service does not:
+  // remote::Publisher::Options::opaque).
+  std::optional<bool> block_opaque;
 };
 
 class StoreState {
@@ -109,6 +125,11 @@ class StoreState {
   bool created() const { return created_; }
   // The persistence layer's hooks into the pipelines (digests, dirty marker).
   PayloadIntegrity* integrity() const { return integrity_ptr_; }
+
+  // The cluster tier's clients (null when off) and this store's publisher (null unless the
+  // directory is embedded and publication is on).
+  const std::shared_ptr<remote::RemoteClients>& remote() const { return remote_; }
+  remote::Publisher* publisher() const { return publisher_.get(); }
 
   // The directory's removal log (directory/removal_log.h: Engine::DrainRemovedRanges), seeded
   // with the packs the open loaded; null when max_removed_ranges is 0.
@@ -143,6 +164,8 @@ class StoreState {
   StoreState(Env* env, std::string dir, PackFile pack, persist::OpenedIndex index, bool created);
   StoreState(Env* env, std::unique_ptr<ServiceStore> service);
   static Result<std::unique_ptr<StoreState>> OpenService(const StoreStateOptions& options);
+  Status ConnectRemote(const StoreStateOptions& options);
+  void StopPublisher();
 
   Env* env_;
   std::string dir_;
@@ -153,6 +176,9 @@ class StoreState {
   PayloadIntegrity* integrity_ptr_ = nullptr;
   const GenerationView* generation_view_ = nullptr;
   std::unique_ptr<RemovalLog> removals_;  // declared before directory_: outlives it
+  std::shared_ptr<remote::RemoteClients> remote_;
+  std::unique_ptr<remote::Publisher> publisher_;  // removed from the directory's observers first
+  uint32_t publish_drain_ms_ = 0;
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<persist::DigestTable> digests_;
   std::unique_ptr<persist::Persistence> persistence_;

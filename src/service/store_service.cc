@@ -462,6 +462,8 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       so.permissions = options_.group_access ? persist::StorePermissions::Group()
                                              : persist::StorePermissions::Owner();
       so.journal = options_.journal;
+      so.tenant = h.tenant;
+      so.remote = options_.remote;
       auto opened = StoreState::Open(so);
       if (!opened.ok()) return opened.status().WithContext("store service: store " + key);
       made->state = std::move(opened).value();

@@ -53,6 +53,7 @@
 #include "base/thread_annotations.h"
 #include "persist/journal_writer.h"
 #include "rangekv/env.h"
+#include "rangekv/remote.h"
 #include "rangekv/status.h"
 #include "service/protocol.h"
 #include "service/read_gate.h"
@@ -87,6 +88,10 @@ struct ServiceOptions {
   // I/O pieces every session's engine together keeps in flight, for engines that ask
   // (EngineOptions::read_gate). 0: no gate (kAttachReadGate is answered kNotFound).
   uint32_t read_slots = 0;
+  // The cluster tier (docs/scale-out.md): with remote.url set, every store the service opens
+  // publishes its sealed packs to the bucket and the cluster directory, under the store's
+  // tenant (engines connected to the service look up and read remote runs themselves).
+  RemoteTierOptions remote;
   // Test seam: the uid peers must have (default: the service's effective uid).
   std::optional<uint32_t> peer_uid;
 };

@@ -159,6 +159,16 @@ KEYS: dict[str, _Key] = {
                  "'2,4-7' (docs/integrations/vllm.md \"CPU placement\")"),
     "socket_dir": _Key("", "str", "directory of the scheduler<->worker sockets (default: the "
                        "system temporary directory)"),
+    "remote": _Key("", "str", "cluster tier: s3://bucket[/prefix] the nodes share "
+                   "(docs/scale-out.md); '' = off"),
+    "remote_endpoint": _Key("", "str", "cluster tier: S3 endpoint URL (http(s)://host:port; '' = "
+                            "AWS S3)"),
+    "directory": _Key("", "str", "cluster tier: redis://host:port/db (Redis or Valkey)"),
+    "remote_publish": _Key(True, "bool", "cluster tier: an embedded store uploads its sealed packs "
+                           "(with a store service, the service publishes)"),
+    "remote_lookup_timeout_ms": _Key(250, "int", "cluster tier: bound on a lookup's walk of the "
+                                     "cluster directory (ms); past it the hit is the node's own",
+                                     minimum=1),
 }
 
 
@@ -205,6 +215,11 @@ class ConnectorConfig:
     stats_log_every: int
     cpus: str
     socket_dir: str
+    remote: str
+    remote_endpoint: str
+    directory: str
+    remote_publish: bool
+    remote_lookup_timeout_ms: int
 
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for rangekv.Engine (the sizes and policies above)."""
@@ -220,7 +235,10 @@ class ConnectorConfig:
             store_bank_bytes=self.store_bank_bytes, group_workers=self.group_workers,
             write_workers=self.write_workers, layer_group=self.layer_group,
             max_inflight_stores=self.max_inflight_stores,
-            max_request_tokens=self.max_request_tokens)
+            max_request_tokens=self.max_request_tokens, remote=self.remote,
+            remote_endpoint=self.remote_endpoint, directory=self.directory,
+            remote_publish=self.remote_publish,
+            remote_lookup_timeout_ms=self.remote_lookup_timeout_ms)
 
 
 def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
@@ -283,6 +301,10 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
     if values["prefetch_banks"] >= values["read_banks"]:
         raise ConfigError(f"prefetch_banks: must be < read_banks ({values['read_banks']}), "
                           f"got {values['prefetch_banks']}")
+    if values["remote"] and (not values["remote"].startswith("s3://") or not values["directory"]):
+        raise ConfigError("remote: expected 's3://bucket[/prefix]' together with directory "
+                          f"'redis://host:port/db', got remote={values['remote']!r} "
+                          f"directory={values['directory']!r}")
     if values["min_hit_tokens"] == "auto" and values["gate_prefill_tokens_per_s"] <= 0:
         raise ConfigError("min_hit_tokens: 'auto' needs gate_prefill_tokens_per_s (the server's "
                           "prefill tokens/s; `python -m rangekv.bench serve --workload breakeven` "

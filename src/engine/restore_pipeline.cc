@@ -211,8 +211,8 @@ Status RestorePipeline::Bind(RestoreJob& job, const PagedKv& kv,
 
 namespace {
 
-// An unbound restore delivers nothing, so waiting for one of its layers would wait for ever
-// (until the restore is bound or cancelled by another thread, which the API does not require).
+// An unbound restore delivers nothing, so a wait for one of its layers without a deadline would
+// wait for ever (until another thread binds or cancels it, which the API does not require).
 Status RefuseUnbound(const RestoreJobState& st, const char* what) {
   if (st.bound || st.cancelled) return OkStatus();
   return FailedPrecondition(std::string(what) +
@@ -246,7 +246,9 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer,
     MutexLock l(mu_);
     const RestoreJobState& st = job.state.Locked(mu_);
     if (st.handle_done) return FailedPrecondition("restore already finished");
-    RANGEKV_RETURN_IF_ERROR(RefuseUnbound(st, "WaitLayer"));
+    // With a deadline the wait may span a bind by another thread; without one it must not
+    // start unbound.
+    if (!timeout) RANGEKV_RETURN_IF_ERROR(RefuseUnbound(st, "WaitLayer"));
     const bool ready = wait(l, [&]() REQUIRES(mu_) {
       return st.progress.published(layer) || st.handle_done;
     });

@@ -172,8 +172,8 @@ class RestorePipeline {
 
   Status Bind(RestoreJob& job, const PagedKv& kv, std::span<const int64_t> slot_mapping)
       EXCLUDES(mu_);
-  // kFailedPrecondition at once for an unbound, uncancelled job; kDeadlineExceeded when
-  // `timeout` (none: no deadline) passes first.
+  // Without a timeout, kFailedPrecondition at once for an unbound, uncancelled job; with one,
+  // kDeadlineExceeded when it passes first (the job may be bound meanwhile).
   Status WaitLayer(RestoreJob& job, uint32_t layer,
                    std::optional<std::chrono::milliseconds> timeout = std::nullopt) EXCLUDES(mu_);
   Status StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream& stream) EXCLUDES(mu_);

@@ -452,8 +452,9 @@ TEST(MisuseTest, WaitingOnALayerOfAnUnboundRestoreFailsAtOnce) {
   const Status st = waited.get();
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("BindSlots"), std::string::npos) << st.ToString();
+  // With a deadline the wait may span a bind by another thread; none comes: it runs out.
   EXPECT_EQ(h->WaitLayer(0, std::chrono::milliseconds(50)).code(),
-            StatusCode::kFailedPrecondition);
+            StatusCode::kDeadlineExceeded);
   auto stream = engine.CreateStream();
   ASSERT_TRUE(stream.ok());
   EXPECT_EQ(h->StreamWaitLayer(0, *stream).code(), StatusCode::kFailedPrecondition);

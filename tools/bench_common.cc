@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "base/digest.h"
+#include "base/parse.h"
 #include "base/units.h"
 #include "pack/pack_file.h"
 #include "rangekv/env.h"
@@ -694,15 +695,13 @@ Result<baseline::SweepPoint> ParsePoint(const Geometry& g, const std::string& la
     shape = baseline::ObjectShape::kChunkLayerSlice;
     number.resize(number.size() - 3);
   }
-  uint64_t nominal = 0;
-  try {
-    size_t pos = 0;
-    nominal = std::stoull(number, &pos);
-    if (pos != number.size()) throw std::invalid_argument(number);
-  } catch (...) {
+  // Digits only: std::stoull took "-3" as 18446744073709551613 objects.
+  Result<uint64_t> count = ParseCount(number);
+  if (!count.ok() || *count == 0) {
     return InvalidArgument("object count '" + label +
-                           "' is not N, N-LW (per-layer objects) or N-TP (rank slices)");
+                           "' is not N, N-LW (per-layer objects) or N-TP (rank slices), N >= 1");
   }
+  uint64_t nominal = *count;
   // A bare 327680 means the paper's TP-sliced naming.
   if (shape == baseline::ObjectShape::kChunk && nominal == 327680) {
     shape = baseline::ObjectShape::kChunkLayerSlice;

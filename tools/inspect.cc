@@ -75,7 +75,10 @@ json InspectJson(const OfflineStore& s) {
   state["epoch"] = index.epoch_file_epoch ? json(*index.epoch_file_epoch) : json(nullptr);
   state["epoch_problem"] =
       index.epoch_file_problem.empty() ? json(nullptr) : json(index.epoch_file_problem);
-  state["index"] = r.outcome == persist::RecoveryOutcome::kLoaded ? "loaded" : "discarded";
+  state["index"] = r.outcome != persist::RecoveryOutcome::kLoaded ? "discarded"
+                   : r.journal.used                                ? "replayed"
+                                                                   : "loaded";
+  state["in_use_by"] = s.holder ? json(*s.holder) : json(nullptr);
   state["reason"] = std::string(persist::DiscardReasonName(r.reason));
   state["detail"] = r.detail;
   state["snapshot_bytes"] = r.snapshot_bytes;
@@ -178,6 +181,10 @@ void PrintInspectText(const json& j) {
   const json& st = j["state"];
   const json& cap = j["capacity"];
   std::printf("store      %s\n", j["store_dir"].get<std::string>().c_str());
+  if (!st["in_use_by"].is_null()) {
+    std::printf("in use     by %s: its index and payload may be ahead of what the files show\n",
+                st["in_use_by"].get<std::string>().c_str());
+  }
   std::printf("pack file  %s (%llu bytes, format %u, uuid %s)\n",
               pf["path"].get<std::string>().c_str(), pf["bytes"].get<unsigned long long>(),
               pf["format_version"].get<unsigned>(), pf["store_uuid"].get<std::string>().c_str());
@@ -257,8 +264,18 @@ json FsckJson(const FsckReport& r) {
     }
     problems.push_back(pj);
   }
+  const persist::FsckRecovery& rec = r.recovery;
+  json recovery = {{"opens", rec.opens},
+                   {"index", rec.index},
+                   {"detail", rec.detail},
+                   {"packs", rec.packs},
+                   {"journal_replayed", rec.journal_replayed},
+                   {"publications_kept", rec.publications_kept},
+                   {"publications_dropped", rec.publications_dropped},
+                   {"in_use_by", rec.in_use_by ? json(*rec.in_use_by) : json(nullptr)}};
   return json{{"store_dir", r.dir},
               {"ok", r.ok()},
+              {"recovery", recovery},
               {"packs_checked", r.packs_checked},
               {"blocks_checked", r.blocks_checked},
               {"bytes_read", r.bytes_read},
@@ -296,6 +313,17 @@ void RunFsck(const Config& cfg) {
     if (report->problems_omitted > 0) {
       std::printf("... and %llu more problems\n",
                   static_cast<unsigned long long>(report->problems_omitted));
+    }
+    const persist::FsckRecovery& rec = report->recovery;
+    if (rec.in_use_by) {
+      std::printf("in use          by %s: a running store is dirty and its payload may be ahead "
+                  "of its snapshot; what follows is what the files say now\n",
+                  rec.in_use_by->c_str());
+    }
+    if (!rec.index.empty()) {
+      std::printf("next open       %s; index %s: %s\n",
+                  rec.opens ? "opens" : "is refused (permissions)", rec.index.c_str(),
+                  rec.detail.c_str());
     }
     std::printf(
         "%s: %s; %llu packs, %llu digest blocks, %llu payload bytes verified\n", cfg.dir.c_str(),

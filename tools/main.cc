@@ -3,9 +3,34 @@
 
 #include <string>
 
+#include "base/parse.h"
 #include "rangekv/build_info.h"
 #include "tools/bench_common.h"
 #include "tools/commands.h"
+
+namespace {
+
+// CLI11 (Debian 12's 2.1.2) reads an unsigned option with strtoull: "-3" wraps to 2^64-3, a
+// leading 0 is octal and "0x10" hex. Every unsigned option of every command gets this check
+// (run after the option's own transforms), so a count is plain decimal digits within uint64.
+void StrictUnsignedOptions(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options([](CLI::Option*) { return true; })) {
+    // "UINT", or "UINT:<description>" once a validator with a description was added.
+    const std::string type = opt->get_type_name();
+    if (type != "UINT" && type.rfind("UINT:", 0) != 0) continue;
+    opt->check(CLI::Validator(
+        [](std::string& value) -> std::string {
+          auto n = rangekv::ParseCount(value);
+          return n.ok() ? std::string() : n.status().message();
+        },
+        "", "plain decimal count"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    StrictUnsignedOptions(*sub);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"RangeKV: KV-cache storage engine (byte-striped packs, ticketed restores)"};
@@ -31,6 +56,7 @@ int main(int argc, char** argv) {
   bench->preparse_callback([](size_t) { rangekv::tools::RemoveScratchOnSignals(); });
   app.get_subcommand("demo")->preparse_callback(
       [](size_t) { rangekv::tools::RemoveScratchOnSignals(); });
+  StrictUnsignedOptions(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -3,12 +3,14 @@
 // unit with Type=simple expects.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "base/cpus.h"
+#include "base/parse.h"
 #include "commands.h"
 #include "engine/options.h"
 #include "remote/redis_client.h"
@@ -24,8 +26,16 @@ struct ServeConfig {
   bool group = false;
   std::string quota = "16GiB";
   std::vector<std::string> tenant_quotas;  // tenant=bytes
+  std::string store_capacity = "0";
   std::string durability = "periodic:200";
   uint32_t max_sessions = 256;
+  uint32_t max_sessions_per_pid = service::ServiceOptions{}.max_sessions_per_pid;
+  uint32_t max_sessions_per_uid = 0;
+  uint64_t idle_timeout_s = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(service::ServiceOptions{}.idle_timeout)
+          .count());
+  uint64_t frame_timeout_ms =
+      static_cast<uint64_t>(service::ServiceOptions{}.frame_timeout.count());
   uint64_t fence_ms = 1000;
   uint32_t spin_us = static_cast<uint32_t>(service::ServiceOptions{}.request_spin.count());
   bool follow_client_cpu = service::ServiceOptions{}.follow_client_cpu;
@@ -39,23 +49,6 @@ struct ServeConfig {
   std::string remote_capacity = "0";
   std::string upload_rate = "0";
 };
-
-Result<uint64_t> ParseBytes(const std::string& s) {
-  size_t pos = 0;
-  uint64_t v = 0;
-  try {
-    v = std::stoull(s, &pos);
-  } catch (...) {
-    return InvalidArgument("'" + s + "' is not a byte count");
-  }
-  const std::string unit = s.substr(pos);
-  const std::map<std::string, uint64_t> units = {
-      {"", 1}, {"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
-      {"TiB", 1ull << 40}};
-  auto it = units.find(unit);
-  if (it == units.end()) return InvalidArgument("'" + s + "': unit must be B, KiB, MiB, GiB or TiB");
-  return v * it->second;
-}
 
 }  // namespace
 
@@ -82,22 +75,31 @@ void RunServe(const ServeConfig& c) {
   o.request_spin = std::chrono::microseconds(c.spin_us);
   o.follow_client_cpu = c.follow_client_cpu;
   o.read_slots = c.read_slots;
-  auto quota = ParseBytes(c.quota);
-  if (!quota.ok()) {
-    std::fprintf(stderr, "rangekv serve: --quota: %s\n", quota.status().ToString().c_str());
+  o.max_sessions_per_pid = c.max_sessions_per_pid;
+  o.max_sessions_per_uid = c.max_sessions_per_uid;
+  o.idle_timeout = std::chrono::seconds(c.idle_timeout_s);
+  o.frame_timeout = std::chrono::milliseconds(c.frame_timeout_ms);
+  auto usage = [](const std::string& what, const Status& s) {
+    std::fprintf(stderr, "rangekv serve: %s: %s\n", what.c_str(), s.message().c_str());
     Exit(2);
-  }
+  };
+  auto quota = ParseByteSize(c.quota);
+  if (!quota.ok()) usage("--quota", quota.status());
   o.default_quota_bytes = *quota;
+  auto capacity = ParseByteSize(c.store_capacity);
+  if (!capacity.ok()) usage("--store-capacity", capacity.status());
+  o.store_capacity_bytes = *capacity;
   for (const std::string& tq : c.tenant_quotas) {
     const size_t eq = tq.find('=');
-    auto bytes = eq == std::string::npos ? Result<uint64_t>(InvalidArgument("missing '='"))
-                                         : ParseBytes(tq.substr(eq + 1));
-    if (!bytes.ok()) {
-      std::fprintf(stderr, "rangekv serve: --tenant-quota %s: %s\n", tq.c_str(),
-                   bytes.status().ToString().c_str());
-      Exit(2);
+    if (eq == std::string::npos) usage("--tenant-quota " + tq, InvalidArgument("TENANT=BYTES"));
+    const std::string tenant = tq.substr(0, eq);
+    // A name no client could ever connect as (a path, an empty one) is a typo, not a quota.
+    if (Status t = service::ValidateTenant(tenant); !t.ok()) usage("--tenant-quota " + tq, t);
+    auto bytes = ParseByteSize(tq.substr(eq + 1));
+    if (!bytes.ok()) usage("--tenant-quota " + tq, bytes.status());
+    if (!o.quotas.emplace(tenant, *bytes).second) {
+      usage("--tenant-quota " + tq, InvalidArgument("tenant " + tenant + " given twice"));
     }
-    o.quotas[tq.substr(0, eq)] = *bytes;
   }
   Durability d;
   if (Status s = d.Set(c.durability); !s.ok()) {
@@ -170,11 +172,14 @@ void RunServe(const ServeConfig& c) {
   const service::ServiceStats st = (*service)->stats();
   Status stopped = (*service)->Stop();
   std::fprintf(stderr,
-               "rangekv serve: sessions %llu accepted, %llu refused, %llu reclaimed; %llu "
-               "requests; %llu malformed\n",
+               "rangekv serve: sessions %llu accepted, %llu refused, %llu reclaimed, %llu closed "
+               "idle, %llu timed out, %llu vanished; %llu requests; %llu malformed\n",
                static_cast<unsigned long long>(st.sessions_accepted),
                static_cast<unsigned long long>(st.sessions_refused),
                static_cast<unsigned long long>(st.sessions_reclaimed),
+               static_cast<unsigned long long>(st.sessions_closed_idle),
+               static_cast<unsigned long long>(st.sessions_closed_deadline),
+               static_cast<unsigned long long>(st.sessions_vanished),
                static_cast<unsigned long long>(st.requests),
                static_cast<unsigned long long>(st.bad_frames));
   if (st.read_gate_slots > 0) {
@@ -207,12 +212,40 @@ void AddServeCommand(CLI::App& app) {
   serve->add_option("--quota", cfg->quota, "Capacity per tenant (all its namespaces)")
       ->capture_default_str();
   serve->add_option("--tenant-quota", cfg->tenant_quotas, "TENANT=BYTES, repeatable");
+  serve
+      ->add_option("--store-capacity", cfg->store_capacity,
+                   "Capacity of each store (BYTES, within its tenant's quota). 0: a new store "
+                   "takes what its first client asks for; an existing store keeps its pack "
+                   "file's, whatever a client asks")
+      ->capture_default_str();
   serve->add_option("--durability", cfg->durability, "every_publish | periodic:<ms> | none")
       ->capture_default_str();
   serve->add_option("--max-sessions", cfg->max_sessions, "Connections at once")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  serve->add_option("--max-sessions-per-pid", cfg->max_sessions_per_pid,
+                    "Connections one client process may hold at once (0: no bound of its own)")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-sessions-per-uid", cfg->max_sessions_per_uid,
+                   "Connections one user may hold at once (0: --max-sessions, or three "
+                   "quarters of it with --group)")
+      ->capture_default_str();
+  serve
+      ->add_option("--idle-timeout-s", cfg->idle_timeout_s,
+                   "Close a session that holds nothing and sends nothing this long (its engine "
+                   "reconnects on its next call); 0: never")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{30} * 24 * 3600))
+      ->capture_default_str();
+  serve
+      ->add_option("--frame-timeout-ms", cfg->frame_timeout_ms,
+                   "A request must arrive whole, a reply be taken, and a new connection say "
+                   "hello within this; else the session is closed")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{3600} * 1000))
       ->capture_default_str();
   serve->add_option("--restart-fence-ms", cfg->fence_ms,
                     "After reopening a store, refuse stores this long (late writes of old clients)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{3600} * 1000))
       ->capture_default_str();
   serve
       ->add_option("--spin-us", cfg->spin_us,

@@ -44,6 +44,7 @@
 // (EngineStats), env.h (the file seam), layout.h, geometry.h and status.h.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -94,13 +95,19 @@ class RestoreHandle {
   // Blocks until layer `layer` is published (all its stripes delivered or failed, and its
   // scatters complete). OK when all of the layer's spans were delivered; otherwise the
   // layer's first error (its tokens are in Finish()'s `failed`). kCancelled after Cancel().
-  // kInvalidArgument for a layer >= L.
+  // kInvalidArgument for a layer >= L. kFailedPrecondition at once before BindSlots (an
+  // unbound restore delivers nothing: the wait would never end) unless it was cancelled.
   Status WaitLayer(uint32_t layer);
+  // The same with a deadline: kDeadlineExceeded when `timeout` passes first (nothing changed;
+  // the restore goes on and the wait may be repeated). A wait with a deadline may begin before
+  // BindSlots (another thread binding meanwhile). The Python binding waits in short slices of
+  // this so that Ctrl-C interrupts it.
+  Status WaitLayer(uint32_t layer, std::chrono::milliseconds timeout);
 
   // Makes `model_stream` wait for layer `layer` without the host waiting for the data. On
   // CUDA it blocks only until the layer's readiness event was recorded (its last scatter
   // launched, not completed), enqueues a wait on it and returns the layer's status as
-  // WaitLayer does. (A wait on a device flag queued before those launches could deadlock:
+  // WaitLayer does (also its kFailedPrecondition before BindSlots). (A wait on a device flag queued before those launches could deadlock:
   // streams beyond CUDA_DEVICE_MAX_CONNECTIONS share hardware queues.) On the host device it
   // enqueues a wait on the layer's readiness flag and returns at once with OK, even before the
   // layer's reads were issued; the flag is written after the layer's last scatter (also for
@@ -154,8 +161,10 @@ class StoreHandle {
   // reused. Always true for kJoined / kAlreadyCached stores.
   bool extracted() const;
   // Blocks until extracted(); returns the store's first error, if any. A store still waiting for
-  // layers that are never produced waits forever: produce them, or call Finish().
+  // layers that are never produced waits forever: produce them, or call Finish(), or wait with
+  // a deadline (kDeadlineExceeded when `timeout` passes first; nothing changed).
   Status WaitExtracted();
+  Status WaitExtracted(std::chrono::milliseconds timeout);
 
   // Waits per `wait` and reports. A store whose layers were not all produced fails with
   // kFailedPrecondition and is aborted (its reservation reclaimed after its accepted writes
@@ -186,6 +195,9 @@ struct StoreRecovery {
   std::string reason;
   std::string detail;         // the logged explanation
   uint64_t packs_loaded = 0;  // visible packs restored (snapshot and journal)
+  // Packs found beyond this open's capacity (EngineOptions::capacity_bytes lowered since they
+  // were stored), evicted least recently used first; the packs that fit stay.
+  uint64_t packs_evicted_for_capacity = 0;
   uint64_t store_epoch = 0;   // this session's store epoch (raised at every open)
   // The journal at a dirty open (docs/fault-model.md "Publication journal"): whether it was
   // replayed, why it was ignored ("" or "foreign_store", "newer_than_snapshot",

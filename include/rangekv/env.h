@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,13 @@ class File {
   virtual const std::string& path() const = 0;
 };
 
+// An exclusive advisory lock on a file (Env::LockFile), held until this object is destroyed or
+// the process ends (the kernel drops it then, also after SIGKILL).
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
 // A File that forwards every call to the one it owns, for wrappers that change a few (delays,
 // gates, counters in tests). fd() is -1: every byte goes through the wrapper's ReadAt/WriteAt,
 // also under io_uring and cuFile.
@@ -131,6 +139,18 @@ class Env {
   virtual Result<PathInfo> Stat(const std::string& path);
   // Sets a path's permission bits exactly (chmod).
   virtual Status SetPermissions(const std::string& path, uint32_t permissions);
+  // Takes an exclusive lock on `path` (created with `permissions` when absent) without waiting
+  // and writes `holder` into it, for whoever finds it taken. kLocked when another holder has it,
+  // also another open in this process; the message quotes that holder's text. The default
+  // implementations of LockFile and LockHolder act on the POSIX file system (open file
+  // description locks, F_OFD_SETLK: per open, released by the kernel when the holder dies); an
+  // Env that is not backed by it overrides both.
+  virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path,
+                                                     const std::string& holder,
+                                                     uint32_t permissions = 0600);
+  // Who holds the lock on `path` now: its holder text ("" if it wrote none yet), or nullopt when
+  // nobody does (or the file is absent). Takes nothing: a LockFile racing it is not disturbed.
+  virtual Result<std::optional<std::string>> LockHolder(const std::string& path);
 };
 
 // The process's POSIX Env (a stateless singleton; safe to share).
@@ -166,6 +186,13 @@ class EnvWrapper : public Env {
   Result<PathInfo> Stat(const std::string& path) override { return target_->Stat(path); }
   Status SetPermissions(const std::string& path, uint32_t permissions) override {
     return target_->SetPermissions(path, permissions);
+  }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path, const std::string& holder,
+                                             uint32_t permissions = 0600) override {
+    return target_->LockFile(path, holder, permissions);
+  }
+  Result<std::optional<std::string>> LockHolder(const std::string& path) override {
+    return target_->LockHolder(path);
   }
 
  private:

@@ -155,14 +155,17 @@ struct EngineOptions {
   // metadata snapshot, dirty marker and epoch file (docs/pack-format.md). An existing pack file
   // is opened and validated against `model` (geometry and namespace); its index is loaded from
   // the last clean shutdown's snapshot when that is intact and bound to it (see recovery()).
-  // One engine per store directory at a time. Ignored (may be empty) with store_service.
+  // One engine per store directory at a time: Open takes the directory's lock (lock.rkv) and a
+  // second opener, in this process or another, fails with kLocked naming the holder's pid.
+  // Ignored (may be empty) with store_service.
   std::string store_dir;
   // The node's store service (`rangekv serve`; docs/store-service.md): "" keeps the store
   // embedded in this process (store_dir); "unix:///run/rangekv.sock" (or a socket path) makes
   // the service own the index, its journal and snapshot while this engine reads and writes the
   // shared pack file itself. The service's durability applies then, not `durability`; the
   // index ablation must be tree. capacity_bytes is what a new namespace store asks for (the
-  // service caps it by the tenant's quota).
+  // service caps it by the tenant's quota and its --store-capacity; an existing store keeps
+  // its pack file's capacity whatever a client asks).
   std::string store_service;
   // Quota account at the store service (1-64 of [A-Za-z0-9._-]).
   std::string tenant = "default";
@@ -171,6 +174,10 @@ struct EngineOptions {
   // a wake-up, which on a VM whose vCPU went idle costs tens of microseconds
   // (docs/store-service.md "Latency"). 0: sleep at once. At most 10,000.
   uint32_t store_service_spin_us = 200;
+  // How long a call to the store service waits for its reply before it fails with
+  // kUnavailable and the connection counts as lost (the engine reconnects later): a hung or
+  // stopped service never blocks a serving step for longer. 1 to 3,600,000.
+  uint32_t store_service_timeout_ms = 60000;
   // With a store service: size this engine's reads to its share of the node. Every lookup and
   // claim reply says how many sessions are reading the node's stores now (this one included,
   // docs/store-service.md "Sharing the node's read concurrency"); with R of them the engine
@@ -193,8 +200,11 @@ struct EngineOptions {
   bool read_gate = true;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
-  // Capacity bound: pack count = capacity_bytes / pack_bytes (at least one pack). Ignored when
-  // opening an existing pack file, whose header fixes the pack count.
+  // Capacity bound. A new pack file gets capacity_bytes / pack_bytes pack slots (at least one);
+  // an existing one keeps its slots (its header fixes them), and at most capacity_bytes of them
+  // hold packs: reopened with a smaller capacity, the store keeps the most recently used packs
+  // that fit, wherever they lie in the file, and evicts the rest
+  // (StoreRecovery::packs_evicted_for_capacity); a larger one is capped at the file's slots.
   uint64_t capacity_bytes = 16ull << 30;
   // File seam (rangekv/env.h); nullptr means DefaultEnv(). Must outlive the Engine.
   Env* env = nullptr;

@@ -50,7 +50,12 @@ enum class StatusCode : uint8_t {
   kUnavailable,         // an optional backend (io_uring, CUDA, cuFile) is not usable here
   kUnimplemented,
   kInternal,
+  // Added after kInternal so the numbers above (the store service's wire status) stay put.
+  kLocked,             // the store directory is held by another engine or store service
+  kDeadlineExceeded,   // a wait ran past its deadline (nothing changed; it may be retried)
 };
+// The highest code (loops over every code end here).
+inline constexpr StatusCode kLastStatusCode = StatusCode::kDeadlineExceeded;
 
 // Stable lower_snake name of a code ("stale_generation"), used in logs, JSON and tests.
 std::string_view StatusCodeName(StatusCode code);

@@ -64,6 +64,10 @@ _CODES = [
     ("Unavailable", "unavailable", (), "An optional backend (io_uring, CUDA) is not usable."),
     ("Unimplemented", "unimplemented", (), "Not implemented in this build or on this device."),
     ("Internal", "internal", (), "An internal error (a bug)."),
+    ("Locked", "locked", (),
+     "The store directory is held by another engine or store service (one at a time)."),
+    ("DeadlineExceeded", "deadline_exceeded", (TimeoutError,),
+     "A wait ran past its deadline; nothing changed and it may be retried."),
 ]
 
 _BY_CODE: dict[str, type] = {}

@@ -6,7 +6,9 @@
 // (restore: cancel + finish; store: finish with detach) before the tensor references go.
 // Blocking calls run with the GIL released. finish() waits for wait_* calls running on the same
 // handle in other threads (the C++ API forbids Finish racing them).
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -42,6 +45,42 @@ auto WithoutGil(F&& f) {
 }
 
 nb::tuple Interval(TokenInterval t) { return nb::make_tuple(t.begin, t.end); }
+
+// A blocking wait from Python: `wait(slice)` (GIL released) in slices of at most 100 ms, with
+// Python's signal handlers run between them, so Ctrl-C raises KeyboardInterrupt instead of
+// leaving a process only SIGKILL ends. The handle stays as it was (the wait changed nothing):
+// finish() or cancel() it, or drop it (its destructor drains it). `timeout_s`: None waits until
+// done; otherwise DeadlineExceeded (also a TimeoutError) once it passed.
+template <typename Wait>
+void WaitInSlices(const char* what, std::optional<double> timeout_s, Wait&& wait) {
+  using std::chrono::milliseconds;
+  if (timeout_s && !(*timeout_s >= 0 && *timeout_s <= 1e9)) {
+    Throw(StatusCode::kInvalidArgument,
+          std::string(what) + ": timeout must be None or seconds in [0, 1e9]");
+  }
+  constexpr milliseconds kSlice(100);
+  const auto start = std::chrono::steady_clock::now();
+  const auto limit = std::chrono::duration_cast<milliseconds>(
+      std::chrono::duration<double>(timeout_s.value_or(0)));
+  for (;;) {
+    milliseconds slice = kSlice;
+    if (timeout_s) {
+      const auto spent =
+          std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+      slice = std::clamp(limit - spent, milliseconds(0), kSlice);
+    }
+    const Status st = wait(slice);
+    if (st.code() != StatusCode::kDeadlineExceeded) {
+      ThrowIfError(st);
+      return;
+    }
+    if (timeout_s && std::chrono::steady_clock::now() - start >= limit) {
+      Throw(StatusCode::kDeadlineExceeded,
+            std::string(what) + ": not done within " + std::to_string(*timeout_s) + " s");
+    }
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
+}
 
 const char* DispositionName(StoreDisposition d) {
   switch (d) {
@@ -88,8 +127,16 @@ class PyRestore {
   bool bound() const { return bound_.load(); }
 
   void BindSlots(nb::handle kv_layers, nb::handle slot_mapping);
-  void WaitLayer(uint32_t layer) {
-    Run("wait_layer", [&] { return h_.WaitLayer(layer); });
+  void WaitLayer(uint32_t layer, std::optional<double> timeout_s) {
+    if (!timeout_s && !bound_.load()) {
+      // Without a deadline an unbound restore's wait fails at once (it blocked for ever; the
+      // engine refuses it, or reports the cancellation of a cancelled one).
+      Run("wait_layer", [&] { return h_.WaitLayer(layer); });
+      return;
+    }
+    WaitInSlices("RestoreHandle.wait_layer", timeout_s, [&](std::chrono::milliseconds slice) {
+      return RunStatus("wait_layer", [&] { return h_.WaitLayer(layer, slice); });
+    });
   }
   void StreamWaitLayer(uint32_t layer, nb::handle stream);
   PyRestoreOutcome Finish() {
@@ -116,6 +163,11 @@ class PyRestore {
  private:
   template <typename F>
   void Run(const char* what, F&& f) {
+    ThrowIfError(RunStatus(what, std::forward<F>(f)));
+  }
+  // Run's status instead of an exception (a finished handle still raises).
+  template <typename F>
+  Status RunStatus(const char* what, F&& f) {
     bool was_finished = false;
     Status st = WithoutGil([&] {
       std::shared_lock lock(use_);
@@ -129,7 +181,7 @@ class PyRestore {
       Throw(StatusCode::kFailedPrecondition,
             std::string("RestoreHandle.") + what + ": the handle is finished");
     }
-    ThrowIfError(st);
+    return st;
   }
 
   RestoreHandle h_;
@@ -167,8 +219,10 @@ class PyStore {
     return finished_.load() || h_.extracted();
   }
   void LayerProduced(uint32_t layer, nb::handle stream);
-  void WaitExtracted() {
-    Run("wait_extracted", [&] { return h_.WaitExtracted(); });
+  void WaitExtracted(std::optional<double> timeout_s) {
+    WaitInSlices("StoreHandle.wait_extracted", timeout_s, [&](std::chrono::milliseconds slice) {
+      return RunStatus("wait_extracted", [&] { return h_.WaitExtracted(slice); });
+    });
   }
   PyStoreOutcome Finish(bool detach) {
     if (finished_.exchange(true)) {
@@ -185,6 +239,10 @@ class PyStore {
  private:
   template <typename F>
   void Run(const char* what, F&& f) {
+    ThrowIfError(RunStatus(what, std::forward<F>(f)));
+  }
+  template <typename F>
+  Status RunStatus(const char* what, F&& f) {
     bool was_finished = false;
     Status st = WithoutGil([&] {
       std::shared_lock lock(use_);
@@ -198,7 +256,7 @@ class PyStore {
       Throw(StatusCode::kFailedPrecondition,
             std::string("StoreHandle.") + what + ": the handle is finished");
     }
-    ThrowIfError(st);
+    return st;
   }
 
   StoreHandle h_;
@@ -325,6 +383,7 @@ class PyEngine {
     d["reason"] = r.reason;
     d["detail"] = r.detail;
     d["packs_loaded"] = r.packs_loaded;
+    d["packs_evicted_for_capacity"] = r.packs_evicted_for_capacity;
     d["store_epoch"] = r.store_epoch;
     return d;
   }
@@ -634,8 +693,12 @@ void RegisterEngine(nb::module_& m) {
            "Binds the destination: one tensor per layer (validated against the geometry, layout, "
            "dtype and device) and one slot per requested token (slot = block * block_size + "
            "offset; in range, no repeats).")
-      .def("wait_layer", &PyRestore::WaitLayer, nb::arg("layer"),
-           "Blocks (GIL released) until the layer is delivered; raises the layer's error.")
+      .def("wait_layer", &PyRestore::WaitLayer, nb::arg("layer"), nb::arg("timeout") = nb::none(),
+           "Blocks (GIL released) until the layer is delivered; raises the layer's error. "
+           "Without a timeout, FailedPrecondition at once before bind_slots (an unbound "
+           "restore delivers nothing). timeout: seconds (DeadlineExceeded when they pass; the "
+           "restore goes on; another thread may bind meanwhile). Ctrl-C raises "
+           "KeyboardInterrupt; the handle stays usable.")
       .def("stream_wait_layer", &PyRestore::StreamWaitLayer, nb::arg("layer"), nb::arg("stream"),
            "CUDA: makes `stream` (torch.cuda.Stream or int handle) wait for the layer.")
       .def("finish", &PyRestore::Finish,
@@ -662,8 +725,9 @@ void RegisterEngine(nb::module_& m) {
       .def("layer_produced", &PyStore::LayerProduced, nb::arg("layer"),
            nb::arg("stream") = nb::none(),
            "Layer `layer` of the source KV is written (on `stream`, CUDA, or already in memory).")
-      .def("wait_extracted", &PyStore::WaitExtracted,
-           "Blocks (GIL released) until extracted; raises the store's first error.")
+      .def("wait_extracted", &PyStore::WaitExtracted, nb::arg("timeout") = nb::none(),
+           "Blocks (GIL released) until extracted; raises the store's first error. timeout: "
+           "seconds (DeadlineExceeded when they pass). Ctrl-C raises KeyboardInterrupt.")
       .def("finish", &PyStore::Finish, nb::arg("detach") = false,
            "Waits until visible (detach=False) or extracted (detach=True), GIL released, and "
            "reports; ends the handle. Unproduced layers abort the store.")
@@ -695,7 +759,7 @@ void RegisterEngine(nb::module_& m) {
              std::string remote_endpoint, std::string directory, bool remote_publish,
              uint64_t remote_get_bytes, uint32_t remote_lookup_timeout_ms,
              uint32_t remote_read_timeout_ms, uint64_t remote_capacity_bytes,
-             uint64_t upload_bytes_per_s) {
+             uint64_t upload_bytes_per_s, uint32_t store_service_timeout_ms) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -764,6 +828,7 @@ void RegisterEngine(nb::module_& m) {
             o.remote.read_timeout_ms = remote_read_timeout_ms;
             o.remote.capacity_bytes = remote_capacity_bytes;
             o.remote.upload_bytes_per_s = upload_bytes_per_s;
+            o.store_service_timeout_ms = store_service_timeout_ms;
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -789,6 +854,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("remote_publish") = true, nb::arg("remote_get_bytes") = 0,
           nb::arg("remote_lookup_timeout_ms") = 250, nb::arg("remote_read_timeout_ms") = 10000,
           nb::arg("remote_capacity_bytes") = 0, nb::arg("upload_bytes_per_s") = 0,
+          nb::arg("store_service_timeout_ms") = 60000,
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error. "
           "remote='s3://bucket/prefix' with remote_endpoint and directory='redis://host:port/db' "
           "turns on the cluster tier (docs/scale-out.md).")

@@ -14,7 +14,7 @@ NB_MODULE(_core, m) {
         "The layout names, comma-separated.");
   m.def("status_code_names", [] {
     nb::list l;
-    for (int c = 0; c <= static_cast<int>(rangekv::StatusCode::kInternal); ++c) {
+    for (int c = 0; c <= static_cast<int>(rangekv::kLastStatusCode); ++c) {
       l.append(std::string(rangekv::StatusCodeName(static_cast<rangekv::StatusCode>(c))));
     }
     return l;

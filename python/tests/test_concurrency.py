@@ -79,8 +79,9 @@ def test_wait_layer_releases_the_gil(make_engine):
     h = eng.start_restore(ticket, e, tokens)
     dst = zero_layers(LAYOUT, N)
     with gil_never_preempted():
-        # Blocks until the slots are bound (scatters wait for them): the main thread binds.
-        t, result = run_waiter(lambda: h.wait_layer(L - 1))
+        # Blocks until the slots are bound (scatters wait for them): the main thread binds. A
+        # wait that begins before the bind needs a deadline (without one it fails at once).
+        t, result = run_waiter(lambda: h.wait_layer(L - 1, timeout=60))
         h.bind_slots(dst, np.arange(hit) + 50)
         t.join()
     assert "error" not in result, result

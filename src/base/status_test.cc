@@ -36,7 +36,7 @@ TEST(StatusTest, ResultPropagates) {
 }
 
 TEST(StatusTest, EveryCodeHasAName) {
-  for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+  for (int c = 0; c <= static_cast<int>(kLastStatusCode); ++c) {
     EXPECT_NE(StatusCodeName(static_cast<StatusCode>(c)), "unknown") << c;
   }
 }

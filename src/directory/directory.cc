@@ -716,6 +716,13 @@ Result<InvalidateResult> Directory::InvalidatePack(uint32_t slot, uint64_t gener
   return result;
 }
 
+uint32_t Directory::EvictOverCapacity() {
+  MutexLock lock(mu_);
+  uint32_t n = 0;
+  while (slots_.InUse() > slots_.usable() && EvictOne(kNoSlot)) ++n;
+  return n;
+}
+
 uint32_t Directory::EvictLru(uint32_t max_packs) {
   MutexLock lock(mu_);
   uint32_t n = 0;
@@ -756,10 +763,6 @@ Status Directory::ReplayPublish(const NamespaceId& ns, std::span<const int32_t> 
   MutexLock lock(mu_);
   if (!reservations_.empty() || !tickets_.empty()) {
     return FailedPrecondition("replay: the directory is in use");
-  }
-  if (slot >= slots_.usable()) {
-    return Status(StatusCode::kGeometryMismatch,
-                  "replay: " + SlotName(slot, generation) + " lies beyond the capacity bound");
   }
   const SlotInfo info = slots_.Get(slot);
   if (info.generation > generation) {
@@ -1059,10 +1062,6 @@ Status Directory::LoadSnapshotBody(std::span<const uint8_t> bytes) {
   for (uint32_t& s : lru) {
     (void)r.U32(&s);
     if (s >= pack_slots || listed[s]) return corrupt("visible pack list names a bad slot");
-    if (s >= slots.usable()) {
-      return Status(StatusCode::kGeometryMismatch, "directory snapshot: pack " + std::to_string(s) +
-                                                       " lies beyond this store's capacity bound");
-    }
     if (gens[s] == 0) return corrupt("visible pack with generation 0");
     listed[s] = 1;
   }

@@ -328,6 +328,11 @@ class Directory final : public RangeIndex {
   Result<InvalidateResult> InvalidatePack(uint32_t slot, uint64_t generation);
   // Evicts up to `max_packs` evictable packs in LRU order; returns how many.
   uint32_t EvictLru(uint32_t max_packs);
+  // Evicts packs in LRU order (the normal policy) while more slots are in use than the capacity
+  // bound allows (options().capacity_bytes / pack_bytes); returns how many. Used at open, when
+  // the loaded index holds more packs than a store reopened with a smaller capacity keeps:
+  // the packs that fit stay, wherever their slots lie in the pack file.
+  uint32_t EvictOverCapacity();
 
   // ---- observers and journal -------------------------------------------------------------------
   static constexpr size_t kMaxObservers = 4;

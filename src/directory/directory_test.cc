@@ -547,6 +547,38 @@ TEST(DirectoryTest, FreeReserveEvictsAheadAndReusesSlotsWhoseRemovalIsDurable) {
   }
 }
 
+// Capacity is a setting, not a verdict on the data: a snapshot written with 8 usable slots loads
+// into a directory allowed 3 (it once failed, "pack N lies beyond this store's capacity bound",
+// and the whole index was discarded), and EvictOverCapacity keeps the 3 most recently used,
+// wherever they lie. New reservations take usable slots only.
+TEST(DirectoryTest, ASnapshotLoadsUnderASmallerCapacityAndKeepsTheMostRecentPacks) {
+  DirectoryOptions o = SmallOptions(8, 8);
+  auto d = Make(o);
+  for (int i = 0; i < 8; ++i) Store(*d, Seq(8, 1000 * (i + 1)));  // one pack each, slots 0..7
+  ASSERT_TRUE(d->Lookup(kNs, Seq(8, 1000), Env("touch"), 1).ok());  // prefix 0: most recent
+  d->Cancel("touch");
+  const std::vector<uint8_t> snap = d->Serialize();
+  DirectoryOptions small = o;
+  small.capacity_bytes = 3 * o.pack_bytes;
+  Result<std::unique_ptr<Directory>> r = Directory::Deserialize(small, snap);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Directory& e = **r;
+  EXPECT_EQ(e.ListPacks(kNs).size(), 8u);
+  EXPECT_EQ(e.EvictOverCapacity(), 5u);
+  EXPECT_EQ(e.EvictOverCapacity(), 0u);
+  ExpectInvariants(e);
+  std::set<uint32_t> kept;
+  for (const StoredPack& p : e.ListPacks(kNs)) kept.insert(p.record.pack_slot);
+  EXPECT_EQ(kept, (std::set<uint32_t>{0, 6, 7}));  // the most recently used three
+  EXPECT_EQ(e.Stats().free_slots, 0u);
+  // Full: a new store evicts the least recently used (slot 6) and takes a usable slot.
+  Reservation fresh = Store(e, Seq(8, 90000));
+  ASSERT_EQ(fresh.records.size(), 1u);
+  EXPECT_LT(fresh.records[0].pack_slot, 3u);
+  ExpectInvariants(e);
+  EXPECT_EQ(e.ListPacks(kNs).size(), 3u);
+}
+
 TEST(DirectoryTest, ReserveTakesWhatFitsAndFailsWhenNothingCanBeFreed) {
   DirectoryOptions o = SmallOptions(4, 8);
   auto d = Make(o);

@@ -28,7 +28,7 @@ SlotTable::SlotTable(uint32_t slots, uint32_t usable_slots)
       next_(slots, kNone) {
   RANGEKV_CHECK(usable_slots > 0 && usable_slots <= slots && slots < kNone);
   for (uint32_t s = 0; s < usable_; ++s) free_bits_[s / 64] |= uint64_t{1} << (s % 64);
-  counts_[static_cast<int>(SlotState::kFree)] = usable_;
+  counts_[static_cast<int>(SlotState::kFree)] = slots;
 }
 
 const SlotInfo& SlotTable::Get(uint32_t slot) const {
@@ -41,7 +41,11 @@ void SlotTable::SetState(uint32_t slot, SlotState state) {
   counts_[static_cast<int>(info.state)]--;
   counts_[static_cast<int>(state)]++;
   info.state = state;
-  if (state == SlotState::kFree) free_bits_[slot / 64] |= uint64_t{1} << (slot % 64);
+  // A slot beyond the usable ones (a pack restored at open under a lowered capacity) is not
+  // handed out again once free.
+  if (state == SlotState::kFree && slot < usable_) {
+    free_bits_[slot / 64] |= uint64_t{1} << (slot % 64);
+  }
 }
 
 void SlotTable::SetGenerationFloor(uint64_t floor) {
@@ -50,6 +54,7 @@ void SlotTable::SetGenerationFloor(uint64_t floor) {
 }
 
 std::optional<uint32_t> SlotTable::ReserveLowestFree() {
+  if (Count(SlotState::kFree) == 0) return std::nullopt;  // (else a usable slot is free)
   for (size_t w = 0; w < free_bits_.size(); ++w) {
     if (free_bits_[w] == 0) continue;
     return ReserveFree(static_cast<uint32_t>(w * 64 + __builtin_ctzll(free_bits_[w])));
@@ -118,7 +123,7 @@ std::vector<uint32_t> SlotTable::LruOrder() const {
 }
 
 void SlotTable::RestoreVisible(uint32_t slot, uint64_t generation) {
-  RANGEKV_CHECK(Get(slot).state == SlotState::kFree && slot < usable_);
+  RANGEKV_CHECK(Get(slot).state == SlotState::kFree);
   RANGEKV_CHECK(generation >= slots_[slot].generation);
   free_bits_[slot / 64] &= ~(uint64_t{1} << (slot % 64));
   SetState(slot, SlotState::kVisible);

@@ -13,9 +13,14 @@
 // Each Reserve bumps the slot's generation, so a (slot, generation) pair names one use of the
 // slot forever; a record or ticket naming an older generation is stale.
 //
-// Capacity: only the first `usable_slots` slots (the byte capacity bound divided by the pack
-// size) are ever handed out; Reserve takes the lowest-numbered free usable slot, which keeps
-// the choice deterministic (the directory's reference model relies on it).
+// Capacity: at most `usable_slots` slots (the byte capacity bound divided by the pack size) are
+// in use (reserved, visible or retired) when a reservation is made: Reserve refuses when that
+// many are, and otherwise takes the lowest-numbered free slot among the first `usable_slots`,
+// which keeps the choice deterministic (the directory's reference model relies on it). One is
+// always free then: fewer than `usable_slots` slots are in use. Any slot of the file may hold a
+// pack restored at open: a capacity lowered since the packs were written is a setting, not a
+// verdict on where they lie (the directory evicts down to it, Directory::EvictOverCapacity), and
+// a slot beyond the first `usable_slots` is not reserved again once its pack left.
 //
 // Eviction order: visible slots are kept in least-recently-used order; Touch() moves a slot to
 // the most recent end. FindLru() walks from the oldest end.
@@ -53,19 +58,31 @@ class SlotTable {
   uint32_t size() const { return static_cast<uint32_t>(slots_.size()); }
   uint32_t usable() const { return usable_; }
   const SlotInfo& Get(uint32_t slot) const;
-  // Number of slots in `state` (free counts only usable slots).
-  uint32_t Count(SlotState state) const { return counts_[static_cast<int>(state)]; }
+  // Number of slots in `state`; for kFree, how many more may be reserved now: usable() minus the
+  // slots in use (reserved, visible, retired), 0 when those are at or over it.
+  uint32_t Count(SlotState state) const {
+    if (state != SlotState::kFree) return counts_[static_cast<int>(state)];
+    const uint32_t used = InUse();
+    return used >= usable_ ? 0 : usable_ - used;
+  }
+  // Reserved, visible and retired slots.
+  uint32_t InUse() const {
+    return counts_[static_cast<int>(SlotState::kReserved)] +
+           counts_[static_cast<int>(SlotState::kVisible)] +
+           counts_[static_cast<int>(SlotState::kRetired)];
+  }
 
   // Every later Reserve issues a generation of at least `floor` (see
   // DirectoryOptions::generation_floor). REQUIRES floor < 2^63.
   void SetGenerationFloor(uint64_t floor);
 
   // Lowest-numbered free usable slot -> reserved, generation max(generation + 1, floor).
-  // nullopt when none is free.
+  // nullopt when Count(kFree) is 0 (usable() slots in use).
   std::optional<uint32_t> ReserveLowestFree();
   // The same, taking the lowest-numbered free slot that `ready(slot)` accepts when there is one.
   template <typename Ready>
   std::optional<uint32_t> ReserveLowestFreePreferring(Ready ready) {
+    if (Count(SlotState::kFree) == 0) return std::nullopt;
     for (size_t w = 0; w < free_bits_.size(); ++w) {
       for (uint64_t bits = free_bits_[w]; bits != 0; bits &= bits - 1) {
         const uint32_t slot = static_cast<uint32_t>(w * 64 + __builtin_ctzll(bits));

@@ -100,6 +100,11 @@ Status RestoreHandle::WaitLayer(uint32_t layer) {
   return core_->restore().WaitLayer(*job_, layer);
 }
 
+Status RestoreHandle::WaitLayer(uint32_t layer, std::chrono::milliseconds timeout) {
+  if (job_ == nullptr) return FailedPrecondition("empty restore handle");
+  return core_->restore().WaitLayer(*job_, layer, timeout);
+}
+
 Status RestoreHandle::StreamWaitLayer(uint32_t layer, DeviceStreamRef model_stream) {
   if (job_ == nullptr) return FailedPrecondition("empty restore handle");
   RANGEKV_ASSIGN_OR_RETURN(Stream * stream, core_->FindStream(model_stream));
@@ -164,6 +169,11 @@ bool StoreHandle::extracted() const { return job_ == nullptr || core_->stores().
 Status StoreHandle::WaitExtracted() {
   if (job_ == nullptr) return FailedPrecondition("empty store handle");
   return core_->stores().WaitExtracted(*job_);
+}
+
+Status StoreHandle::WaitExtracted(std::chrono::milliseconds timeout) {
+  if (job_ == nullptr) return FailedPrecondition("empty store handle");
+  return core_->stores().WaitExtracted(*job_, timeout);
 }
 
 StoreOutcome StoreHandle::Finish(StoreWait wait) {

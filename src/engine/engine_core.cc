@@ -225,6 +225,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.service = options_.store_service;
   so.tenant = options_.tenant;
   so.service_spin_us = options_.store_service_spin_us;
+  so.service_timeout_ms = options_.store_service_timeout_ms;
   so.read_gate = options_.read_gate;
   so.max_removed_ranges = options_.max_removed_ranges;
   so.remote = options_.remote;
@@ -241,6 +242,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     recovery_.reason = recovery_.loaded ? "" : std::string(persist::DiscardReasonName(r.reason));
     recovery_.detail = r.detail;
     recovery_.packs_loaded = r.packs_loaded;
+    recovery_.packs_evicted_for_capacity = r.packs_evicted_for_capacity;
     recovery_.store_epoch = r.store_epoch;
     recovery_.journal_replayed = r.journal.used;
     recovery_.journal_ignored = r.journal.ignored;

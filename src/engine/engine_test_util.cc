@@ -555,6 +555,39 @@ Result<PathInfo> PayloadFreeEnv::Stat(const std::string& path) {
   return info;
 }
 
+namespace {
+class MemoryLock final : public FileLock {
+ public:
+  MemoryLock(Mutex* mu, std::shared_ptr<std::map<std::string, std::string>> locks,
+             std::string path)
+      : mu_(mu), locks_(std::move(locks)), path_(std::move(path)) {}
+  ~MemoryLock() override {
+    MutexLock l(*mu_);
+    locks_->erase(path_);
+  }
+
+ private:
+  Mutex* mu_;
+  std::shared_ptr<std::map<std::string, std::string>> locks_;
+  std::string path_;
+};
+}  // namespace
+
+Result<std::unique_ptr<FileLock>> PayloadFreeEnv::LockFile(const std::string& path,
+                                                           const std::string& holder, uint32_t) {
+  MutexLock l(mu_);
+  auto [it, added] = locks_->emplace(path, holder);
+  if (!added) return Status(StatusCode::kLocked, path + " is held by " + it->second);
+  return std::unique_ptr<FileLock>(std::make_unique<MemoryLock>(&mu_, locks_, path));
+}
+
+Result<std::optional<std::string>> PayloadFreeEnv::LockHolder(const std::string& path) {
+  MutexLock l(mu_);
+  auto it = locks_->find(path);
+  if (it == locks_->end()) return std::optional<std::string>();
+  return std::optional<std::string>(it->second);
+}
+
 // ---- CountOnlyDevice ----------------------------------------------------------------------
 
 namespace {

@@ -207,6 +207,10 @@ class PayloadFreeEnv final : public Env {
   // In memory: the store directory and its files always read as this user's, owner-only.
   Result<PathInfo> Stat(const std::string& path) override;
   Status SetPermissions(const std::string&, uint32_t) override { return OkStatus(); }
+  // In memory too: a lock is a name in a set while its FileLock lives.
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path, const std::string& holder,
+                                             uint32_t permissions) override;
+  Result<std::optional<std::string>> LockHolder(const std::string& path) override;
 
   struct FileState {
     Mutex mu;
@@ -217,6 +221,8 @@ class PayloadFreeEnv final : public Env {
  private:
   Mutex mu_;
   std::map<std::string, std::shared_ptr<FileState>> files_ GUARDED_BY(mu_);
+  std::shared_ptr<std::map<std::string, std::string>> locks_ =
+      std::make_shared<std::map<std::string, std::string>>();  // path -> holder, under mu_
 };
 
 // A device that is `inner` (a HostDevice) except that Scatter and Gather validate their

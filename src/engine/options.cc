@@ -9,6 +9,7 @@
 #include "io/io_engine.h"
 #include "kernels/paged_kv.h"
 #include "pack/format.h"
+#include "service/protocol.h"
 
 namespace rangekv {
 
@@ -174,6 +175,12 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g,
   }
   if (!o.store_service.empty() && o.ablations.index != Ablations::Index::kTree) {
     return Bad("store_service", "the index ablation (index=scalar) needs an embedded store");
+  }
+  if (!o.store_service.empty()) {
+    if (Status t = service::ValidateTenant(o.tenant); !t.ok()) return Bad("tenant", t.message());
+  }
+  if (o.store_service_timeout_ms == 0 || o.store_service_timeout_ms > 3600000) {
+    return Bad("store_service_timeout_ms", "must be in [1, 3600000]");
   }
   if (o.store_service_spin_us > 10000) {
     return Bad("store_service_spin_us", "at most 10000 (10 ms of polling per call)");

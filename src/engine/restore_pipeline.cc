@@ -239,18 +239,54 @@ Status RestorePipeline::Bind(RestoreJob& job, const PagedKv& kv,
   return OkStatus();
 }
 
-Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer) {
+namespace {
+
+// An unbound restore delivers nothing, so a wait for one of its layers without a deadline would
+// wait for ever (until another thread binds or cancels it, which the API does not require).
+Status RefuseUnbound(const RestoreJobState& st, const char* what) {
+  if (st.bound || st.cancelled) return OkStatus();
+  return FailedPrecondition(std::string(what) +
+                            " before BindSlots: an unbound restore delivers no layer (bind its "
+                            "slots first, or Cancel/Finish it)");
+}
+
+}  // namespace
+
+Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer,
+                                  std::optional<std::chrono::milliseconds> timeout) {
   if (layer >= layers_) return InvalidArgument("layer " + std::to_string(layer) + " >= L");
+  const auto deadline = std::chrono::steady_clock::now() +
+                        timeout.value_or(std::chrono::milliseconds(0));
+  // Waits for `pred` until the deadline (for ever without one); false when it ran out.
+  auto wait = [&](MutexLock& l, auto pred) {
+    if (!timeout) {
+      job_cv_.Wait(l, pred);
+      return true;
+    }
+    const auto left = deadline - std::chrono::steady_clock::now();
+    return job_cv_.WaitFor(l, std::max(left, decltype(left)::zero()), pred);
+  };
+  auto expired = [&] {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "layer " + std::to_string(layer) + " not ready within " +
+                      std::to_string(timeout->count()) + " ms");
+  };
   Event* event = nullptr;
   {
     MutexLock l(mu_);
     const RestoreJobState& st = job.state.Locked(mu_);
     if (st.handle_done) return FailedPrecondition("restore already finished");
-    job_cv_.Wait(l,
-                 [&]() REQUIRES(mu_) { return st.progress.published(layer) || st.handle_done; });
+    // With a deadline the wait may span a bind by another thread; without one it must not
+    // start unbound.
+    if (!timeout) RANGEKV_RETURN_IF_ERROR(RefuseUnbound(st, "WaitLayer"));
+    const bool ready = wait(l, [&]() REQUIRES(mu_) {
+      return st.progress.published(layer) || st.handle_done;
+    });
+    if (!ready) return expired();
     if (st.handle_done) return FailedPrecondition("restore finished while waiting");
     event = job.slot->layer_events[layer].get();
   }
+  // The layer's scatters were launched; its event completes with them (device work, bounded).
   Status device = event->Synchronize();
   MutexLock l(mu_);
   if (!device.ok()) return device;
@@ -258,8 +294,10 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer) {
   if (verify_) {
     // The event says the layer's scatters ran, not that their verdicts were confirmed: a stripe
     // whose digest failed was gated off and fails in the reaper, so wait for it.
-    job_cv_.Wait(l,
-                 [&]() REQUIRES(mu_) { return st.progress.LayerProven(layer) || st.handle_done; });
+    const bool proven = wait(l, [&]() REQUIRES(mu_) {
+      return st.progress.LayerProven(layer) || st.handle_done;
+    });
+    if (!proven) return expired();
   }
   return st.layer_status[layer];
 }
@@ -271,9 +309,10 @@ Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream&
     uint32_t value = 0;
     {
       MutexLock l(mu_);
-      if (job.state.Locked(mu_).handle_done) {
-        return FailedPrecondition("restore already finished");
-      }
+      const RestoreJobState& st = job.state.Locked(mu_);
+      if (st.handle_done) return FailedPrecondition("restore already finished");
+      // The flag of an unbound restore is never written: the stream would wait for ever.
+      RANGEKV_RETURN_IF_ERROR(RefuseUnbound(st, "StreamWaitLayer"));
       flag = job.slot->layer_flags[layer].get();
       value = job.slot->flag_value;
     }
@@ -286,6 +325,7 @@ Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream&
     MutexLock l(mu_);
     const RestoreJobState& st = job.state.Locked(mu_);
     if (st.handle_done) return FailedPrecondition("restore already finished");
+    RANGEKV_RETURN_IF_ERROR(RefuseUnbound(st, "StreamWaitLayer"));
     // An event can be waited on only once recorded: block until the layer's last scatter was
     // launched (not until it ran).
     job_cv_.Wait(l,

@@ -51,9 +51,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -184,7 +186,10 @@ class RestorePipeline {
 
   Status Bind(RestoreJob& job, const PagedKv& kv, std::span<const int64_t> slot_mapping)
       EXCLUDES(mu_);
-  Status WaitLayer(RestoreJob& job, uint32_t layer) EXCLUDES(mu_);
+  // Without a timeout, kFailedPrecondition at once for an unbound, uncancelled job; with one,
+  // kDeadlineExceeded when it passes first (the job may be bound meanwhile).
+  Status WaitLayer(RestoreJob& job, uint32_t layer,
+                   std::optional<std::chrono::milliseconds> timeout = std::nullopt) EXCLUDES(mu_);
   Status StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream& stream) EXCLUDES(mu_);
   RestoreOutcome Finish(RestoreJob& job) EXCLUDES(mu_);
   void Cancel(RestoreJob& job) EXCLUDES(mu_);

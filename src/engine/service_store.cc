@@ -1,6 +1,7 @@
 #include "engine/service_store.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -100,6 +101,12 @@ Result<std::unique_ptr<ServiceStore>> ServiceStore::Connect(const ServiceStoreOp
 
 Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
   RANGEKV_ASSIGN_OR_RETURN(const int fd, service::ConnectUnix(socket_path_));
+  // A service that stops answering (or reading) fails a call after call_timeout instead of
+  // blocking it for ever.
+  if (Status t = service::SetIoTimeout(fd, options_.call_timeout); !t.ok()) {
+    ::close(fd);
+    return t;
+  }
   service::HelloRequest h;
   h.geometry = options_.geometry;
   h.ns = options_.ns;
@@ -132,7 +139,7 @@ Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
     }
     return fail(sent.WithContext("store service hello"));
   }
-  auto frame = service::ReceiveFrame(fd);
+  auto frame = service::ReceiveFrame(fd, std::chrono::steady_clock::now() + options_.call_timeout);
   if (!frame.ok()) return fail(frame.status().WithContext("store service hello"));
   Status remote;
   std::span<const uint8_t> rest;
@@ -145,6 +152,7 @@ Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
     return fail(Status(StatusCode::kCorruption, "store service hello: no pack file descriptor"));
   }
   fd_ = fd;
+  last_reply_ = std::chrono::steady_clock::now();
   {
     MutexLock l(mu_);
     connected_ = true;
@@ -276,11 +284,29 @@ void ServiceStore::LoseConnection(const Status& why) {
                               why.ToString() + "); requests fail until it is back");
 }
 
+void ServiceStore::NoticeServiceHangup() {
+  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return;  // nothing came: the session is alive
+  // Between requests the service sends nothing; readable means it closed the session.
+  bool held = false;
+  {
+    MutexLock l(mu_);
+    held = !reservations_.empty() || !claimed_.empty();
+  }
+  LoseConnection(Unavailable("the service ended the session (idle, or stopping)"));
+  if (!held) next_attempt_ = std::chrono::steady_clock::now();  // nothing was in flight
+}
+
 Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
                                 std::vector<uint8_t>* payload, std::span<const uint8_t> tail,
                                 int pass_fd, int* received_fd) {
   if (received_fd != nullptr) *received_fd = -1;
   if (closed_) return FailedPrecondition("store service connection closed");
+  // Only after a quiet spell (the service closes sessions idle for minutes): back-to-back
+  // calls pay no poll.
+  if (fd_ >= 0 && std::chrono::steady_clock::now() - last_reply_ > std::chrono::seconds(1)) {
+    NoticeServiceHangup();
+  }
   if (fd_ < 0) {
     {
       MutexLock l(mu_);
@@ -318,11 +344,13 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
     return Unavailable("store service: " + sent.ToString());
   }
   service::SpinUntilReadable(fd_, options_.reply_spin);
-  auto frame = service::ReceiveFrame(fd_);
+  auto frame =
+      service::ReceiveFrame(fd_, std::chrono::steady_clock::now() + options_.call_timeout);
   if (!frame.ok()) {
     LoseConnection(frame.status());
     return Unavailable("store service: " + frame.status().ToString());
   }
+  last_reply_ = std::chrono::steady_clock::now();
   // A passed descriptor is the caller's only when it asked for one and the call succeeded.
   int passed = frame->passed_fd;
   struct CloseUnlessTaken {

@@ -8,12 +8,14 @@
 // keeps current). Payload I/O does not go through here: the engine reads and writes the pack
 // file through the descriptor passed at Hello (pack_file()).
 //
-// Losing the service. A failed request marks the connection lost: the call and every later one
+// Losing the service. A failed request (also one whose reply did not come within
+// call_timeout) marks the connection lost: the call and every later one
 // fail with kUnavailable (lookups miss, restores and stores fail, vLLM recomputes), reservations
 // of the lost session are forgotten as their stores settle (their Publish fails, their Abort is
 // local), and tickets of the lost session need no release (the service reclaims them). The next
 // call reconnects (at most every reconnect_interval) only once no store of the lost session
-// can still be writing: every reservation it obtained was published or aborted by the engine,
+// can still be writing (a session the service closed for idleness held nothing, so a call
+// after a quiet spell finds it closed and reconnects at once, within that call): every reservation it obtained was published or aborted by the engine,
 // which happens only after its accepted writes returned. A reconnect must find the same pack
 // file (device and inode); a replaced store fails with kWrongStore until the engine reopens.
 //
@@ -58,6 +60,9 @@ struct ServiceStoreOptions {
   std::chrono::milliseconds reconnect_interval{200};
   // How long a call polls for its reply before sleeping (service::SpinUntilReadable).
   std::chrono::microseconds reply_spin{0};
+  // A reply not in by then fails the call (kUnavailable) and drops the connection: a hung
+  // service never blocks a caller for longer (EngineOptions::store_service_timeout_ms).
+  std::chrono::milliseconds call_timeout{60000};
   // Ask every session for the service's read gate (EngineOptions::read_gate).
   bool read_gate = false;
 };
@@ -137,6 +142,10 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
                     std::vector<uint8_t>* payload, std::span<const uint8_t> tail = {},
                     int pass_fd = -1, int* received_fd = nullptr) REQUIRES(call_mu_) EXCLUDES(mu_);
   void LoseConnection(const Status& why) REQUIRES(call_mu_) EXCLUDES(mu_);
+  // After a quiet spell: whether the service ended the session meanwhile (it closes sessions
+  // idle past its idle_timeout); if so the connection is dropped, and a session that left
+  // nothing in flight reconnects at once, within this call.
+  void NoticeServiceHangup() REQUIRES(call_mu_) EXCLUDES(mu_);
   // Creates the query buffer (once) and attaches it to the current session; on failure the
   // session sends tokens inline (logged once).
   void AttachQueryBuffer() REQUIRES(call_mu_) EXCLUDES(mu_);
@@ -167,6 +176,7 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   mutable Mutex call_mu_;
   int fd_ GUARDED_BY(call_mu_) = -1;
   std::chrono::steady_clock::time_point next_attempt_ GUARDED_BY(call_mu_);
+  std::chrono::steady_clock::time_point last_reply_ GUARDED_BY(call_mu_);
   bool closed_ GUARDED_BY(call_mu_) = false;
   // The shared query buffer (docs/store-service.md "Query buffer"): a sealed memfd mapped here
   // read-write and in the service read-only, attached again to every new session.

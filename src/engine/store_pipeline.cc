@@ -369,13 +369,20 @@ TokenInterval StorePipeline::Stored(const StoreJob& job) const {
   return job.stored;
 }
 
-Status StorePipeline::WaitExtracted(StoreJob& job) {
+Status StorePipeline::WaitExtracted(StoreJob& job,
+                                    std::optional<std::chrono::milliseconds> timeout) {
   MutexLock l(mu_);
   if (job.slot == nullptr) return OkStatus();
   const StoreJobState& st = job.state.Locked(mu_);
-  job_cv_.Wait(l, [&]() REQUIRES(mu_) {
+  auto done = [&]() REQUIRES(mu_) {
     return st.settled || (!st.deferred && st.progress.extraction_done());
-  });
+  };
+  if (!timeout) {
+    job_cv_.Wait(l, done);
+  } else if (!job_cv_.WaitFor(l, *timeout, done)) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "store not extracted within " + std::to_string(timeout->count()) + " ms");
+  }
   return st.first_error;
 }
 

@@ -33,8 +33,10 @@
 // (short; it never submits I/O).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -128,7 +130,10 @@ class StorePipeline {
   bool Extracted(const StoreJob& job) const EXCLUDES(mu_);
   // The tokens the job writes (empty until a deferred job reserved them).
   TokenInterval Stored(const StoreJob& job) const EXCLUDES(mu_);
-  Status WaitExtracted(StoreJob& job) EXCLUDES(mu_);
+  // kDeadlineExceeded when `timeout` (none: no deadline) passes first.
+  Status WaitExtracted(StoreJob& job,
+                       std::optional<std::chrono::milliseconds> timeout = std::nullopt)
+      EXCLUDES(mu_);
   StoreOutcome Finish(StoreJob& job, StoreWait wait) EXCLUDES(mu_);
   // The handle is gone without Finish(): the store is aborted (after its writes drain).
   void Abandon(StoreJob& job) EXCLUDES(mu_);

@@ -1,5 +1,7 @@
 #include "engine/store_state.h"
 
+#include <unistd.h>
+
 #include "base/log.h"
 #include "engine/service_store.h"
 #include "engine/store_integrity.h"
@@ -18,9 +20,10 @@ uint64_t StoreState::DirectoryGenerations::CurrentGeneration(uint32_t slot) cons
 }
 
 StoreState::StoreState(Env* env, std::string dir, PackFile pack, persist::OpenedIndex index,
-                       bool created)
+                       bool created, std::unique_ptr<FileLock> lock)
     : env_(env),
       dir_(std::move(dir)),
+      lock_(std::move(lock)),
       own_pack_(std::move(pack)),
       pack_(&*own_pack_),
       directory_(std::move(index.directory)),
@@ -87,6 +90,7 @@ Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOpti
   so.direct = o.direct == DirectIo::kPreferred;
   so.digest_block_tokens = o.digest_block_tokens;
   so.reply_spin = std::chrono::microseconds(o.service_spin_us);
+  so.call_timeout = std::chrono::milliseconds(o.service_timeout_ms);
   so.read_gate = o.read_gate;
   RANGEKV_ASSIGN_OR_RETURN(auto service, ServiceStore::Connect(so));
   std::unique_ptr<StoreState> state(new StoreState(o.env, std::move(service)));
@@ -102,6 +106,20 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
   // or could have written (kUnsafePermissions).
   RANGEKV_RETURN_IF_ERROR(
       persist::PrepareStoreDir(o.env, paths, o.permissions, persist::EffectiveUid()));
+  // One owner at a time: two engines (or an engine and a store service) on one directory would
+  // hand out the same slots and overwrite each other's packs and index.
+  auto lock = o.env->LockFile(paths.lock(),
+                              "pid " + std::to_string(::getpid()) + " (" + o.holder + ")",
+                              o.permissions.file);
+  if (!lock.ok()) {
+    if (lock.status().code() != StatusCode::kLocked) {
+      return lock.status().WithContext("store " + o.dir);
+    }
+    return Status(StatusCode::kLocked,
+                  "store " + o.dir + " is in use: " + lock.status().message() +
+                      "; one engine or store service per store directory at a time (processes "
+                      "share a store through `rangekv serve`)");
+  }
   const std::string path = paths.pack();
   bool created = false;
   std::optional<PackFile> pack;
@@ -163,7 +181,8 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
                          created ? persist::PackOrigin::kCreated : persist::PackOrigin::kOpened, p);
   if (!index.ok()) return index.status().WithContext("store " + o.dir);
   std::unique_ptr<StoreState> state(
-      new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created));
+      new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created,
+                     std::move(lock).value()));
   state->persistence_->EnableCheckpoints(*state->pack_, *state->directory_, *state->digests_);
   if (o.max_removed_ranges > 0) {
     Directory& dir = *state->directory_;
@@ -187,6 +206,7 @@ Status StoreState::Close() {
   closed_ = true;
   if (abandoned_) {
     if (publisher_ != nullptr) publisher_->Stop();  // a crash: nothing more is uploaded
+    lock_.reset();  // as the kernel would for a process that died
     close_status_ = OkStatus();
     return close_status_;
   }
@@ -197,6 +217,7 @@ Status StoreState::Close() {
     return close_status_;
   }
   close_status_ = persistence_->SaveClean(*pack_, *directory_, *digests_);
+  lock_.reset();  // nothing of this session writes to the store any more
   if (!close_status_.ok()) {
     Log(LogLevel::kWarning, "store " + dir_ +
                                 ": clean shutdown failed (the next open discards "

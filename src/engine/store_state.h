@@ -13,6 +13,10 @@
 // written to the pack file and no dirty marker is made here: the first store or invalidation
 // does that (integrity()->BeforeFirstWrite).
 //
+// Ownership: Open takes the store's lock (lock.rkv, Env::LockFile) before it reads anything, so
+// a second engine or store service opening the same directory fails at once with kLocked
+// naming the holder's pid; Close releases it (so does the kernel when the process dies).
+//
 // Close(): REQUIRES every owner drained (restores, stores, write debt). Runs
 // Persistence::SaveClean: fsync the pack file, write and fsync the snapshot (directory + digests)
 // under a temporary name, rename it into place, fsync the directory, remove the dirty marker,
@@ -74,6 +78,9 @@ struct StoreStateOptions {
   persist::JournalOptions journal{.mode = persist::DurabilityMode::kNone};
   // RemovalLog capacity (EngineOptions::max_removed_ranges); 0: no log.
   uint64_t max_removed_ranges = 0;
+  // Who holds the store's lock (persist/store_layout.h lock.rkv), for the message a second
+  // opener gets: "pid <pid> (<holder>)".
+  std::string holder = "rangekv engine";
   // Test seam (crash tests): persist::PersistenceOptions::shutdown_hook.
   std::function<Status(persist::ShutdownStep)> shutdown_hook;
   // Service mode (EngineOptions::store_service): the index lives in the node's store service
@@ -83,6 +90,7 @@ struct StoreStateOptions {
   std::string service;
   std::string tenant = "default";
   uint32_t service_spin_us = 0;
+  uint32_t service_timeout_ms = 60000;  // EngineOptions::store_service_timeout_ms
   bool read_gate = false;  // ask the service for its read gate (EngineOptions::read_gate)
   // The cluster tier (docs/scale-out.md; off when remote.url is empty): clients for lookups and
   // reads in every mode, and, for an embedded directory with remote.publish, a publisher that
@@ -161,7 +169,8 @@ class StoreState {
     const StoreState* state_;
   };
 
-  StoreState(Env* env, std::string dir, PackFile pack, persist::OpenedIndex index, bool created);
+  StoreState(Env* env, std::string dir, PackFile pack, persist::OpenedIndex index, bool created,
+             std::unique_ptr<FileLock> lock);
   StoreState(Env* env, std::unique_ptr<ServiceStore> service);
   static Result<std::unique_ptr<StoreState>> OpenService(const StoreStateOptions& options);
   Status ConnectRemote(const StoreStateOptions& options);
@@ -169,6 +178,7 @@ class StoreState {
 
   Env* env_;
   std::string dir_;
+  std::unique_ptr<FileLock> lock_;  // embedded: held from Open until Close
   std::optional<PackFile> own_pack_;
   const PackFile* pack_ = nullptr;
   std::unique_ptr<ServiceStore> service_;

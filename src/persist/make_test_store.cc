@@ -1,7 +1,9 @@
-// make_test_store DIR [flip|dirty]: writes a tiny clean store (TinyStore: 2 layers, 128-token
-// packs, two prefixes sharing 100 tokens) into DIR for the `rangekv inspect` / `fsck` CLI test.
-// "flip" then flips one payload byte of path token 132, layer 1; "dirty" leaves the store
-// unclosed (dirty marker present). Test-only.
+// make_test_store DIR [flip|dirty|journal|journal-flip]: writes a tiny clean store (TinyStore:
+// 2 layers, 128-token packs, two prefixes sharing 100 tokens) into DIR for the `rangekv inspect`
+// / `fsck` CLI test. "flip" then flips one payload byte of path token 132, layer 1; "dirty"
+// leaves the store unclosed (dirty marker present); "journal" leaves it unclosed with both
+// publications in its journal (every_publish), as a SIGKILLed engine would; "journal-flip"
+// also flips that byte, in a pack only the journal names. Test-only.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,7 +16,7 @@ using namespace rangekv::persist::testing;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: make_test_store DIR [flip|dirty]\n");
+    std::fprintf(stderr, "usage: make_test_store DIR [flip|dirty|journal|journal-flip]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -24,7 +26,12 @@ int main(int argc, char** argv) {
     return 1;
   };
   if (Status s = DefaultEnv()->CreateDir(dir); !s.ok()) return fail(s);
-  Result<TinyStore> store = TinyStore::Open(DefaultEnv(), dir, /*create=*/true);
+  // "journal": the store dies dirty (no clean shutdown) with both publications in its journal
+  // only; "journal-flip" also flips a payload byte of the second, journaled pack.
+  const bool journaled = mode == "journal" || mode == "journal-flip";
+  PersistenceOptions po;
+  if (journaled) po.journal.mode = DurabilityMode::kEveryPublish;
+  Result<TinyStore> store = TinyStore::Open(DefaultEnv(), dir, /*create=*/true, po);
   if (!store.ok()) return fail(store.status());
   const NamespaceId ns = TinyNamespace();
   std::vector<int32_t> a = Tokens(300, 1000);
@@ -33,8 +40,14 @@ int main(int argc, char** argv) {
   if (Status s = store->Store(ns, a); !s.ok()) return fail(s);
   if (Status s = store->Store(ns, b); !s.ok()) return fail(s);
   if (mode == "dirty") return 0;
-  if (Status s = store->SaveClean(); !s.ok()) return fail(s);
-  if (mode == "flip") {
+  if (journaled) {
+    // Everything queued is committed; then the process "dies" (no snapshot, marker stays).
+    if (Status s = store->index.persistence->journal()->Stop(); !s.ok()) return fail(s);
+  } else if (Status s = store->SaveClean(); !s.ok()) {
+    return fail(s);
+  }
+  if (mode == "journal") return 0;
+  if (mode == "flip" || mode == "journal-flip") {
     for (const StoredPack& p : store->index.directory->ListPacks(ns)) {
       if (p.record.path_token_begin != 100) continue;
       const uint64_t at = store->pack->Address(p.record.pack_slot, 1, 32);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "persist/journal.h"
+#include "persist/store_access.h"
 #include "persist/store_layout.h"
 
 namespace rangekv::persist {
@@ -102,7 +103,8 @@ void CheckConsistency(const OfflineStore& store, Problems& problems) {
                                       " tree entries (expected 1)");
     }
   }
-  if (store.index.snapshot) {
+  // (After a replay the snapshot's packs that the journal removed are legitimately gone.)
+  if (store.index.snapshot && !store.index.report.journal.used) {
     for (const PackDigests& t : store.index.snapshot->digests) {
       const bool live = t.slot < slots.size() && slots[t.slot].state == SlotState::kVisible &&
                         slots[t.slot].generation == t.generation;
@@ -224,6 +226,8 @@ Result<OfflineStore> OpenOffline(Env* env, const std::string& dir) {
   options.directory = OfflineDirectoryOptions(*out.pack);
   RANGEKV_ASSIGN_OR_RETURN(out.index, InspectIndex(env, dir, *out.pack, options));
   out.journal = SummarizeJournal(env, paths, *out.pack, out.index.epoch_file_epoch);
+  Result<std::optional<std::string>> holder = env->LockHolder(paths.lock());
+  if (holder.ok()) out.holder = *holder;
   JournalSummary& j = out.journal;
   if (j.present && out.index.dirty_marker_present) {
     // The rule of a dirty open (persistence.h), from the snapshot as decoded.
@@ -258,7 +262,28 @@ Result<FsckReport> Fsck(Env* env, const std::string& dir, const FsckOptions& opt
     problems.Add("pack_header", store.status().ToString());
     return report;
   }
+  FsckRecovery& rec = report.recovery;
+  rec.in_use_by = store->holder;
+  // The engine's own check, as the store's owner (whoever runs fsck, root included) would meet
+  // it at open: files of another user, or writable by group or others, are refused.
+  Result<PathInfo> owner = env->Stat(dir);
+  const Status access = owner.ok() ? CheckStoreAccess(env, paths, owner->owner_uid)
+                                   : owner.status();
+  if (!access.ok()) {
+    problems.Add("permissions", "an engine refuses to open this store (" + access.ToString() +
+                                    ")");
+  }
   const InspectedIndex& index = store->index;
+  const RecoveryReport& rr = index.report;
+  rec.opens = access.ok();
+  rec.journal_replayed = rr.journal.used && rr.outcome == RecoveryOutcome::kLoaded;
+  rec.index = rr.outcome != RecoveryOutcome::kLoaded ? "discarded"
+              : rec.journal_replayed                 ? "replayed"
+                                                     : "loaded";
+  rec.detail = rr.detail;
+  rec.packs = rr.outcome == RecoveryOutcome::kLoaded ? rr.packs_loaded : 0;
+  rec.publications_kept = rr.journal.publishes_kept;
+  rec.publications_dropped = rr.journal.dropped();
   if (!index.epoch_file_problem.empty()) {
     problems.Add("epoch_file", "epoch file " + paths.epoch() + ": " + index.epoch_file_problem);
   }
@@ -278,6 +303,16 @@ Result<FsckReport> Fsck(Env* env, const std::string& dir, const FsckOptions& opt
       j.replay.find("older_than_snapshot") == std::string::npos) {
     problems.Add("journal", paths.journal() + ": a dirty open would ignore it (" +
                                 j.replay.substr(9) + ")");
+  }
+  // What the replay would lose: each publication it drops is a pack the store had published
+  // (and, under every_publish, acknowledged as durable) that the next open will not serve.
+  for (const std::string& d : rr.journal.drops) {
+    problems.Add("journal", "the next open drops " + d);
+  }
+  if (rr.journal.dropped() > rr.journal.drops.size()) {
+    problems.Add("journal", "the next open drops " +
+                                std::to_string(rr.journal.dropped() - rr.journal.drops.size()) +
+                                " more publications (not listed)");
   }
   if (!index.directory) return report;
   CheckConsistency(*store, problems);

@@ -1,7 +1,13 @@
 // Offline access to a store directory for `rangekv inspect` and `rangekv fsck` (and tests).
 // Nothing here writes: the pack file is opened read-only, the epoch is not bumped, the dirty
-// marker is left alone. Run them on a store no engine has open (a running engine holds the
-// marker, and its payload may be ahead of the snapshot).
+// marker is left alone, the store's lock is not taken (only asked about: Env::LockHolder).
+// They work beside a running engine or store service too, and say so (OfflineStore::holder):
+// such a store is dirty while it runs and its payload may be ahead of the snapshot.
+//
+// After a crash the question is what the next open keeps: a dirty store with a journal gets a
+// dry run of the open's replay (persistence.h InspectIndex), so the index checked (and whose
+// payload is verified) is the one that open would start with, journaled packs included, and
+// every publication the replay would drop is a `journal` problem naming why.
 //
 // OpenOffline opens the pack file with no expectation (its header says what it is) and loads the
 // index exactly as OpenIndex would decide, but read-only (InspectIndex).
@@ -9,14 +15,20 @@
 // Fsck checks, in order, and reports every problem it finds (bounded by kMaxFsckProblems):
 //   pack_header     the pack file opens and its header validates (else nothing more is checked)
 //   epoch_file      the epoch file exists and decodes
-//   dirty           a dirty marker exists: the index would be discarded at the next open
+//   permissions     the store directory or a store file is owned by another user than the
+//                   directory's owner, or writable by group or others: the engine (run by the
+//                   owner) refuses to open it (store_access.h, the same check)
+//   dirty           a dirty marker exists and no usable journal: the index would be discarded
+//                   at the next open (with a usable journal: the dry run above)
 //   snapshot        the snapshot exists, decodes and binds to this pack file (reason names why)
 //   directory       the directory section deserializes and passes Directory::CheckInvariants
 //   consistency     every visible slot holds exactly one listed pack of its generation, every
 //                   listed pack is visible, has complete digests covering its tokens; no digests
 //                   for a slot that is not visible
 //   journal         the journal (when present) decodes, belongs to this pack file, is not newer
-//                   than the epoch file, and ends on an intact record (a dropped tail is named)
+//                   than the epoch file, and ends on an intact record (a dropped tail is named);
+//                   every publication the next open's replay would drop (payload digests that do
+//                   not match, a parent that is gone, ...)
 //   payload_read    a stripe extent could not be read in full (EIO, short read)
 //   payload_digest  a digest block's bytes differ from its recorded digest: names namespace,
 //                   slot, generation, layer, the block's pack tokens and the path tokens of the
@@ -62,6 +74,9 @@ struct OfflineStore {
   uint64_t pack_file_bytes = 0;
   InspectedIndex index;
   JournalSummary journal;
+  // The engine or store service holding the store's lock now ("pid 1234 (rangekv engine)"),
+  // nullopt when none does: then the files are all there is.
+  std::optional<std::string> holder;
 };
 
 // kNotFound when `dir` has no pack file; the pack file's Open errors otherwise (kCorruption,
@@ -80,16 +95,29 @@ struct BadBlock {
 };
 
 struct FsckProblem {
-  std::string kind;     // pack_header, epoch_file, dirty, snapshot, directory, consistency,
-                        // journal, payload_read, payload_digest
+  std::string kind;     // pack_header, permissions, epoch_file, dirty, snapshot, directory,
+                        // consistency, journal, payload_read, payload_digest
   std::string message;  // for people
   std::optional<BadBlock> block;  // payload_read / payload_digest
 };
 
 inline constexpr size_t kMaxFsckProblems = 10000;
 
+// What the next open will do with the store, as far as the files decide it.
+struct FsckRecovery {
+  bool opens = false;          // the pack file opens and the permissions pass
+  std::string index;           // "loaded" (snapshot), "replayed" (journal), "discarded"
+  std::string detail;          // the explanation the open would log
+  uint64_t packs = 0;          // packs the index would hold
+  bool journal_replayed = false;
+  uint64_t publications_kept = 0;
+  uint64_t publications_dropped = 0;
+  std::optional<std::string> in_use_by;  // OfflineStore::holder
+};
+
 struct FsckReport {
   std::string dir;
+  FsckRecovery recovery;
   std::vector<FsckProblem> problems;  // at most kMaxFsckProblems
   uint64_t problems_omitted = 0;      // beyond the bound
   uint64_t packs_checked = 0;         // visible packs whose payload was verified

@@ -378,8 +378,21 @@ Replayed ReplayJournal(Env* env, const StorePaths& paths, const PackFile& pack, 
                         " was checkpointed from it and is loaded alone");
     }
   } else {
+    // Over the empty index the digest block size is the journal's own (its publications name
+    // it) unless this open sets one: a reader that does not know the writer's setting (fsck's
+    // dry run) then verifies what the writer wrote, and so does an open with the default.
+    PersistenceOptions base_options = options;
+    if (base_options.digest_block_tokens == 0) {
+      for (const JournalRecord& r : j.records) {
+        if (r.type != journal_format::kPublish) continue;
+        if (DigestGeometry::ForGeometry(pack.geometry(), r.publish.digest_block_tokens).ok()) {
+          base_options.digest_block_tokens = r.publish.digest_block_tokens;
+        }
+        break;
+      }
+    }
     Result<std::unique_ptr<Directory>> d = Directory::Create(dir_options);
-    Result<std::unique_ptr<DigestTable>> t = EmptyDigests(pack, options);
+    Result<std::unique_ptr<DigestTable>> t = EmptyDigests(pack, base_options);
     if (!d.ok() || !t.ok()) {
       return ignore("unusable", (d.ok() ? t.status() : d.status()).ToString());
     }
@@ -845,6 +858,26 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
                                              options.file_permissions)
                               .WithContext("store " + store_dir + ": epoch file"));
 
+  // Capacity is a setting, not a verdict on the data: a store reopened with a smaller capacity
+  // keeps the packs that fit (most recently used first, the normal eviction order) wherever
+  // their slots lie, and evicts the rest.
+  uint32_t trimmed = 0;
+  if (report.reason == DiscardReason::kNone) {
+    const uint32_t before = CountVisible(*out.directory);
+    trimmed = out.directory->EvictOverCapacity();
+    if (trimmed > 0) {
+      const std::vector<SlotInfo> slots = out.directory->Slots();
+      for (uint32_t s = 0; s < slots.size(); ++s) {
+        if (slots[s].state != SlotState::kVisible) out.digests->Drop(s, slots[s].generation);
+      }
+      report.packs_evicted_for_capacity = trimmed;
+      Log(LogLevel::kWarning,
+          "store " + store_dir + ": capacity of " + Num(out.directory->options().capacity_bytes) +
+              " bytes holds " + Num(before - trimmed) + " of the " + Num(before) +
+              " packs found; evicted " + Num(trimmed) + " (least recently used first)");
+    }
+  }
+
   report.store_epoch = epoch;
   report.generation_floor = epoch << 32;
   if (report.reason == DiscardReason::kNone) {
@@ -868,12 +901,15 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
   }
   out.persistence = std::unique_ptr<Persistence>(new Persistence(
       env, paths, epoch, pack.uuid(), options, base_epoch, pack.file(), out.digests.get()));
-  if (replayed) {
-    // The replayed index becomes the snapshot of this epoch at once: the store is clean, and
-    // this session's journal (if any) extends that snapshot.
+  if (replayed || trimmed > 0) {
+    // The replayed (or trimmed) index becomes the snapshot of this epoch at once: the store is
+    // clean, and this session's journal (if any) extends that snapshot. A trim must be durable
+    // before a store reuses a slot it freed: otherwise a crash would bring the old snapshot
+    // back, naming a pack whose bytes were overwritten.
     RANGEKV_RETURN_IF_ERROR(
         out.persistence->SaveClean(pack, *out.directory, *out.digests)
-            .WithContext("store " + store_dir + ": checkpoint after journal replay"));
+            .WithContext("store " + store_dir + ": checkpoint after " +
+                         (replayed ? "journal replay" : "eviction to capacity")));
   }
   if (out.persistence->journal() != nullptr) {
     RANGEKV_RETURN_IF_ERROR(out.directory->AddObserver(out.persistence->journal()));
@@ -921,6 +957,34 @@ Result<InspectedIndex> InspectIndex(Env* env, const std::string& store_dir, cons
     } else {
       report.reason = b.reason;
       report.detail = b.detail;
+    }
+  } else if (st.reason == DiscardReason::kDirty && env->FileExists(paths.journal())) {
+    // A dry run of the replay the next open will do (ReplayJournal reads, never writes): which
+    // publications it keeps (their payload digests verified now, as the open would) and which
+    // it drops, and the index it would start from.
+    DirectoryOptions dir_options = options.directory;
+    dir_options.owner_epoch = std::max<uint64_t>(
+        {uint64_t{1}, st.epoch_file_epoch.value_or(0), st.snapshot ? st.snapshot->store_epoch : 0});
+    JournalReplayReport& jr = report.journal;
+    Replayed r = ReplayJournal(env, paths, pack, st, dir_options, options, &jr);
+    if (r.built.directory) {
+      out.directory = std::move(r.built.directory);
+      out.digests = std::move(r.built.digests);
+      report.outcome = RecoveryOutcome::kLoaded;
+      report.reason = DiscardReason::kNone;
+      report.packs_loaded = CountVisible(*out.directory);
+      report.detail =
+          r.snapshot_alone
+              ? jr.detail
+              : "dirty; the next open replays the journal over " +
+                    (jr.base_epoch == 0 ? std::string("the empty index")
+                                        : "the snapshot of epoch " + Num(jr.base_epoch)) +
+                    ": " + Num(jr.records) + " records (tail " + jr.tail + "), " +
+                    Num(jr.publishes_kept) + " publications kept, " + Num(jr.dropped()) +
+                    " dropped, " + Num(jr.removes_applied) + " removals; " +
+                    Num(report.packs_loaded) + " packs would be loaded";
+    } else {
+      report.detail += "; the next open ignores the journal (" + jr.ignored + "): " + jr.detail;
     }
   }
   out.snapshot = std::move(st.snapshot);

@@ -69,6 +69,12 @@
 // named in RecoveryReport::journal and logged. A replayed index is then checkpointed at once
 // (SaveClean under the new epoch): the store is clean when OpenIndex returns.
 //
+// Capacity: the directory's capacity bound (DirectoryOptions::capacity_bytes) is this open's
+// setting. A loaded or replayed index holding more packs than it allows keeps the most recently
+// used that fit, wherever their slots lie, and evicts the others (logged with counts,
+// RecoveryReport::packs_evicted_for_capacity); the trimmed index is checkpointed at once, as a
+// replayed one is.
+//
 // Epochs: nothing old is trusted after a discard. The epoch file holds a counter that every
 // read-write open raises durably before returning: new = max(epoch file + 1, snapshot's epoch
 // + 1, (snapshot's max generation >> 32) + 1, 1), and when the epoch file is missing or corrupt
@@ -173,7 +179,10 @@ struct RecoveryReport {
   uint64_t store_epoch = 0;       // this session's epoch (0 for a read-only inspection)
   uint64_t previous_epoch = 0;    // what the epoch file held (0: none or unreadable)
   uint64_t generation_floor = 0;  // store_epoch << 32
-  uint32_t packs_loaded = 0;      // visible packs restored from the snapshot
+  uint32_t packs_loaded = 0;      // visible packs restored from the snapshot (after the trim)
+  // Packs the snapshot or journal held beyond this open's capacity bound, evicted at open in
+  // LRU order (Directory::EvictOverCapacity); the index was then checkpointed at once.
+  uint32_t packs_evicted_for_capacity = 0;
   uint64_t snapshot_bytes = 0;    // size of the snapshot file read (0 if none)
   bool epoch_from_clock = false;  // the epoch file was missing or corrupt on an old pack file
   JournalReplayReport journal;
@@ -304,7 +313,11 @@ Result<OpenedIndex> OpenIndex(Env* env, const std::string& store_dir, const Pack
 
 // Read-only look at a store for offline tools (inspect, fsck): the same decision as OpenIndex
 // but nothing is written (no epoch bump) and the returned persistence is null. The snapshot, if
-// it decoded, is returned too (even when its binding failed), for reporting.
+// it decoded, is returned too (even when its binding failed), for reporting. A dirty store with
+// a journal gets a dry run of the replay the next open would do (report.journal says what it
+// keeps and drops, payload digests of the kept publications verified as the open verifies
+// them); the directory returned is then the one that open would start with (outcome kLoaded,
+// reason kNone). Only a capacity lowered at that open could still evict from it.
 struct InspectedIndex {
   std::unique_ptr<Directory> directory;  // null unless outcome == kLoaded
   std::unique_ptr<DigestTable> digests;  // null unless outcome == kLoaded

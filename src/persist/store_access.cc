@@ -44,7 +44,7 @@ Status CheckStoreAccess(Env* env, const StorePaths& paths, uint32_t uid) {
   const std::vector<std::string> files = {
       paths.pack(),   paths.pack_temp(),    paths.snapshot(), paths.snapshot_temp(),
       paths.epoch(),  paths.epoch_temp(),   paths.dirty_marker(), paths.journal(),
-      paths.journal_temp(),
+      paths.journal_temp(), paths.lock(),
   };
   for (const std::string& f : files) {
     RANGEKV_RETURN_IF_ERROR(CheckPath(env, f, /*must_exist=*/false, uid));

@@ -18,6 +18,10 @@
 //                      dirty open (persist/journal_writer.h, persist/persistence.h)
 //   journal.rkv.tmp    a journal being created; renamed to journal.rkv once its header is
 //                      durable
+//   lock.rkv           the owner's lock (Env::LockFile): the engine or store service that has
+//                      the store open holds it, and its text says who ("pid 1234 (rangekv
+//                      engine)"); a second opener fails with kLocked. Left in place when the
+//                      store closes (deleting a lock file races the next opener)
 //
 // Thread-safety: plain values.
 #pragma once
@@ -37,6 +41,7 @@ inline constexpr std::string_view kEpochFileName = "epoch.rkv";
 inline constexpr std::string_view kEpochTempFileName = "epoch.rkv.tmp";
 inline constexpr std::string_view kJournalFileName = "journal.rkv";
 inline constexpr std::string_view kJournalTempFileName = "journal.rkv.tmp";
+inline constexpr std::string_view kLockFileName = "lock.rkv";
 
 // Full paths of a store's files. `dir` is used as given (no normalisation).
 struct StorePaths {
@@ -52,6 +57,7 @@ struct StorePaths {
   std::string epoch_temp() const { return Join(kEpochTempFileName); }
   std::string journal() const { return Join(kJournalFileName); }
   std::string journal_temp() const { return Join(kJournalTempFileName); }
+  std::string lock() const { return Join(kLockFileName); }
 
  private:
   std::string Join(std::string_view name) const {

@@ -197,6 +197,17 @@ class Reader {
 
 }  // namespace
 
+Status ValidateTenant(std::string_view t) {
+  bool ok = !t.empty() && t.size() <= 64 && t != "." && t != "..";
+  for (char c : t) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '_' || c == '.');
+  }
+  if (ok) return OkStatus();
+  return InvalidArgument("tenant '" + std::string(t.substr(0, 80)) +
+                         "': 1-64 characters of [A-Za-z0-9._-], not . or ..");
+}
+
 std::string_view MessageTypeName(uint16_t type) {
   switch (static_cast<MessageType>(type & ~kReplyBit)) {
     case MessageType::kHello: return "hello";
@@ -279,7 +290,7 @@ Status DecodeStatus(std::span<const uint8_t> body, Status* remote, std::span<con
   r.U8(&code, "status code");
   r.String(&message, "status message");
   if (!r.ok()) return r.Finish();
-  if (code > static_cast<uint8_t>(StatusCode::kInternal)) {
+  if (code > static_cast<uint8_t>(kLastStatusCode)) {
     return Corruption("service message: status code " + std::to_string(code));
   }
   *remote = code == 0 ? OkStatus() : Status(static_cast<StatusCode>(code), std::move(message));

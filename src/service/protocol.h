@@ -77,6 +77,11 @@ enum class MessageType : uint16_t {
 std::string_view MessageTypeName(uint16_t type);
 bool IsKnownType(uint16_t type);
 
+// A tenant name: 1-64 characters of [A-Za-z0-9._-], not "." or "..": it names a directory
+// under the service's root, so nothing else could ever connect. kInvalidArgument otherwise.
+// Checked wherever a name is given: Hello, `rangekv serve --tenant-quota`, engine options.
+Status ValidateTenant(std::string_view tenant);
+
 struct FrameHeader {
   uint16_t version = kProtocolVersion;
   uint16_t type = 0;

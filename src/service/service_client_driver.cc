@@ -4,6 +4,7 @@
 //   restore SOCKET CLIENTS             restores every client's prefix, bit for bit
 //   hold SOCKET                        starts a store (one layer produced) and a restore
 //                                      (claimed, unfinished), prints HOLDING, sleeps forever
+//   open DIR                           opens an embedded engine on DIR, prints OPEN, sleeps
 //   gate SOCKET N [hangup]             attaches the service's read gate on a raw session, takes
 //                                      N of its slots (then, with hangup, closes the session
 //                                      without Goodbye), prints GATED, sleeps forever
@@ -169,6 +170,18 @@ int Gate(const std::string& socket, int slots, bool hangup) {
   for (;;) ::pause();
 }
 
+// Holds an embedded engine open on DIR (misuse_test: a second opener must fail, naming this
+// process; after SIGKILL the kernel releases the store's lock).
+int Open(const std::string& dir) {
+  EngineOptions o = engine_testing::SmallOptions(dir, service_test::Model(), service_test::kW,
+                                                 service_test::kPacks);
+  auto e = Engine::Open(o);
+  if (!e.ok()) return Fail("open: " + e.status().ToString());
+  std::printf("OPEN\n");
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return Fail("usage: see the file comment");
   const std::string mode = argv[1];
@@ -176,6 +189,7 @@ int main(int argc, char** argv) {
   if (mode == "store" && argc == 4) return Store(argv[2], std::atoi(argv[3]));
   if (mode == "restore" && argc == 4) return Restore(argv[2], std::atoi(argv[3]));
   if (mode == "hold" && argc == 3) return Hold(argv[2]);
+  if (mode == "open" && argc == 3) return Open(argv[2]);
   if (mode == "gate" && (argc == 4 || argc == 5)) {
     return Gate(argv[2], std::atoi(argv[3]), argc == 5 && std::string(argv[4]) == "hangup");
   }

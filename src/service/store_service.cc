@@ -24,6 +24,7 @@
 #include "engine/store_state.h"
 #include "pack/pack_layout.h"
 #include "persist/payload_digests.h"
+#include "persist/store_layout.h"
 #include "rangekv/options.h"
 #include "service/unix_socket.h"
 
@@ -49,12 +50,16 @@ struct StoreService::Session {
   std::thread thread;
   std::atomic<bool> done{false};
   Store* store = nullptr;  // set by Hello
+  uint64_t session_requests = 0;  // requests handled, for the closing log line
   std::string prefix;      // "s<id>/": prepended to every request id of this session
   // What the session holds in its store, for the reclaim.
   std::set<std::string> requests;  // prefixed request ids with an outstanding ticket
   std::set<uint64_t> claimed;      // claimed ticket ids not yet released
   std::map<uint64_t, std::vector<PackRecord>> reservations;  // in-flight stores
   bool goodbye = false;
+  // Why Handle ended the session ("" while it goes on), for its closing log line.
+  std::string end_reason;
+  bool malformed = false;  // ended for a malformed message (ServiceStats::bad_frames)
   // Its read gate holder index (kAttachReadGate), given back at the end once its process can no
   // longer touch the gate page (at once after Goodbye; else when the process has exited, which
   // the accept loop checks while it waits: a client that reconnects does not hold a thread).
@@ -89,8 +94,18 @@ struct StoreService::Session {
   bool allowed_known = false;
   uint32_t cpu = kUnknownCpu;
 
-  ~Session() {
+  ~Session() { ReleaseMemory(); }
+  // Gives back what the session's requests left allocated (its frame buffer, the reused
+  // requests' token arrays, the query buffer's mapping): at its end, at once, not when the
+  // accept loop gets to join its thread.
+  void ReleaseMemory() {
+    std::vector<uint8_t>().swap(frame.body);
+    std::vector<int32_t>().swap(lookup.tokens);
+    std::vector<int32_t>().swap(claim.tokens);
+    std::vector<int32_t>().swap(reserve.tokens);
     if (query != nullptr) ::munmap(const_cast<uint8_t*>(query), query_bytes);
+    query = nullptr;
+    query_bytes = 0;
   }
 
   bool HasLeftovers() const {
@@ -99,16 +114,6 @@ struct StoreService::Session {
 };
 
 namespace {
-
-bool ValidTenant(std::string_view t) {
-  if (t.empty() || t.size() > 64 || t == "." || t == "..") return false;
-  for (char c : t) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 Status MakeDir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) == 0) return OkStatus();
@@ -145,6 +150,12 @@ StoreService::StoreService(const ServiceOptions& options)
 Result<std::unique_ptr<StoreService>> StoreService::Start(const ServiceOptions& options) {
   if (options.root.empty()) return InvalidArgument("store service: empty root directory");
   if (options.max_sessions == 0) return InvalidArgument("store service: max_sessions is 0");
+  for (const auto& [tenant, bytes] : options.quotas) {
+    RANGEKV_RETURN_IF_ERROR(ValidateTenant(tenant).WithContext("store service quota"));
+  }
+  if (options.frame_timeout.count() <= 0) {
+    return InvalidArgument("store service: frame_timeout must be positive");
+  }
   std::unique_ptr<StoreService> s(new StoreService(options));
   if (options.read_slots > 0) {  // before the socket: a failure here leaves nothing to undo
     auto gate = ReadGatePage::Create(options.read_slots);
@@ -154,12 +165,28 @@ Result<std::unique_ptr<StoreService>> StoreService::Start(const ServiceOptions& 
   RANGEKV_RETURN_IF_ERROR(MakeDir(options.root, options.group_access ? 0750 : 0700));
   s->socket_path_ =
       options.socket_path.empty() ? options.root + "/rangekv.sock" : options.socket_path;
+  // One service per root: a second one (on another socket) would open the same stores. Each
+  // store is locked on its own too (StoreState), which keeps embedded engines out of them.
+  auto root_lock = s->env_->LockFile(options.root + "/serve.lock",
+                                     "pid " + std::to_string(::getpid()) +
+                                         " (rangekv serve on " + s->socket_path_ + ")",
+                                     options.group_access ? 0640 : 0600);
+  if (!root_lock.ok()) {
+    return root_lock.status().WithContext("store service: root " + options.root +
+                                          " is in use by another store service");
+  }
+  s->root_lock_ = std::move(root_lock).value();
   RANGEKV_ASSIGN_OR_RETURN(s->listen_fd_,
                            ListenUnix(s->socket_path_, options.group_access ? 0660 : 0600));
   s->stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
-  if (s->stop_fd_ < 0) {
+  s->reap_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->stop_fd_ < 0 || s->reap_fd_ < 0) {
+    const int err = errno;
     ::close(s->listen_fd_);
-    return Status(StatusCode::kIoError, std::string("eventfd: ") + std::strerror(errno));
+    if (s->stop_fd_ >= 0) ::close(s->stop_fd_);
+    if (s->reap_fd_ >= 0) ::close(s->reap_fd_);
+    s->listen_fd_ = s->stop_fd_ = s->reap_fd_ = -1;
+    return Status(StatusCode::kIoError, std::string("eventfd: ") + std::strerror(err));
   }
   s->accept_thread_ = std::thread([p = s.get()] { p->AcceptLoop(); });
   Log(LogLevel::kInfo, "store service: listening on " + s->socket_path_ + ", stores under " +
@@ -206,27 +233,12 @@ void StoreService::ReapGateHolders() {
   pending_holders_.insert(pending_holders_.end(), still.begin(), still.end());
 }
 
-void StoreService::AcceptLoop() {
-  for (;;) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    // With a read gate, look every 100 ms for gate holder indexes whose process exited (a
-    // session thread may have queued one while this one slept).
-    const int n = ::poll(p, 2, gate_ != nullptr ? 100 : -1);
-    if (gate_ != nullptr) ReapGateHolders();
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (n == 0) continue;
-    if (p[1].revents != 0) return;
-    if ((p[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    auto peer = PeerOf(fd);
-    const uid_t want_uid = options_.peer_uid.value_or(::geteuid());
-    const bool allowed = peer.ok() && (peer->uid == want_uid ||
-                                       (options_.group_access && peer->gid == ::getegid()));
-    std::vector<std::unique_ptr<Session>> finished;
+void StoreService::ReapSessions() {
+  uint64_t n = 0;
+  const ssize_t r = ::read(reap_fd_, &n, sizeof(n));  // nonblocking: clears the count
+  (void)r;
+  std::vector<std::unique_ptr<Session>> finished;
+  {
     MutexLock l(mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (it->second->done.load()) {
@@ -236,20 +248,93 @@ void StoreService::AcceptLoop() {
         ++it;
       }
     }
-    for (auto& f : finished) f->thread.join();
-    if (stopping_ || !allowed || sessions_.size() >= options_.max_sessions) {
+  }
+  for (auto& f : finished) f->thread.join();
+}
+
+std::string StoreService::RefusalLocked(const PeerCredentials& peer) const {
+  uint32_t same_pid = 0, same_uid = 0;
+  for (const auto& [id, session] : sessions_) {
+    if (session->done.load()) continue;
+    same_pid += session->peer.pid == peer.pid && peer.pid > 0 ? 1 : 0;
+    same_uid += session->peer.uid == peer.uid ? 1 : 0;
+  }
+  const uint32_t per_uid =
+      options_.max_sessions_per_uid > 0
+          ? options_.max_sessions_per_uid
+          : (options_.group_access ? std::max<uint32_t>(1, options_.max_sessions / 4 * 3)
+                                   : options_.max_sessions);
+  if (sessions_.size() >= options_.max_sessions) {
+    return std::to_string(sessions_.size()) + " sessions at once, the limit (--max-sessions " +
+           std::to_string(options_.max_sessions) + ")";
+  }
+  if (options_.max_sessions_per_pid > 0 && same_pid >= options_.max_sessions_per_pid) {
+    return "pid " + std::to_string(peer.pid) + " holds " + std::to_string(same_pid) +
+           " sessions, the limit per process (--max-sessions-per-pid " +
+           std::to_string(options_.max_sessions_per_pid) + ")";
+  }
+  if (same_uid >= per_uid) {
+    return "uid " + std::to_string(peer.uid) + " holds " + std::to_string(same_uid) +
+           " sessions, the limit per user (--max-sessions-per-uid " + std::to_string(per_uid) +
+           ")";
+  }
+  return "";
+}
+
+void StoreService::AcceptLoop() {
+  for (;;) {
+    pollfd p[3] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {reap_fd_, POLLIN, 0}};
+    // With a read gate, look every 100 ms for gate holder indexes whose process exited (a
+    // session thread may have queued one while this one slept).
+    const int n = ::poll(p, 3, gate_ != nullptr ? 100 : -1);
+    if (gate_ != nullptr) ReapGateHolders();
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (n == 0) continue;
+    if (p[1].revents != 0) return;
+    // An ended session's thread is joined at once (its memory went back when it ended).
+    if (p[2].revents != 0) ReapSessions();
+    if ((p[0].revents & POLLIN) == 0) continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    auto peer = PeerOf(fd);
+    const uid_t want_uid = options_.peer_uid.value_or(::geteuid());
+    const bool allowed = peer.ok() && (peer->uid == want_uid ||
+                                       (options_.group_access && PeerInGroup(fd, *peer, ::getegid())));
+    MutexLock l(mu_);
+    std::string why;
+    StatusCode code = StatusCode::kResourceExhausted;
+    if (stopping_) {
+      why = "stopping";
+      code = StatusCode::kUnavailable;
+    } else if (!allowed) {
+      why = "peer credentials refused (uid " + std::to_string(peer.ok() ? peer->uid : 0) +
+            (options_.group_access ? ", not in the service's group" : "") + ")";
+      code = StatusCode::kUnsafePermissions;
+    } else {
+      why = RefusalLocked(*peer);
+    }
+    if (!why.empty()) {
       ++stats_.sessions_refused;
-      const std::string why = !allowed ? "peer credentials refused (uid " +
-                                             std::to_string(peer.ok() ? peer->uid : 0) + ")"
-                                       : "too many sessions";
-      Log(LogLevel::kWarning, "store service: connection refused: " + why);
+      Log(LogLevel::kWarning,
+          "store service: connection" +
+              (peer.ok() ? " of pid " + std::to_string(peer->pid) : std::string()) +
+              " refused: " + why);
       std::vector<uint8_t> body;
-      EncodeStatus(Status(StatusCode::kUnsafePermissions, "store service: " + why), &body);
+      EncodeStatus(Status(code, "store service: " + why), &body);
+      // A refused peer gets one small frame, without waiting on it.
+      (void)SetIoTimeout(fd, std::chrono::milliseconds(100));
       Status sent = SendFrame(fd, static_cast<uint16_t>(MessageType::kHello) | kReplyBit, body);
       sent.IgnoreError();
       ::close(fd);
       continue;
     }
+    // A peer that stops reading replies, or stops sending mid-frame, cannot hold its session's
+    // thread for longer than this (RunSession checks the frame deadline).
+    Status timed = SetIoTimeout(fd, options_.frame_timeout);
+    timed.IgnoreError();
     auto session = std::make_unique<Session>();
     session->id = next_session_++;
     session->fd = fd;
@@ -289,21 +374,70 @@ uint32_t StoreService::Readers() const {
   return std::max<uint32_t>(CountReadersLocked(), 1);
 }
 
+bool StoreService::AwaitRequest(Session& s, std::string* why, bool* idle) {
+  SpinUntilReadable(s.fd, options_.request_spin);
+  // Before Hello a connection holds nothing and must say who it is within the frame timeout;
+  // after it, a session that holds nothing may idle up to idle_timeout; one holding tickets,
+  // claims or reservations waits for as long as its client takes.
+  const bool hello = s.store != nullptr;
+  const std::chrono::milliseconds bound =
+      !hello ? options_.frame_timeout
+             : (s.HasLeftovers() ? std::chrono::milliseconds(0) : options_.idle_timeout);
+  for (;;) {
+    pollfd p{s.fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, bound.count() > 0 ? static_cast<int>(bound.count()) : -1);
+    if (n > 0) return true;  // readable, closed or in error: the receive says which
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *why = std::string("poll: ") + std::strerror(errno);
+      return false;
+    }
+    *idle = true;
+    *why = hello ? "idle for " + std::to_string(bound.count()) +
+                       " ms holding nothing (idle_timeout); its engine reconnects on its next call"
+                 : "no hello within " + std::to_string(bound.count()) + " ms (frame_timeout)";
+    return false;
+  }
+}
+
 void StoreService::RunSession(Session* session) {
   Session& s = *session;
   s.allowed_known = ::sched_getaffinity(0, sizeof(s.allowed), &s.allowed) == 0;
+  // Why the session ended, for the one line the service logs about it.
+  std::string why;
+  LogLevel level = LogLevel::kInfo;
   for (;;) {
-    SpinUntilReadable(s.fd, options_.request_spin);
-    const Status received = ReceiveFrameInto(s.fd, &s.frame);
+    bool idle = false;
+    if (!AwaitRequest(s, &why, &idle)) {
+      MutexLock l(mu_);
+      ++(idle ? stats_.sessions_closed_idle : stats_.sessions_closed_deadline);
+      break;
+    }
+    const Status received =
+        ReceiveFrameInto(s.fd, &s.frame, Clock::now() + options_.frame_timeout);
     if (!received.ok()) {
       const StatusCode c = received.code();
-      if (c != StatusCode::kUnavailable) {
+      if (c == StatusCode::kUnavailable && received.message().find("closed by the peer") !=
+                                               std::string::npos) {
+        why = s.store == nullptr ? "closed by the client before hello" : "closed by the client";
+      } else if (c == StatusCode::kUnavailable || c == StatusCode::kTruncated) {
+        // Killed, crashed or reset mid-frame: a client that vanished, not a malformed message.
+        why = "the client vanished mid-frame (" + received.ToString() + ")";
+        MutexLock l(mu_);
+        ++stats_.sessions_vanished;
+      } else if (c == StatusCode::kDeadlineExceeded) {
+        why = "a frame did not arrive within " + std::to_string(options_.frame_timeout.count()) +
+              " ms (" + received.message() + ")";
+        level = LogLevel::kWarning;
+        MutexLock l(mu_);
+        ++stats_.sessions_closed_deadline;
+      } else {
+        why = "malformed frame: " + received.ToString();
+        level = LogLevel::kWarning;
         {
           MutexLock l(mu_);
           ++stats_.bad_frames;
         }
-        Log(LogLevel::kWarning, "store service: session " + std::to_string(s.id) +
-                                    " closed: " + received.ToString());
         Reply(s, static_cast<uint16_t>(MessageType::kHello), received, {});
       }
       break;
@@ -312,15 +446,29 @@ void StoreService::RunSession(Session* session) {
     const int passed_fd = s.frame.passed_fd;
     if ((s.frame.header.type & kReplyBit) != 0) {
       if (passed_fd >= 0) ::close(passed_fd);
+      why = "malformed frame: a reply type (" + std::to_string(s.frame.header.type) +
+            ") sent as a request";
+      level = LogLevel::kWarning;
       MutexLock l(mu_);
       ++stats_.bad_frames;
       break;
     }
     requests_.fetch_add(1, std::memory_order_relaxed);
+    s.session_requests++;
     const bool keep = Handle(s, s.frame.header.type, s.frame.body);
     if (passed_fd >= 0) ::close(passed_fd);
     s.frame.passed_fd = -1;
-    if (!keep) break;
+    if (!keep) {
+      why = s.end_reason.empty() ? "the reply could not be sent" : s.end_reason;
+      if (s.malformed) {
+        level = LogLevel::kWarning;
+        MutexLock l(mu_);
+        ++stats_.bad_frames;
+      } else if (!s.goodbye) {
+        level = LogLevel::kWarning;
+      }
+      break;
+    }
     // Keep what a 128K-token lookup needs, not what the largest frame a client sent took (up
     // to the 32 MiB cap, times every session).
     constexpr size_t kKeepBytes = 2u << 20;
@@ -330,9 +478,25 @@ void StoreService::RunSession(Session* session) {
     }
   }
   ::shutdown(s.fd, SHUT_RDWR);
+  s.ReleaseMemory();
   // No longer a reader, though its leftovers may wait for its process to exit.
   s.ended.store(true, std::memory_order_relaxed);
-  if (!s.goodbye && s.HasLeftovers()) ReclaimAfterExit(s);
+  const bool wait_for_exit = !s.goodbye && s.HasLeftovers();
+  {
+    bool stopping = false;
+    {
+      MutexLock l(mu_);
+      stopping = stopping_;
+    }
+    if (stopping && !s.goodbye) why = "the service is stopping";
+  }
+  Log(level, "store service: session " + std::to_string(s.id) + " (pid " +
+                 std::to_string(s.peer.pid) + ", uid " + std::to_string(s.peer.uid) + ", " +
+                 std::to_string(s.session_requests) + " requests) closed: " + why +
+                 (wait_for_exit ? "; its tickets and reservations are reclaimed once its process "
+                                  "has exited"
+                                : ""));
+  if (wait_for_exit) ReclaimAfterExit(s);
   Reclaim(s);  // a Goodbye session should hold nothing; whatever it left goes now
   if (s.gate_holder.has_value()) {
     const uint32_t holder = *s.gate_holder;
@@ -349,6 +513,9 @@ void StoreService::RunSession(Session* session) {
   }
   ::close(s.fd);
   s.done.store(true);
+  const uint64_t one = 1;
+  const ssize_t w = ::write(reap_fd_, &one, sizeof(one));  // the accept loop joins this thread
+  (void)w;
 }
 
 void StoreService::ReclaimAfterExit(Session& s) {
@@ -356,10 +523,6 @@ void StoreService::ReclaimAfterExit(Session& s) {
     MutexLock l(mu_);
     ++stats_.sessions_reclaimed;
   }
-  Log(LogLevel::kInfo, "store service: session " + std::to_string(s.id) + " (pid " +
-                           std::to_string(s.peer.pid) +
-                           ") ended without goodbye; its leases and reservations are reclaimed "
-                           "once its process exited");
   int pidfd = -1;
   if (s.peer.pid > 0) pidfd = static_cast<int>(::syscall(SYS_pidfd_open, s.peer.pid, 0));
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.orphan_grace_ms);
@@ -407,9 +570,7 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
   if (h.protocol != kProtocolVersion) {
     return Status(StatusCode::kWrongVersion, "client speaks protocol " + std::to_string(h.protocol));
   }
-  if (!ValidTenant(h.tenant)) {
-    return InvalidArgument("tenant '" + h.tenant + "': 1-64 characters of [A-Za-z0-9._-]");
-  }
+  RANGEKV_RETURN_IF_ERROR(ValidateTenant(h.tenant));
   RANGEKV_RETURN_IF_ERROR(ValidatePackGeometry(h.geometry));
   const std::string key = h.tenant + "/" + h.ns.ToHex();
   Store* store = nullptr;
@@ -431,24 +592,34 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       auto q = options_.quotas.find(h.tenant);
       const uint64_t quota = q != options_.quotas.end() ? q->second : options_.default_quota_bytes;
       const uint64_t left = quota > used ? quota - used : 0;
-      const uint64_t want = h.capacity_bytes == 0 ? left : std::min(h.capacity_bytes, left);
+      auto made = std::make_unique<Store>();
+      made->key = key;
+      made->tenant = h.tenant;
+      const std::string tenant_dir = options_.root + "/" + h.tenant;
+      made->dir = tenant_dir + "/" + h.ns.ToHex();
+      // The store's capacity is the service's to decide, never the connecting client's: an
+      // existing store keeps its pack file (the truth about its slots; a client that restarts
+      // first with a smaller capacity_bytes must not shrink what the others stored), within
+      // --store-capacity and the tenant's quota. Only a store created now is sized by the
+      // client's ask (or --store-capacity), within the quota.
+      const bool exists = env_->FileExists(persist::StorePaths(made->dir).pack());
+      uint64_t want = left;
+      if (options_.store_capacity_bytes > 0) want = std::min(want, options_.store_capacity_bytes);
+      if (!exists && options_.store_capacity_bytes == 0 && h.capacity_bytes > 0) {
+        want = std::min(want, h.capacity_bytes);
+      }
       if (want < h.geometry.pack_bytes) {
         return ResourceExhausted("tenant " + h.tenant + ": quota of " + std::to_string(quota) +
                                  " bytes leaves no room for a pack of " +
                                  std::to_string(h.geometry.pack_bytes) + " bytes");
       }
-      auto made = std::make_unique<Store>();
-      made->key = key;
-      made->tenant = h.tenant;
-      const std::string tenant_dir = options_.root + "/" + h.tenant;
       RANGEKV_RETURN_IF_ERROR(MakeDir(tenant_dir, options_.group_access ? 0750 : 0700));
-      made->dir = tenant_dir + "/" + h.ns.ToHex();
       StoreStateOptions so;
       so.env = env_;
       so.dir = made->dir;
       so.geometry = h.geometry;
       so.ns = h.ns;
-      so.pack_count = want / h.geometry.pack_bytes;
+      so.pack_count = want / h.geometry.pack_bytes;  // for a new pack file
       so.capacity_bytes = so.pack_count * h.geometry.pack_bytes;
       so.direct = DirectIo::kPreferred;
       so.directory = DirectoryOptions::ForGeometry(h.geometry, static_cast<uint32_t>(so.pack_count));
@@ -464,18 +635,30 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       so.journal = options_.journal;
       so.tenant = h.tenant;
       so.remote = options_.remote;
+      so.holder = "rangekv serve";
       auto opened = StoreState::Open(so);
       if (!opened.ok()) return opened.status().WithContext("store service: store " + key);
       made->state = std::move(opened).value();
-      made->capacity_bytes = made->state->pack_file().capacity_bytes();
+      made->capacity_bytes =
+          std::min(so.capacity_bytes, made->state->pack_file().capacity_bytes());
       made->fence_until =
           made->state->created()
               ? Clock::now()
               : Clock::now() + std::chrono::milliseconds(options_.restart_fence_ms);
       const auto& rec = made->state->recovery();
-      Log(LogLevel::kInfo, "store service: opened store " + key + " (" +
-                               std::to_string(made->state->pack_file().pack_count()) +
-                               " packs, " + std::to_string(rec.packs_loaded) + " loaded)");
+      Log(LogLevel::kInfo,
+          "store service: opened store " + key + " (" +
+              std::to_string(made->state->pack_file().pack_count()) + " pack slots, capacity " +
+              std::to_string(made->capacity_bytes) + " bytes, " +
+              std::to_string(rec.packs_loaded) + " packs loaded" +
+              (rec.packs_evicted_for_capacity > 0
+                   ? ", " + std::to_string(rec.packs_evicted_for_capacity) +
+                         " evicted to fit the capacity"
+                   : std::string()) +
+              (h.capacity_bytes != 0 && h.capacity_bytes != made->capacity_bytes
+                   ? "; the client asked for " + std::to_string(h.capacity_bytes) + " bytes"
+                   : std::string()) +
+              ")");
       store = made.get();
       stores_[key] = std::move(made);
       stats_.stores_open = stores_.size();
@@ -518,7 +701,10 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   const auto t = static_cast<MessageType>(type);
   if (t == MessageType::kHello) {
     if (s.store != nullptr) {
-      Reply(s, type, FailedPrecondition("hello twice in one session"), {});
+      const Status bad = FailedPrecondition("hello twice in one session");
+      s.malformed = true;
+      s.end_reason = "malformed: " + bad.ToString();
+      Reply(s, type, bad, {});
       return false;
     }
     int fd = -1;
@@ -526,10 +712,15 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
     const bool sent = Reply(s, type, st, st.ok() ? std::span<const uint8_t>(out) :
                                                    std::span<const uint8_t>(), fd);
     if (fd >= 0) ::close(fd);
+    if (!st.ok()) s.end_reason = "hello refused: " + st.ToString();
     return sent && st.ok();
   }
   if (s.store == nullptr) {
-    Reply(s, type, FailedPrecondition("the first message of a session must be hello"), {});
+    const Status bad = FailedPrecondition("the first message of a session must be hello");
+    s.malformed = true;
+    s.end_reason = "malformed: " + bad.ToString() + " (got " +
+                   std::string(MessageTypeName(type)) + ")";
+    Reply(s, type, bad, {});
     return false;
   }
   // Validate the whole body before anything is applied. Lookups, claims and reservations are
@@ -537,10 +728,8 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   // second, validating decode of their token arrays cost a 512 KiB allocation and copy per
   // 128K-token request); a bad body ends the session the same way.
   auto bad_body = [&](const Status& v) {
-    {
-      MutexLock l(mu_);
-      ++stats_.bad_frames;
-    }
+    s.malformed = true;  // counted in bad_frames by RunSession
+    s.end_reason = "malformed " + std::string(MessageTypeName(type)) + ": " + v.ToString();
     Reply(s, type, v, {});
     return false;
   };
@@ -821,6 +1010,7 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       break;
     case MessageType::kGoodbye:
       s.goodbye = true;
+      s.end_reason = "goodbye";
       Reply(s, type, OkStatus(), {});
       return false;
     case MessageType::kHello:
@@ -917,7 +1107,9 @@ Status StoreService::Stop() {
     ::unlink(socket_path_.c_str());
   }
   if (stop_fd_ >= 0) ::close(stop_fd_);
-  listen_fd_ = stop_fd_ = -1;
+  if (reap_fd_ >= 0) ::close(reap_fd_);
+  listen_fd_ = stop_fd_ = reap_fd_ = -1;
+  root_lock_.reset();  // every store is closed: the root may have a new service
   Log(LogLevel::kInfo, "store service: stopped");
   MutexLock l(mu_);
   stop_status_ = first;

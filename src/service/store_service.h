@@ -9,7 +9,9 @@
 // Stores. One store per (tenant, namespace) at <root>/<tenant>/<namespace hex>/, each a normal
 // store directory (docs/pack-format.md) that `rangekv inspect` and `rangekv fsck` read as they
 // read an embedded one. It is opened at the first Hello that names it (created with the
-// client's geometry and the capacity it asks for, capped by its tenant's remaining quota) and
+// client's geometry and the capacity it asks for, or ServiceOptions::store_capacity_bytes,
+// capped by its tenant's remaining quota; an existing store keeps its pack file's capacity
+// whatever the client asks) and
 // closed cleanly, snapshot and all, when the service stops. Namespaces keep models, geometries,
 // layouts, TP ranks and tags apart: each has its own pack file, so a descriptor passed for one
 // never reaches another's bytes.
@@ -57,6 +59,7 @@
 #include "rangekv/status.h"
 #include "service/protocol.h"
 #include "service/read_gate.h"
+#include "service/unix_socket.h"
 
 namespace rangekv::service {
 
@@ -66,8 +69,26 @@ struct ServiceOptions {
   bool group_access = false;
   uint64_t default_quota_bytes = 16ull << 30;  // per tenant: sum of its stores' capacities
   std::map<std::string, uint64_t> quotas;      // tenant -> bytes
+  // Each store's capacity. 0: a store created by a Hello takes the capacity its client asks for
+  // (within the quota); an existing store (its pack file on disk) keeps its pack file's,
+  // whatever a client asks. Either way within the tenant's quota.
+  uint64_t store_capacity_bytes = 0;
   persist::JournalOptions journal;             // every store's durability
   uint32_t max_sessions = 256;
+  // Sessions one peer process (SO_PEERCRED pid) may hold at once, and one uid (0: max_sessions,
+  // or three quarters of it under group_access, where peers of several uids share the service),
+  // so one buggy or hostile client cannot take every session. A refusal is kResourceExhausted.
+  uint32_t max_sessions_per_pid = 64;
+  uint32_t max_sessions_per_uid = 0;
+  // Once a frame's first byte arrived, all of it must within this, and a reply must be taken
+  // by the client within it (socket send timeout); a new connection must say Hello within it.
+  // Past it the session is closed (logged).
+  std::chrono::milliseconds frame_timeout{10000};
+  // A session that holds nothing in its store (no ticket, claim or reservation) and sends
+  // nothing for this long is closed; its engine reconnects at its next call. 0: never. A
+  // session holding something is never closed for idleness (its leftovers would then wait for
+  // its process to exit).
+  std::chrono::milliseconds idle_timeout{300000};
   uint64_t orphan_grace_ms = 10000;
   uint64_t restart_fence_ms = 1000;
   Env* env = nullptr;  // nullptr: DefaultEnv()
@@ -98,10 +119,13 @@ struct ServiceOptions {
 
 struct ServiceStats {
   uint64_t sessions_accepted = 0;
-  uint64_t sessions_refused = 0;  // credentials, session bound
+  uint64_t sessions_refused = 0;  // credentials, session bounds (all, per pid, per uid)
+  uint64_t sessions_closed_idle = 0;      // idle_timeout, or no Hello within frame_timeout
+  uint64_t sessions_closed_deadline = 0;  // a frame or reply not through within frame_timeout
+  uint64_t sessions_vanished = 0;  // the client's connection broke mid-frame (killed, reset)
   uint64_t sessions_active = 0;
   uint64_t readers = 0;     // sessions reading now (Readers(), without its floor of 1)
-  uint64_t bad_frames = 0;  // connections closed for a malformed message
+  uint64_t bad_frames = 0;  // sessions closed for a malformed message
   uint64_t requests = 0;
   uint64_t shared_queries = 0;      // lookups and claims read from a query buffer
   uint64_t client_cpu_moves = 0;    // a session thread moved to its client's CPU
@@ -140,7 +164,14 @@ class StoreService {
 
   explicit StoreService(const ServiceOptions& options);
   void AcceptLoop();
+  // Joins the threads of sessions that ended (each wakes the accept loop through reap_fd_).
+  void ReapSessions() EXCLUDES(mu_);
+  // Why a connection from `peer` may not become a session now ("" when it may).
+  std::string RefusalLocked(const PeerCredentials& peer) const REQUIRES(mu_);
   void RunSession(Session* session);
+  // Waits for the session's next request to start arriving: false when the session is to end
+  // (peer closed, idle past the bound; *why says so).
+  bool AwaitRequest(Session& s, std::string* why, bool* idle);
   // Handles one request; false ends the session (Goodbye, or a reply could not be sent).
   bool Handle(Session& s, uint16_t type, std::span<const uint8_t> body);
   // Maps the memfd passed with a kAttachQueryBuffer frame (s.frame.passed_fd) read-only.
@@ -168,9 +199,11 @@ class StoreService {
 
   const ServiceOptions options_;
   Env* env_;
+  std::unique_ptr<FileLock> root_lock_;  // <root>/serve.lock, held until destruction
   std::string socket_path_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd: readable once Stop() began
+  int reap_fd_ = -1;  // eventfd: a session ended (its thread waits to be joined)
   std::thread accept_thread_;
 
   mutable Mutex mu_;

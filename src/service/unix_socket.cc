@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace rangekv::service {
@@ -33,10 +34,21 @@ Result<sockaddr_un> Address(const std::string& path) {
   return a;
 }
 
-// Reads exactly n bytes; the first recvmsg also collects a passed descriptor.
-Status ReadFull(int fd, uint8_t* p, size_t n, int* passed_fd, bool* eof_at_start) {
+Status Expired(size_t got, size_t n) {
+  return Status(StatusCode::kDeadlineExceeded, "service frame: " + std::to_string(got) + " of " +
+                                                   std::to_string(n) +
+                                                   " bytes arrived before the deadline");
+}
+
+// Reads exactly n bytes; the first recvmsg also collects a passed descriptor. A socket with a
+// receive timeout (SetIoTimeout) returns from a wait with what came (or EAGAIN); past
+// `deadline` that is kDeadlineExceeded, so a peer that trickles bytes holds the reader at most
+// about the deadline plus one timeout.
+Status ReadFull(int fd, uint8_t* p, size_t n, int* passed_fd, bool* eof_at_start,
+                Deadline deadline) {
   size_t got = 0;
   while (got < n) {
+    if (got > 0 && std::chrono::steady_clock::now() >= deadline) return Expired(got, n);
     iovec iov{p + got, n - got};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
     msghdr msg{};
@@ -52,6 +64,10 @@ Status ReadFull(int fd, uint8_t* p, size_t n, int* passed_fd, bool* eof_at_start
         ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | (passed_fd == nullptr ? MSG_WAITALL : 0));
     if (r < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (std::chrono::steady_clock::now() >= deadline) return Expired(got, n);
+        continue;
+      }
       return Errno(errno, "recvmsg");
     }
     if (passed_fd != nullptr) {
@@ -152,6 +168,21 @@ Result<PeerCredentials> PeerOf(int fd) {
   return PeerCredentials{c.pid, c.uid, c.gid};
 }
 
+bool PeerInGroup(int fd, const PeerCredentials& peer, gid_t gid) {
+  if (peer.gid == gid) return true;
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    socklen_t n = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &n) == 0) {
+      groups.resize(n / sizeof(gid_t));
+      return std::find(groups.begin(), groups.end(), gid) != groups.end();
+    }
+    if (errno != ERANGE) return false;
+    groups.resize(n / sizeof(gid_t) + 1);  // n says how much it needs
+  }
+  return false;
+}
+
 Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd,
                  std::span<const uint8_t> tail) {
   uint8_t header[kHeaderBytes];
@@ -189,6 +220,11 @@ Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_
     const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // A send timeout (SetIoTimeout) ran out: the peer reads nothing.
+        return Status(StatusCode::kDeadlineExceeded,
+                      "sendmsg: the peer took nothing within the socket's send timeout");
+      }
       return Errno(errno, "sendmsg");
     }
     fd_sent = true;
@@ -208,11 +244,22 @@ void SpinUntilReadable(int fd, std::chrono::microseconds spin) {
   } while (std::chrono::steady_clock::now() < deadline);
 }
 
-Status ReceiveFrameInto(int fd, ReceivedFrame* f) {
+Status SetIoTimeout(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
+    return Errno(errno, "socket timeouts");
+  }
+  return OkStatus();
+}
+
+Status ReceiveFrameInto(int fd, ReceivedFrame* f, Deadline deadline) {
   f->passed_fd = -1;
   uint8_t header[kHeaderBytes];
   bool eof = false;
-  Status s = ReadFull(fd, header, kHeaderBytes, &f->passed_fd, &eof);
+  Status s = ReadFull(fd, header, kHeaderBytes, &f->passed_fd, &eof, deadline);
   auto fail = [f](Status why) {
     if (f->passed_fd >= 0) ::close(f->passed_fd);
     f->passed_fd = -1;
@@ -227,22 +274,33 @@ Status ReceiveFrameInto(int fd, ReceivedFrame* f) {
   auto h = DecodeHeader(header);
   if (!h.ok()) return fail(h.status());
   f->header = *h;
-  f->body.resize(f->header.body_bytes);  // keeps the capacity of earlier frames
-  if (!f->body.empty()) {
-    s = ReadFull(fd, f->body.data(), f->body.size(), nullptr, nullptr);
+  // The buffer grows with the bytes that actually arrived, never to what the header announces:
+  // a peer that announces 32 MiB and sends nothing costs kFirstBodyChunk, not 32 MiB. A body
+  // that fits what earlier frames left allocated is read in one call.
+  const size_t n = f->header.body_bytes;
+  constexpr size_t kFirstBodyChunk = 64u << 10;
+  size_t have = 0;
+  f->body.clear();  // keeps the capacity of earlier frames
+  while (have < n) {
+    const size_t next = n <= std::max(f->body.capacity(), kFirstBodyChunk)
+                            ? n
+                            : std::min(n, std::max(have * 2, kFirstBodyChunk));
+    f->body.resize(next);
+    s = ReadFull(fd, f->body.data() + have, next - have, nullptr, nullptr, deadline);
     if (!s.ok()) {
       if (s.code() == StatusCode::kUnavailable) {
         return fail(Status(StatusCode::kTruncated, "service frame: body cut short"));
       }
       return fail(s);
     }
+    have = next;
   }
   return OkStatus();
 }
 
-Result<ReceivedFrame> ReceiveFrame(int fd) {
+Result<ReceivedFrame> ReceiveFrame(int fd, Deadline deadline) {
   ReceivedFrame f;
-  RANGEKV_RETURN_IF_ERROR(ReceiveFrameInto(fd, &f));
+  RANGEKV_RETURN_IF_ERROR(ReceiveFrameInto(fd, &f, deadline));
   return f;
 }
 

@@ -36,10 +36,22 @@ struct PeerCredentials {
   gid_t gid = 0;
 };
 Result<PeerCredentials> PeerOf(int fd);
+// Whether the peer of `fd` is in group `gid`: as its primary group (SO_PEERCRED) or as one of
+// its supplementary groups (SO_PEERGROUPS, taken at connect), as file permissions count it.
+bool PeerInGroup(int fd, const PeerCredentials& peer, gid_t gid);
+
+// A point by which a frame must have arrived; max(): none.
+using Deadline = std::chrono::steady_clock::time_point;
+inline constexpr Deadline kNoDeadline = Deadline::max();
+
+// Sets the socket's receive and send timeouts (SO_RCVTIMEO, SO_SNDTIMEO): a blocked recvmsg or
+// sendmsg returns after `timeout` instead of waiting for a peer that never sends or never
+// reads. ReceiveFrame then checks its deadline; SendFrame fails with kDeadlineExceeded.
+Status SetIoTimeout(int fd, std::chrono::milliseconds timeout);
 
 // Sends one frame whose body is `body` followed by `tail` (a large trailing array sent from
 // where it lies, without a copy); `pass_fd` >= 0 travels with it. kUnavailable when the peer is
-// gone.
+// gone; kDeadlineExceeded when the socket's send timeout ran out (the peer reads nothing).
 Status SendFrame(int fd, uint16_t type, std::span<const uint8_t> body, int pass_fd = -1,
                  std::span<const uint8_t> tail = {});
 
@@ -57,11 +69,13 @@ void SpinUntilReadable(int fd, std::chrono::microseconds spin);
 
 // Receives one frame. kUnavailable on end of file (the peer closed), kCorruption /
 // kWrongVersion / kInvalidArgument / kResourceExhausted for a bad header (DecodeHeader),
-// kTruncated for a body cut short by the peer closing. At most one passed descriptor is kept;
-// any others are closed.
-Result<ReceivedFrame> ReceiveFrame(int fd);
+// kTruncated for a body cut short by the peer closing, kDeadlineExceeded when the frame had not
+// arrived by `deadline` (checked whenever a wait returns: on a socket with SetIoTimeout at least
+// every timeout). The body buffer grows with the bytes received, never ahead of them to the
+// size the header announces. At most one passed descriptor is kept; any others are closed.
+Result<ReceivedFrame> ReceiveFrame(int fd, Deadline deadline = kNoDeadline);
 // The same into `f`, whose body keeps its capacity from frame to frame (a session's loop).
 // On error f->passed_fd is -1 (anything passed was closed).
-Status ReceiveFrameInto(int fd, ReceivedFrame* f);
+Status ReceiveFrameInto(int fd, ReceivedFrame* f, Deadline deadline = kNoDeadline);
 
 }  // namespace rangekv::service

@@ -1,7 +1,7 @@
 // rangekv: demo, benchmarks and store tools. See `rangekv --help`.
 #include <CLI/CLI.hpp>
 
-#include "tools/bench_common.h"
+#include "tools/bench/scratch.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   rangekv::tools::AddBenchConcurrentCommand(*bench);
   rangekv::tools::AddInspectCommands(app);
   rangekv::tools::AddServeCommand(app);
-  // An interrupted benchmark or demo removes its scratch stores (tools/bench_common.h).
+  // An interrupted benchmark or demo removes its scratch stores (tools/bench/scratch.h).
   bench->preparse_callback([](size_t) { rangekv::tools::RemoveScratchOnSignals(); });
   app.get_subcommand("demo")->preparse_callback(
       [](size_t) { rangekv::tools::RemoveScratchOnSignals(); });

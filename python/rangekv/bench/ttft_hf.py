@@ -13,7 +13,7 @@ cached prefix plus a new suffix, 2 output tokens. Arms:
   ablation X @ P     one of the engine's four ablations (index=scalar, read_issue=object,
                      delivery=barrier, prefetch=dispatch) at the coarse plain point and at the
                      layerwise point, stock objects named as that point names them
-  per-object G       the per-object model of the stock path (src/baseline, through the private
+  per-object G       the per-object model of the stock path (tools/bench/baseline, through the
                      module rangekv._baseline): the prefix stored as prefix / G objects of one
                      chunk each, restored by one synchronous get (one key, index probe,
                      allocation, native read and transfer call per object) before the suffix's

@@ -1,10 +1,26 @@
-#include "tools/bench_stats.h"
+#include "tools/bench/stats.h"
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <numeric>
 
 namespace rangekv::tools {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = std::ceil(q * static_cast<double>(v.size()));
+  const size_t i = rank < 1 ? 0 : static_cast<size_t>(rank) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
 
 std::optional<double> FriedmanQ(const std::vector<std::vector<double>>& samples) {
   const size_t k = samples.size();

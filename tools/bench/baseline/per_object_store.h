@@ -24,7 +24,7 @@
 // handle registration per object, and the per-put manifest rewrite. Its numbers are therefore
 // a lower bound on the stock path's per-object cost.
 //
-// Storage layout (a simplification, documented in docs/benchmarks.md): ONE data file, not one
+// Storage layout (a simplification): ONE data file, not one
 // file per object. Each stored object occupies its own region of the file, allocated by a bump
 // pointer and aligned to the O_DIRECT alignment, and is read and written with exactly one
 // object-sized native I/O (rounded up to the alignment, as a per-object file's blocks would
@@ -47,7 +47,7 @@
 #include <span>
 #include <string>
 
-#include "baseline/object_naming.h"
+#include "tools/bench/baseline/object_naming.h"
 #include "device/device.h"
 #include "io/io_engine.h"
 #include "kernels/paged_kv.h"

@@ -1,9 +1,34 @@
-#include "tools/bench_stats.h"
+#include "tools/bench/stats.h"
 
 #include <gtest/gtest.h>
 
 namespace rangekv::tools {
 namespace {
+
+TEST(Median, MiddleValueOrMeanOfTheTwoMiddleOnes) {
+  EXPECT_DOUBLE_EQ(Median({}), 0);
+  EXPECT_DOUBLE_EQ(Median({3}), 3);
+  EXPECT_DOUBLE_EQ(Median({5, 1, 3}), 3);
+  EXPECT_DOUBLE_EQ(Median({4, 1, 3, 2}), 2.5);
+}
+
+TEST(Percentile, NearestRank) {
+  EXPECT_DOUBLE_EQ(Percentile({}, 0.5), 0);
+  const std::vector<double> v = {10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.1), 1);   // ceil(1.0) = rank 1
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.11), 2);  // ceil(1.1) = rank 2
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.5), 5);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.9), 9);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.99), 10);
+  EXPECT_DOUBLE_EQ(Percentile(v, 1), 10);
+  // 301 samples (bench lookup's default): p10, p50 and p90 are ranks 31, 151 and 271.
+  std::vector<double> w(301);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<double>(i);
+  EXPECT_DOUBLE_EQ(Percentile(w, 0.1), 30);
+  EXPECT_DOUBLE_EQ(Percentile(w, 0.5), Median(w));
+  EXPECT_DOUBLE_EQ(Percentile(w, 0.9), 270);
+}
 
 TEST(FriedmanQ, ZeroWhenEveryBlockTies) {
   EXPECT_DOUBLE_EQ(*FriedmanQ({{1, 2, 3}, {1, 2, 3}, {1, 2, 3}}), 0);
@@ -51,8 +76,8 @@ TEST(ChiSquare95, TableBounds) {
   EXPECT_FALSE(ChiSquare95(16).has_value());
 }
 
-// The schedule of bench_common.cc's RunRangeKvShared: in repetition rep the k-th pair runs point
-// (rep + k) % n, default and paired arm in the order PairedDefaultFirst says. Over 2n
+// The schedule of tools/bench/sweep.cc's RunRangeKvShared: in repetition rep the k-th pair
+// runs point (rep + k) % n, default and paired arm in the order PairedDefaultFirst says. Over 2n
 // repetitions each point's default run must take each of the 2n positions of a repetition once,
 // so a slot the disk favours cannot look like a naming effect.
 TEST(PairedDefaultFirst, EveryPointsDefaultRunTakesEveryPositionOnce) {

@@ -1,4 +1,4 @@
-#include "baseline/object_naming.h"
+#include "tools/bench/baseline/object_naming.h"
 
 #include <algorithm>
 #include <cmath>

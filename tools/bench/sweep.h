@@ -1,185 +1,46 @@
-// Shared machinery of `rangekv bench restore`, `rangekv bench store` and `rangekv demo`: the
-// paper's fixed-payload sweep (Range paper section 5.1, Table 3; docs/design.md "Baselines").
+// The Range paper's fixed-payload sweep (section 5.1, Table 3; docs/design.md "Baselines"),
+// which `rangekv bench restore`, `rangekv bench store` and `rangekv demo` run.
 //
 // One sweep run measures, on the same payload, medium and memory:
-//   ceiling     raw parallel native I/O of the same bytes (restore: N threads of plain pread of
-//               the pack file's stripe extents holding the payload into one preallocated host
-//               buffer; store: N threads of plain pwrite of the suffix's bytes into a fresh
-//               preallocated file in the same directory), plus the host-to-device copy ceiling
-//               when the device is a GPU;
+//   ceiling     raw parallel native I/O of the same bytes (tools/bench/ceiling.h; restore: threads
+//               of plain pread of the pack file's stripe extents holding the payload into one
+//               preallocated host buffer; store: threads of plain pwrite of the suffix's bytes
+//               into a fresh preallocated file in the same directory), the best cell of a grid of
+//               such configurations, and the host-to-device copy ceiling when the device is a
+//               GPU;
 //   rangekv     the engine (include/rangekv/engine.h) with the default configuration and each
 //               requested ablation, one Engine per (configuration, point) so ablations that
 //               depend on the object size get their own directory state;
-//   per-object  the labelled model of the stock per-object path (src/baseline/).
+//   per-object  the labelled model of the stock per-object path (tools/bench/baseline/).
 // Each is run once as a warm-up and then `reps` times; the median is reported. Every restore
 // (and every store, by restoring what it wrote) is verified bit for bit against the payload
-// pattern outside the timed region; the destination is poisoned before each repetition.
-//
-// Payload pattern: 64-bit word i of the row of (layer, path token) is
-//   base + i * 0x9E3779B97F4A7C15, base = Hash64({seed, layer, token}),
-// so every row, and every word of it, is distinct: a misplaced or stale head vector fails.
+// pattern (tools/bench/paged_kv.h) outside the timed region; the destination is poisoned before
+// each repetition.
 //
 // Thread-safety: single-threaded driver; helpers spawn their own worker threads.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <optional>
-#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "baseline/object_naming.h"
-#include "baseline/per_object_store.h"
 #include "device/device.h"
 #include "io/io_engine.h"
-#include "kernels/paged_kv.h"
 #include "rangekv/engine.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
+#include "tools/bench/ceiling.h"
+#include "tools/bench/machine.h"
 
 namespace rangekv::tools {
 
-// ---- small utilities ----------------------------------------------------------------------
-
-// "768MiB", "6GiB", "1.5GiB", "512M", "4096" -> bytes. kInvalidArgument otherwise.
-Result<uint64_t> ParseBytes(const std::string& text);
-std::string FormatBytes(uint64_t bytes);    // "768 MiB", "6 GiB", "1.5 GiB"
-double Median(std::vector<double> values);  // 0 for an empty vector
-
-struct MachineInfo {
-  unsigned nproc = 0;
-  double memory_gib = 0;
-  std::string kernel;
-  std::string file_system;  // of the benchmark directory
-  std::string date;         // UTC, YYYY-MM-DD
-  nlohmann::json ToJson() const;
-};
-MachineInfo DescribeMachine(const std::string& dir);
-
-// A directory created for the run under `parent` (default: $TMPDIR or /var/tmp), removed with
-// everything in it when this object goes away, and also when the process is stopped by SIGINT,
-// SIGTERM or SIGHUP once RemoveScratchOnSignals() ran (a benchmark interrupted at 6 GiB would
-// otherwise leave 12 GiB or more behind).
-class ScratchDir {
- public:
-  static Result<std::unique_ptr<ScratchDir>> Make(const std::string& parent,
-                                                  const std::string& prefix);
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
-
-// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it starts
-// later) and starts a thread that waits for them: on one, every live ScratchDir is removed and
-// the signal is raised again with its default action, so the process still ends by it. Call
-// once, before any other thread exists (the bench and demo commands do, before parsing their
-// flags). Not for commands that wait for these signals themselves (`rangekv serve`).
-void RemoveScratchOnSignals();
-
-// ---- payload pattern and paged KV -----------------------------------------------------------
-
-// Writes rows [token_begin, token_begin + tokens) of `layer` (token_bytes each, a multiple of
-// 8) to `out`.
-void PatternRows(uint64_t seed, uint32_t layer, uint64_t token_begin, uint64_t tokens,
-                 uint64_t token_bytes, uint8_t* out);
-
-// Paged KV memory for `tokens` path tokens of every layer on a device, in vLLM's FlashAttention
-// NHD layout, with a slot mapping that places the tokens in shuffled blocks (a serving engine's
-// block table is arbitrary).
-class PagedKvSpace {
- public:
-  static Result<std::unique_ptr<PagedKvSpace>> Make(Device& device, const Geometry& geometry,
-                                                    uint64_t tokens, uint64_t seed);
-  ~PagedKvSpace();
-
-  uint64_t tokens() const { return slots_.size(); }
-  const std::vector<int64_t>& slots() const { return slots_; }
-  const std::vector<kernels::PagedKvView>& views() const { return views_; }
-  // The engine's description of the same memory.
-  const PagedKv& engine_kv() const { return engine_kv_; }
-  baseline::PagedKvLayers baseline_kv() const { return {views_, slots_}; }
-
-  // Writes the pattern of `seed` for path tokens [begin, end) of every layer.
-  Status Fill(uint64_t seed, uint64_t begin, uint64_t end);
-  // Overwrites all of the memory with a poison byte.
-  Status Poison();
-  // Counts the (layer, token) rows in [begin, end) whose bytes differ from the pattern.
-  Result<uint64_t> CountMismatches(uint64_t seed, uint64_t begin, uint64_t end);
-
- private:
-  PagedKvSpace() = default;
-  template <typename Fn>
-  Status ForEachLayer(bool write_back, Fn&& fn);
-
-  Device* device_ = nullptr;
-  Geometry geometry_;
-  kernels::PagedShape shape_;
-  uint64_t layer_bytes_ = 0;
-  DeviceBuffer memory_;
-  PinnedHostBuffer host_image_;  // one layer, when device memory is not host-accessible
-  std::unique_ptr<Stream> stream_;
-  std::vector<kernels::PagedKvView> views_;
-  std::vector<int64_t> slots_;
-  PagedKv engine_kv_;
-};
-
-// ---- the read ceiling -----------------------------------------------------------------------
-
-// One payload in an engine's pack file: `tokens` path tokens from 0 with the pattern of `seed`.
-struct CeilingPayload {
-  uint64_t tokens = 0;
-  uint64_t seed = 0;
-};
-// The read ceiling for payloads stored by an engine in `pack_path`: threads of plain pread of
-// the stripe extents holding them (found by content) into one pinned buffer, allocated and
-// touched once and reused by every Measure, O_DIRECT unless `buffered` (then the page cache is
-// dropped before each pass), every byte verified.
-class ReadCeilingProbe {
- public:
-  static Result<std::unique_ptr<ReadCeilingProbe>> Make(Device& device,
-                                                        const std::string& pack_path,
-                                                        const Geometry& g,
-                                                        std::span<const CeilingPayload> payloads,
-                                                        bool buffered);
-  // GiB/s of each of `reps` passes after `warmups`, `threads` threads, each extent one request
-  // or, with `request_bytes` != 0, cut into requests of that size.
-  Result<std::vector<double>> Measure(uint32_t threads, uint64_t request_bytes, uint32_t warmups,
-                                      uint32_t reps);
-
-  ~ReadCeilingProbe();
-
- private:
-  struct State;  // extents, buffer and file (types private to bench_common.cc)
-  ReadCeilingProbe();
-  std::unique_ptr<State> state_;
-};
-
-// ---- the sweep ------------------------------------------------------------------------------
-
 enum class Workload : uint8_t { kRestore, kStore };
-
-// The medium's best ceiling: a grid of raw parallel pread/pwrite configurations, each cell on
-// at most `grid_cell_bytes` of the payload's extents. kFull: threads 1,2,4,8,16 x requests 1, 4,
-// 8, 32 MiB (threads are the queue depth: one synchronous call in flight per thread); kShort:
-// threads 4,16 x requests 1, 32 MiB; kOff: no grid (the best ceiling is the engine-config one).
-enum class CeilingGrid : uint8_t { kFull, kShort, kOff };
-
-struct GridCell {
-  uint32_t threads = 0;
-  uint64_t request_bytes = 0;
-  uint64_t bytes = 0;  // moved by the cell
-  double gib_s = 0;
-};
 
 struct SweepOptions {
   Workload workload = Workload::kRestore;
@@ -318,8 +179,8 @@ nlohmann::json SweepJson(const SweepReport& report);
 
 std::string_view WorkloadName(Workload w);  // "restore", "store"
 
-// Draws median time per point for every arm, ceilings as lines (tools/bench_plot.cc): .svg
-// written directly, .png through `python3 -m rangekv.bench.plot` (matplotlib).
+// Draws median time per point for every arm, ceilings as lines (tools/bench/plot.cc): .svg
+// written directly, .png through `python3 -m rangekv.bench.plots` (matplotlib).
 Status WriteSweepPlot(const SweepReport& report, const std::string& path);
 
 }  // namespace rangekv::tools

@@ -1,4 +1,5 @@
-// Statistics the bench summaries print beside their medians.
+// The statistics the bench summaries print: medians and percentiles of samples, Friedman's rank
+// test for a difference between interleaved treatments, and the order of paired arms.
 //
 // Thread-safety: stateless functions.
 #pragma once
@@ -9,6 +10,13 @@
 #include <vector>
 
 namespace rangekv::tools {
+
+// The median: the middle value, or the mean of the two middle ones. 0 for no samples.
+double Median(std::vector<double> values);
+
+// The nearest-rank q-quantile, 0 <= q <= 1: the smallest sample with at least q of the samples
+// at or below it (q = 0: the smallest). 0 for no samples.
+double Percentile(std::vector<double> values, double q);
 
 // Friedman's rank statistic Q for k treatments measured in n blocks: samples[j][i] is
 // treatment j's value in block i (every row the same length n >= 1, k >= 2). In a bench sweep

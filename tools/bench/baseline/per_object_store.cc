@@ -1,4 +1,4 @@
-#include "baseline/per_object_store.h"
+#include "tools/bench/baseline/per_object_store.h"
 
 #include <algorithm>
 #include <atomic>

@@ -4,7 +4,7 @@
 //
 // SVG is written here, directly (no dependency, so every machine that runs the bench can plot,
 // and the file is plain text that diffs and renders in a browser). PNG needs a rasteriser: the
-// report is written as JSON next to the target and `python3 -m rangekv.bench.plot` (matplotlib)
+// report is written as JSON next to the target and `python3 -m rangekv.bench.plots` (matplotlib)
 // draws it; without matplotlib the call fails with that reason.
 #include <sys/wait.h>
 
@@ -18,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/bench_common.h"
+#include "tools/bench/sweep.h"
+#include "tools/bench/util.h"
 
 namespace rangekv::tools {
 namespace {
@@ -156,7 +157,7 @@ Status WriteSweepPlot(const SweepReport& report, const std::string& path) {
     out << SweepJson(report).dump() << "\n";
     if (!out) return Status(StatusCode::kIoError, "cannot write " + json_path);
   }
-  const std::string cmd = "python3 -m rangekv.bench.plot '" + json_path + "' '" + path + "' 1>&2";
+  const std::string cmd = "python3 -m rangekv.bench.plots '" + json_path + "' '" + path + "' 1>&2";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     return Unavailable("PNG needs python3 with the rangekv package and matplotlib (`" + cmd +

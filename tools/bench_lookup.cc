@@ -41,7 +41,8 @@ void AddBenchLookupCommand(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", cfg->o.chunk_tokens, "Scalar index: tokens per logical object")
       ->capture_default_str();
-  cmd->add_option("--reps", cfg->o.reps, "Timed repetitions (after --warmup)")->capture_default_str();
+  cmd->add_option("--reps", cfg->o.reps, "Timed repetitions (after --warmup)")
+      ->capture_default_str();
   cmd->add_option("--warmup", cfg->o.warmup, "Untimed repetitions")->capture_default_str();
   cmd->add_option("--seed", cfg->o.seed, "Token generator seed")->capture_default_str();
   cmd->add_flag("!--no-layerwise", cfg->o.layerwise, "Skip the per-(chunk, layer) scalar index");

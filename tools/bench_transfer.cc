@@ -3,9 +3,9 @@
 // stored) while the number of logical objects naming it grows: 192, 768, 3,072, 6,144 chunk
 // objects, 6,144 per-layer objects (-LW) and the 327,680-object TP-sliced naming (-TP). Each
 // point runs, in one process, the medium's ceiling, RangeKV with its default configuration and
-// each ablation, and the labelled per-object model of the stock path (tools/bench/baseline/), with a
-// warm-up and `--reps` timed repetitions each; every repetition is verified bit for bit.
-// The machinery lives in tools/bench/sweep.h; this file is the command line.
+// each ablation, and the labelled per-object model of the stock path (tools/bench/baseline/), with
+// a warm-up and `--reps` timed repetitions each; every repetition is verified bit for bit. The
+// machinery lives in tools/bench/sweep.h; this file is the command line.
 //
 // Defaults fit a 2-core, 24 GiB CPU machine: Llama-3.1-8B geometry (s = 4 KiB, W = 32 MiB,
 // T = 8192, L = 32) with a 768 MiB prefix (6,144 tokens: every plain point splits it into whole

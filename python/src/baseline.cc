@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "baseline/object_naming.h"
-#include "baseline/per_object_store.h"
+#include "tools/bench/baseline/object_naming.h"
+#include "tools/bench/baseline/per_object_store.h"
 #include "binding.h"
 #include "device/device.h"
 #include "engine/paged_views.h"

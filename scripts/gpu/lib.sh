@@ -22,8 +22,9 @@
 #                     step failed
 #
 # Environment: OUT (default ./out/gpu), BUDGET (540), RANGEKV_GPU_PREFIX (/tmp/rangekv-prefix),
-# RANGEKV_GPU_BUILD (/tmp/rangekv-gpu-build), GPU_CUDA (ON; OFF builds without CUDA, to check
-# these scripts on a machine without a GPU), DEVICE (cuda: every bench's --device).
+# RANGEKV_GPU_BUILD (/tmp/rangekv-gpu-build), GPU_TARGETS (the targets built, space-separated;
+# default: every target a suite runs), GPU_CUDA (ON; OFF builds without CUDA, to check these
+# scripts on a machine without a GPU), DEVICE (cuda: every bench's --device).
 
 gpu_init() {
   cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -81,6 +82,8 @@ gpu_build() {
     nvidia-smi 2>&1 | head -15; lscpu | grep -E "Model name|L3"
   } >"$work/machine.txt" 2>&1
   local py targets=("${gpu_targets[@]}")
+  # shellcheck disable=SC2206  # a space-separated list, split on purpose
+  [ -z "${GPU_TARGETS:-}" ] || targets=($GPU_TARGETS)
   py=$(command -v python3)
   if [ "$cuda" != ON ]; then  # no CUDA: no GPU test, no cuFile header to check against
     targets=("${targets[@]/kernels_gpu_test/}") && targets=("${targets[@]/cufile_abi_test/}")

@@ -90,7 +90,7 @@ suite_disk() {
     --ablations none --reps 3 --ceiling-grid short)
   rm -rf "$disk" && mkdir -p "$disk"
   bench restore_disk 200 restore --device "$device" --dir "$disk" --payload 2GiB \
-    --objects 192,768,6144,6144-LW --ablations none --reps 3 --ceiling-grid short
+    --objects 192,768,3072,6144,6144-LW --ablations none --reps 3 --ceiling-grid short
   for r in $(seq 1 "${ROUNDS:-3}"); do
     bench "restore_disk_r$r" 70 restore "${common[@]}" --skip-baseline
     bench "store_disk_r$r" 70 store "${common[@]}" --skip-baseline --durability none

@@ -315,12 +315,10 @@ Result<std::unique_ptr<CeilingFile>> CeilingFile::ForPayloads(
   return file;
 }
 
-Result<std::unique_ptr<CeilingFile>> CeilingFile::ForSuffix(Device& device,
-                                                            const std::string& path,
-                                                            const Geometry& g,
-                                                            uint64_t first_token, uint64_t tokens,
-                                                            uint64_t seed, uint32_t threads,
-                                                            bool buffered) {
+Result<std::unique_ptr<CeilingFile>> CeilingFile::ForSuffix(Device& device, const std::string& path,
+                                                            const Geometry& g, uint64_t first_token,
+                                                            uint64_t tokens, uint64_t seed,
+                                                            uint32_t threads, bool buffered) {
   std::unique_ptr<CeilingFile> file(new CeilingFile());
   State& c = *file->state_;
   c.geometry = g;
@@ -403,8 +401,8 @@ Result<std::vector<double>> HostToDeviceCeiling(Device& device, uint64_t bytes, 
   for (uint32_t r = 0; r < warmups + reps; ++r) {
     const double t0 = NowSeconds();
     for (uint64_t off = 0; off < bytes; off += 32 * kMiB) {
-      RANGEKV_RETURN_IF_ERROR(stream->CopyHostToDevice(
-          dst.bytes() + off, src.data() + off, std::min<uint64_t>(32 * kMiB, bytes - off)));
+      RANGEKV_RETURN_IF_ERROR(stream->CopyHostToDevice(dst.bytes() + off, src.data() + off,
+                                                       std::min<uint64_t>(32 * kMiB, bytes - off)));
     }
     RANGEKV_RETURN_IF_ERROR(stream->Synchronize());
     const double gib_s = static_cast<double>(bytes) / kGiB / (NowSeconds() - t0);

@@ -15,9 +15,9 @@ namespace rangekv::tools {
 namespace {
 
 TEST(CutExtents, PiecesKeepTheirPlacementAndStopAtTheBound) {
-  const std::vector<Extent> extents = {{.file_offset = 0, .bytes = 3 * kMiB, .buffer_offset = 0},
-                                       {.file_offset = 8 * kMiB, .bytes = 2 * kMiB,
-                                        .buffer_offset = 3 * kMiB}};
+  const std::vector<Extent> extents = {
+      {.file_offset = 0, .bytes = 3 * kMiB, .buffer_offset = 0},
+      {.file_offset = 8 * kMiB, .bytes = 2 * kMiB, .buffer_offset = 3 * kMiB}};
   const std::vector<Extent> all = CutExtents(extents, kMiB, UINT64_MAX);
   ASSERT_EQ(all.size(), 5u);
   EXPECT_EQ(all[3].file_offset, 8 * kMiB);
@@ -76,15 +76,22 @@ TEST(MeasureGrid, EveryCellOnceAndTheFirstFastestWins) {
   ASSERT_NE(best, nullptr);
   EXPECT_EQ(best->threads, 16u);
   EXPECT_EQ(best->request_bytes, kMiB);
-  EXPECT_EQ(MeasureGrid(CeilingGrid::kFull, [](uint32_t t, uint64_t r) -> Result<GridCell> {
-              return GridCell{t, r, r, 1.0};
-            }, nullptr)->size(), 20u);
+  EXPECT_EQ(MeasureGrid(
+                CeilingGrid::kFull,
+                [](uint32_t t, uint64_t r) -> Result<GridCell> {
+                  return GridCell{t, r, r, 1.0};
+                },
+                nullptr)
+                ->size(),
+            20u);
   EXPECT_TRUE(MeasureGrid(CeilingGrid::kOff, nullptr, nullptr)->empty());
   EXPECT_EQ(BestCell({}), nullptr);
   // A failed pass ends the grid with its status.
-  EXPECT_FALSE(MeasureGrid(CeilingGrid::kShort, [](uint32_t, uint64_t) -> Result<GridCell> {
-                 return Internal("pass failed");
-               }, nullptr).ok());
+  EXPECT_FALSE(MeasureGrid(
+                   CeilingGrid::kShort,
+                   [](uint32_t, uint64_t) -> Result<GridCell> { return Internal("pass failed"); },
+                   nullptr)
+                   .ok());
 }
 
 }  // namespace

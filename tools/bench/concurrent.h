@@ -64,8 +64,8 @@ struct ConcurrentClient {
 struct ConcurrentReport {
   std::string device;
   Geometry geometry;
-  uint64_t row_bytes = 0;     // one token of every layer
-  uint64_t total_bytes = 0;   // one round
+  uint64_t row_bytes = 0;    // one token of every layer
+  uint64_t total_bytes = 0;  // one round
   std::vector<ConcurrentRow> rows;
   std::map<uint32_t, double> ceiling_gib_s;  // per N
   std::map<uint32_t, std::string> ceiling_config;

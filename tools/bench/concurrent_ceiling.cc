@@ -35,8 +35,7 @@ void ConcurrentCeiling::PickCell() {
         return GridCell{t, request, st.file->payload_bytes(), gib_s.front()};
       },
       [&](const GridCell& c) {
-        ConcurrentProgress(o, "N=%u ceiling grid pread: %2u threads x %s: %.2f GiB/s", n,
-                           c.threads,
+        ConcurrentProgress(o, "N=%u ceiling grid pread: %2u threads x %s: %.2f GiB/s", n, c.threads,
                            c.request_bytes == 0
                                ? "stripe extents"
                                : (std::to_string(c.request_bytes / kMiB) + " MiB").c_str(),
@@ -79,7 +78,7 @@ std::optional<ConcurrentCeiling::Measured> ConcurrentCeiling::Finish(uint32_t n)
   }
   if (state_ && state_->n == n && !state_->samples.empty()) {
     out = Measured{Median(state_->samples), state_->config + ", median of " +
-                                              std::to_string(state_->samples.size()) + " passes"};
+                                                std::to_string(state_->samples.size()) + " passes"};
   }
   state_.reset();  // closes the ceiling's file, removes the kept store
   return out;

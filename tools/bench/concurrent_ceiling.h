@@ -56,7 +56,7 @@ class ConcurrentCeiling {
   void PickCell();
 
   const ConcurrentWorkload& w_;
-  struct State {  // the N whose rounds run now (Begin .. Finish)
+  struct State {                          // the N whose rounds run now (Begin .. Finish)
     std::unique_ptr<ScratchDir> scratch;  // the distinct variant's store, while passes read it
     uint32_t n = 0;
     std::unique_ptr<CeilingFile> file;

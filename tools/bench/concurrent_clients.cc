@@ -84,8 +84,7 @@ void ClientProcess::Send(const char* line) {
 std::string ClientProcess::ReadLine() {
   char buf[1024];
   if (std::fgets(buf, sizeof buf, from_) == nullptr) {
-    ConcurrentFail("client process " + std::to_string(pid_) +
-                   " ended early (its stderr says why)");
+    ConcurrentFail("client process " + std::to_string(pid_) + " ended early (its stderr says why)");
   }
   return buf;
 }
@@ -101,8 +100,8 @@ RequestTimeline ClientProcess::AwaitDone(uint32_t index) {
   int ok = 0;
   int consumed = 0;
   RequestTimeline t;
-  if (std::sscanf(line.c_str(), "done %d %lf %lf %lf %lf %lf %lf %n", &ok, &t.start,
-                  &t.looked_up, &t.bound, &t.first, &t.last, &t.end, &consumed) != 7) {
+  if (std::sscanf(line.c_str(), "done %d %lf %lf %lf %lf %lf %lf %n", &ok, &t.start, &t.looked_up,
+                  &t.bound, &t.first, &t.last, &t.end, &consumed) != 7) {
     ConcurrentFail("client protocol: " + line);
   }
   if (ok != 1) ConcurrentFail("request " + std::to_string(index) + ": " + line.substr(consumed));
@@ -173,7 +172,8 @@ void RunConcurrentClient(const ConcurrentOptions& options, const ConcurrentClien
   if (!opened.ok()) ConcurrentFail("open: " + opened.status().ToString());
   Engine& engine = **opened;
   std::unique_ptr<PagedKvSpace> kv = w.Space(p, c.index);
-  std::vector<int32_t> prompt = c.index < p.restores ? w.Prompt(p, c.index) : std::vector<int32_t>{};
+  std::vector<int32_t> prompt =
+      c.index < p.restores ? w.Prompt(p, c.index) : std::vector<int32_t>{};
   char line[64];
   for (uint32_t round = 0; round < p.rounds; ++round) {
     w.PrepareRequest(p, round, c.index, *kv, &prompt);

@@ -1,10 +1,10 @@
 // The client processes of `rangekv bench concurrent --mode service` (tools/bench/concurrent.h)
 // and their line protocol with the coordinator. A client (`rangekv bench concurrent-client`,
-// RunConcurrentClient in tools/bench/concurrent.h) opens its own Engine through the store service and, per round: prepares
-// its paged KV and writes "ready"; reads "go" and runs its request; writes "done <ok> <start>
-// <looked_up> <bound> <first> <last> <end> <message>" (the RequestTimeline's instants, absolute
-// seconds on CLOCK_MONOTONIC); reads "verify" (sent once every client's done line is in) and
-// writes "verified <mismatches>". It ends at its stdin's end with exit status 0.
+// RunConcurrentClient in tools/bench/concurrent.h) opens its own Engine through the store service
+// and, per round: prepares its paged KV and writes "ready"; reads "go" and runs its request; writes
+// "done <ok> <start> <looked_up> <bound> <first> <last> <end> <message>" (the RequestTimeline's
+// instants, absolute seconds on CLOCK_MONOTONIC); reads "verify" (sent once every client's done
+// line is in) and writes "verified <mismatches>". It ends at its stdin's end with exit status 0.
 //
 // Thread-safety: a ClientProcess is driven by the coordinator's thread.
 #pragma once

@@ -54,9 +54,9 @@ void PrintConcurrentReport(const ConcurrentReport& rep, const ConcurrentOptions&
   } else if (o.mode != "embedded") {
     std::fprintf(out, "service clients' reads are not gated (--read-gate 0)\n");
   }
-  std::fprintf(out, "%-9s %-12s %4s %4s %4s %10s %9s %10s %9s %9s %9s %9s %11s %11s %8s\n",
-               "mode", "variant", "N", "rst", "sto", "agg GiB/s", "x ceiling", "x embedded",
-               "p50 ms", "p90 ms", "p99 ms", "p99/p50", "sto p50 ms", "sto p99 ms", "verify");
+  std::fprintf(out, "%-9s %-12s %4s %4s %4s %10s %9s %10s %9s %9s %9s %9s %11s %11s %8s\n", "mode",
+               "variant", "N", "rst", "sto", "agg GiB/s", "x ceiling", "x embedded", "p50 ms",
+               "p90 ms", "p99 ms", "p99/p50", "sto p50 ms", "sto p99 ms", "verify");
   for (const ConcurrentRow& r : rep.rows) {
     const std::string vs_embedded =
         r.embedded_gib_s > 0 ? Fixed(r.aggregate_median / r.embedded_gib_s) : "-";
@@ -80,8 +80,8 @@ void PrintConcurrentReport(const ConcurrentReport& rep, const ConcurrentOptions&
                "phases, median ms from the round's start over every request (start: the request "
                "began; lookup: answered; bound: restore started, slots bound / store begun; "
                "first, last: layer ready / visible; end: finished and released):\n");
-  std::fprintf(out, "%-9s %-12s %4s %8s %8s %8s %8s %8s %8s %9s\n", "mode", "variant", "N",
-               "start", "lookup", "bound", "first", "last", "end", "max end");
+  std::fprintf(out, "%-9s %-12s %4s %8s %8s %8s %8s %8s %8s %9s\n", "mode", "variant", "N", "start",
+               "lookup", "bound", "first", "last", "end", "max end");
   for (const ConcurrentRow& r : rep.rows) {
     const PhaseMedians m = Phases(r);
     std::fprintf(out, "%-9s %-12s %4u %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f\n",
@@ -139,8 +139,8 @@ nlohmann::json ConcurrentJson(const ConcurrentReport& rep, const ConcurrentOptio
     }
     x["verify_failures"] = r.verify_failures;
     const PhaseMedians m = Phases(r);
-    x["phase_medians_s"] = {{"start", m.start}, {"lookup", m.looked_up}, {"bound", m.bound},
-                            {"first", m.first}, {"last", m.last},        {"end", m.end},
+    x["phase_medians_s"] = {{"start", m.start},    {"lookup", m.looked_up}, {"bound", m.bound},
+                            {"first", m.first},    {"last", m.last},        {"end", m.end},
                             {"max_end", m.max_end}};
     rs.push_back(x);
   }

@@ -35,8 +35,9 @@ const char* VariantName(Variant v) {
 }
 
 Variant ParseVariant(const std::string& v) {
-  return v == "distinct" ? Variant::kDistinct : v == "same-prefix" ? Variant::kSamePrefix
-                                                                   : Variant::kMixed;
+  return v == "distinct"      ? Variant::kDistinct
+         : v == "same-prefix" ? Variant::kSamePrefix
+                              : Variant::kMixed;
 }
 
 ConcurrentWorkload::ConcurrentWorkload(const ConcurrentOptions& o) : o_(o) {
@@ -93,8 +94,8 @@ RunPlan ConcurrentWorkload::Plan(Variant variant, uint32_t n) const {
   p.rounds = o_.warmups + o_.reps;
   const uint64_t T = geometry_.tokens_per_stripe;
   const uint64_t packs_per_request = (p.tokens + T - 1) / T;
-  p.capacity_bytes = (p.prefixes + uint64_t{p.stores} * p.rounds + 1) * packs_per_request *
-                     geometry_.pack_bytes;
+  p.capacity_bytes =
+      (p.prefixes + uint64_t{p.stores} * p.rounds + 1) * packs_per_request * geometry_.pack_bytes;
   return p;
 }
 
@@ -138,7 +139,8 @@ EngineOptions ConcurrentWorkload::Options(const RunPlan& p, const std::string& s
                                     : DeviceSelection::kAuto;
   Result<IoEngineKind> io = ParseIoEngineKind(o_.io);
   if (!io.ok()) ConcurrentFail("--io: " + io.status().ToString());
-  eo.io_engine = *io == IoEngineKind::kUring ? IoEngineSelection::kUring : IoEngineSelection::kPosix;
+  eo.io_engine =
+      *io == IoEngineKind::kUring ? IoEngineSelection::kUring : IoEngineSelection::kPosix;
   eo.direct_io = o_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
   eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, p.tokens + 1);
   // Every request of a round holds a job slot (plus the lookup-time prefetch it adopts).
@@ -171,9 +173,8 @@ void ConcurrentWorkload::PrepareRequest(const RunPlan& p, uint32_t round, uint32
   }
 }
 
-Status ConcurrentWorkload::RunRequest(Engine& engine, const RunPlan& p, uint32_t round,
-                                      uint32_t i, PagedKvSpace& kv,
-                                      const std::vector<int32_t>& tokens,
+Status ConcurrentWorkload::RunRequest(Engine& engine, const RunPlan& p, uint32_t round, uint32_t i,
+                                      PagedKvSpace& kv, const std::vector<int32_t>& tokens,
                                       RequestTimeline* t) const {
   const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
   if (i < p.restores) {

@@ -34,10 +34,10 @@ struct ConcurrentOptions {
   uint64_t seed = 20261202;
   bool buffered = false;
   bool quiet = false;
-  std::string mode = "embedded";     // embedded | service | both
-  uint32_t client_read_threads = 0;  // service clients' read_io_threads (0: the engine's auto)
-  uint32_t client_read_workers = 0;  // service clients' read_workers (0: the engine's default)
-  uint32_t client_read_banks = 0;    // service clients' read_banks (0: the engine's default)
+  std::string mode = "embedded";       // embedded | service | both
+  uint32_t client_read_threads = 0;    // service clients' read_io_threads (0: the engine's auto)
+  uint32_t client_read_workers = 0;    // service clients' read_workers (0: the engine's default)
+  uint32_t client_read_banks = 0;      // service clients' read_banks (0: the engine's default)
   uint32_t embedded_read_banks = 0;    // the embedded engine's read_banks (0: its default)
   uint32_t embedded_read_workers = 0;  // the embedded engine's read_workers (0: its default)
   uint32_t embedded_read_threads = 0;  // the embedded engine's read_io_threads (0: its auto)
@@ -128,9 +128,8 @@ class ConcurrentWorkload {
   void PrepareRequest(const RunPlan& p, uint32_t round, uint32_t i, PagedKvSpace& kv,
                       std::vector<int32_t>* tokens) const;
   // Requests [0, restores) restore, the rest store.
-  Status RunRequest(Engine& engine, const RunPlan& p, uint32_t round, uint32_t i,
-                    PagedKvSpace& kv, const std::vector<int32_t>& tokens,
-                    RequestTimeline* t) const;
+  Status RunRequest(Engine& engine, const RunPlan& p, uint32_t round, uint32_t i, PagedKvSpace& kv,
+                    const std::vector<int32_t>& tokens, RequestTimeline* t) const;
   // Rows of a restore that differ from its prefix's pattern (0 for a store).
   uint64_t VerifyRequest(const RunPlan& p, uint32_t i, PagedKvSpace& kv) const;
   // Untimed: stores each distinct prefix once (into kv[0, prefixes)).

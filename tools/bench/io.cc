@@ -165,8 +165,9 @@ Result<IoReport> RunIoBench(const IoBenchOptions& o) {
   }
   {
     // Written with the posix engine: one span per block, then made durable.
-    RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> writer,
-                             MakeIoEngine(IoEngineKind::kPosix, IoEngineOptions{.workers = o.threads}));
+    RANGEKV_ASSIGN_OR_RETURN(
+        std::unique_ptr<IoEngine> writer,
+        MakeIoEngine(IoEngineKind::kPosix, IoEngineOptions{.workers = o.threads}));
     IoBatch batch(static_cast<uint32_t>(o.size_bytes / o.block_bytes));
     for (uint64_t off = 0; off < o.size_bytes; off += o.block_bytes) {
       RANGEKV_RETURN_IF_ERROR(
@@ -200,9 +201,8 @@ Result<IoReport> RunIoBench(const IoBenchOptions& o) {
                             static_cast<double>(cell_bytes) / kGiB / seconds};
           },
           [&](const GridCell& g) {
-            std::fprintf(stderr, "bench io: grid %2u threads x %2llu MiB: %7.2f GiB/s\n",
-                         g.threads, static_cast<unsigned long long>(g.request_bytes / kMiB),
-                         g.gib_s);
+            std::fprintf(stderr, "bench io: grid %2u threads x %2llu MiB: %7.2f GiB/s\n", g.threads,
+                         static_cast<unsigned long long>(g.request_bytes / kMiB), g.gib_s);
           }));
   const GridCell* best = BestCell(rep.grid);
   if (best != nullptr && (best->threads != o.threads || best->request_bytes != o.block_bytes)) {
@@ -236,7 +236,8 @@ Result<IoReport> RunIoBench(const IoBenchOptions& o) {
     rep.uring_buffers = reg.ok() ? "registered" : "unregistered (" + reg.ToString() + ")";
     File* files[] = {file.get()};
     const Status regf = m->io_engine().RegisterFiles(files);
-    if (!regf.ok()) std::fprintf(stderr, "bench io: fixed files off: %s\n", regf.ToString().c_str());
+    if (!regf.ok())
+      std::fprintf(stderr, "bench io: fixed files off: %s\n", regf.ToString().c_str());
     methods.push_back(std::move(m));
   } else {
     rep.uring_error = uring.status().ToString();
@@ -277,7 +278,8 @@ Result<IoReport> RunIoBench(const IoBenchOptions& o) {
 void PrintIoReport(const IoReport& rep, std::FILE* out) {
   const IoBenchOptions& o = rep.options;
   const double gib = static_cast<double>(o.size_bytes) / static_cast<double>(kGiB);
-  std::fprintf(out, "\nrangekv bench io: %.2f GiB, %llu MiB blocks, %u threads, %s, %s, %u reps%s\n",
+  std::fprintf(out,
+               "\nrangekv bench io: %.2f GiB, %llu MiB blocks, %u threads, %s, %s, %u reps%s\n",
                gib, static_cast<unsigned long long>(o.block_bytes / kMiB), o.threads,
                rep.direct_in_effect ? "O_DIRECT" : "buffered", rep.machine.file_system.c_str(),
                o.reps, o.cuda_register ? ", destination cudaHostRegister'ed" : "");
@@ -319,8 +321,10 @@ nlohmann::json IoJson(const IoReport& rep) {
     results.push_back(r);
   }
   if (!rep.uring_error.empty()) {
-    results.push_back(
-        {{"engine", "uring"}, {"gib_s", nullptr}, {"ratio", nullptr}, {"unavailable", rep.uring_error}});
+    results.push_back({{"engine", "uring"},
+                       {"gib_s", nullptr},
+                       {"ratio", nullptr},
+                       {"unavailable", rep.uring_error}});
   }
   nlohmann::json grid = nlohmann::json::array();
   for (const GridCell& g : rep.grid) {

@@ -2,8 +2,9 @@
 //
 // Writes a file of real (pseudo-random) bytes, then reads the same bytes into the same host
 // memory in one run, interleaved rep by rep so machine drift hits every method alike:
-//   ceiling    - `threads` threads of plain pread of `block_bytes` requests (tools/bench/ceiling.h);
-//   best-ceil  - the fastest cell of a thread x request-size grid (cells over a bounded prefix of
+//   ceiling    - `threads` threads of plain pread of `block_bytes` requests
+//   (tools/bench/ceiling.h); best-ceil  - the fastest cell of a thread x request-size grid (cells
+//   over a bounded prefix of
 //                the file), re-measured on the whole file, when it is not the ceiling's own;
 //   posix      - the posix engine (`threads` workers), one batch of all blocks;
 //   uring      - the uring engine (`threads` rings), same batch, destination registered as fixed
@@ -34,8 +35,8 @@ struct IoBenchOptions {
   uint32_t queue_depth = 8;  // uring SQEs in flight per ring
   uint32_t reps = 3;
   bool direct = false;
-  std::string dir;                      // parent of the scratch directory ("": $TMPDIR or /tmp)
-  bool uring_submit_async = false;      // IOSQE_ASYNC
+  std::string dir;                  // parent of the scratch directory ("": $TMPDIR or /tmp)
+  bool uring_submit_async = false;  // IOSQE_ASYNC
   CeilingGrid ceiling_grid = CeilingGrid::kFull;
   uint64_t grid_cell_bytes = 256ull << 20;
   uint64_t split_bytes = 0;  // the engines' byte split (0: spans whole)

@@ -182,7 +182,6 @@ Result<nlohmann::json> DirectoryLookups(const LookupBenchOptions& cfg) {
                         {"date", UtcTimestamp()}};
 }
 
-
 // ---- --store: engine lookups, embedded against the store service ---------------------------
 //
 // What a lookup costs a serving process end to end: Engine::Lookup on an embedded engine against
@@ -261,7 +260,8 @@ Result<nlohmann::json> EngineLookups(const LookupBenchOptions& cfg) {
     RANGEKV_RETURN_IF_ERROR(kv->Fill(cfg.seed, 0, cfg.prefix_tokens));
     for (auto& e : engines) {
       RequestTimeline unused;
-      RANGEKV_RETURN_IF_ERROR(TimedStore(*e, *kv, prefix, "bench-lookup-store", std::nullopt, &unused));
+      RANGEKV_RETURN_IF_ERROR(
+          TimedStore(*e, *kv, prefix, "bench-lookup-store", std::nullopt, &unused));
     }
   }
 
@@ -314,11 +314,12 @@ Result<nlohmann::json> EngineLookups(const LookupBenchOptions& cfg) {
       const auto t0 = std::chrono::steady_clock::now();
       Result<LookupResult> r = e.Lookup(env, query, c.granularity);
       const auto t1 = std::chrono::steady_clock::now();
-      if (!r.ok()) return Failure(std::string(names[c.engine]) + " lookup: " + r.status().ToString());
+      if (!r.ok())
+        return Failure(std::string(names[c.engine]) + " lookup: " + r.status().ToString());
       e.ReleaseRequest(env);
       if (r->hit_tokens != cfg.prefix_tokens / c.granularity * c.granularity) {
-        return Failure(std::string(names[c.engine]) + " lookup hit " + std::to_string(r->hit_tokens) +
-             " tokens");
+        return Failure(std::string(names[c.engine]) + " lookup hit " +
+                       std::to_string(r->hit_tokens) + " tokens");
       }
       c.hit = r->hit_tokens;
       c.records = r->records_selected;
@@ -370,8 +371,7 @@ Result<nlohmann::json> EngineLookups(const LookupBenchOptions& cfg) {
   std::printf(
       "where the service's time goes (medians): a 16-token miss %.1f us through the service, "
       "%.1f embedded (round trip %.1f us); copying the %zu-byte query %.1f us\n",
-      Median(miss_us[1]), Median(miss_us[0]), round_trip,
-      query.size() * sizeof(int32_t), copy);
+      Median(miss_us[1]), Median(miss_us[0]), round_trip, query.size() * sizeof(int32_t), copy);
   return nlohmann::json{{"workload", "lookup-service"},
                         {"store", cfg.store},
                         {"results", results},

@@ -5,8 +5,7 @@
 namespace rangekv::tools {
 
 Status TimedStore(Engine& engine, const PagedKvSpace& kv, std::span<const int32_t> tokens,
-                  const std::string& id, std::optional<uint64_t> expect_begin,
-                  RequestTimeline* t) {
+                  const std::string& id, std::optional<uint64_t> expect_begin, RequestTimeline* t) {
   StoreRequest rq;
   rq.envelope = BenchEnvelope(id);
   rq.tokens = tokens;
@@ -56,8 +55,8 @@ Status TimedRestore(Engine& engine, const PagedKvSpace& kv, std::span<const int3
   rq.begin_token = begin;
   rq.endpoint_tokens = end;
   RANGEKV_ASSIGN_OR_RETURN(RestoreHandle h, engine.StartRestore(rq));
-  RANGEKV_RETURN_IF_ERROR(
-      h.BindSlots(kv.engine_kv(), std::span<const int64_t>(kv.slots()).subspan(begin, end - begin)));
+  RANGEKV_RETURN_IF_ERROR(h.BindSlots(
+      kv.engine_kv(), std::span<const int64_t>(kv.slots()).subspan(begin, end - begin)));
   t->bound = NowSeconds();
   const uint32_t layers = static_cast<uint32_t>(kv.engine_kv().layer_base.size());
   for (uint32_t l = 0; l < layers; ++l) {

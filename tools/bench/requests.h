@@ -33,8 +33,7 @@ struct RequestTimeline {
 // store is visible. With `expect_begin`, the store must reserve exactly tokens
 // [*expect_begin, tokens.size()) (an uncached suffix after a cached prefix) or it fails.
 Status TimedStore(Engine& engine, const PagedKvSpace& kv, std::span<const int32_t> tokens,
-                  const std::string& id, std::optional<uint64_t> expect_begin,
-                  RequestTimeline* t);
+                  const std::string& id, std::optional<uint64_t> expect_begin, RequestTimeline* t);
 
 // Restores tokens [begin, end) of `prompt` into `kv` (slots [begin, end) of its slot mapping):
 // Lookup at `granularity` (the hit must reach `end`), StartRestore, BindSlots, WaitLayer for

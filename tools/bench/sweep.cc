@@ -230,11 +230,12 @@ class Sweep {
     report_.payload_bytes = report_.payload_tokens * row_bytes;
     report_.machine = DescribeMachine(scratch_->path());
     progress_.Print("payload %s (%" PRIu64 " tokens x %u layers x %" PRIu64
-             " B), %zu points, %zu "
-             "configurations, %u+%u repetitions, dir %s (%s)",
-             FormatBytes(report_.payload_bytes).c_str(), report_.payload_tokens, geometry_.layers,
-             geometry_.token_bytes, points_.size(), configs_.size(), o_.warmups, o_.reps,
-             scratch_->path().c_str(), report_.machine.file_system.c_str());
+                    " B), %zu points, %zu "
+                    "configurations, %u+%u repetitions, dir %s (%s)",
+                    FormatBytes(report_.payload_bytes).c_str(), report_.payload_tokens,
+                    geometry_.layers, geometry_.token_bytes, points_.size(), configs_.size(),
+                    o_.warmups, o_.reps, scratch_->path().c_str(),
+                    report_.machine.file_system.c_str());
     if (!store && o_.run_ceiling && device_->capabilities().kind == DeviceKind::kCuda) {
       RANGEKV_RETURN_IF_ERROR(MeasureH2dCeiling());
     }
@@ -261,8 +262,8 @@ class Sweep {
                                                                 {&payload, 1}, o_.buffered));
     } else {
       RANGEKV_ASSIGN_OR_RETURN(
-          c.file, CeilingFile::ForSuffix(*device_, scratch_->Join("ceiling.dat"), geometry_, P_,
-                                         S_, o_.seed, CeilingThreads(), o_.buffered));
+          c.file, CeilingFile::ForSuffix(*device_, scratch_->Join("ceiling.dat"), geometry_, P_, S_,
+                                         o_.seed, CeilingThreads(), o_.buffered));
     }
     report_.direct = c.file->direct();
     RANGEKV_RETURN_IF_ERROR(MeasureBestCell(c));
@@ -292,8 +293,9 @@ class Sweep {
             [&](const GridCell& g) {
               Step();
               progress_.Print("ceiling grid %s: %2u threads x %6s requests: %.2f GiB/s (%s)",
-                       write ? "pwrite" : "pread", g.threads, RequestName(g.request_bytes).c_str(),
-                       g.gib_s, FormatBytes(g.bytes).c_str());
+                              write ? "pwrite" : "pread", g.threads,
+                              RequestName(g.request_bytes).c_str(), g.gib_s,
+                              FormatBytes(g.bytes).c_str());
             }));
     const GridCell* best = BestCell(report_.grid);
     if (best == nullptr) return OkStatus();
@@ -308,7 +310,7 @@ class Sweep {
     c.best_threads = best->threads;
     c.best_request_bytes = best->request_bytes;
     progress_.Print("best ceiling configuration: %s (re-measured on the whole payload every round)",
-             report_.best_ceiling_config.c_str());
+                    report_.best_ceiling_config.c_str());
     return OkStatus();
   }
 
@@ -322,12 +324,14 @@ class Sweep {
     if (rep >= o_.warmups) report_.ceiling_samples_gib_s.push_back(gib_s);
     Step();
     if (write) {
-      progress_.Print("ceiling (%u threads pwrite, %s) rep %u: %.3f s, %.2f GiB/s%s", CeilingThreads(),
-               c.file->direct() ? "O_DIRECT" : "buffered", rep, pass.seconds, gib_s, warm);
+      progress_.Print("ceiling (%u threads pwrite, %s) rep %u: %.3f s, %.2f GiB/s%s",
+                      CeilingThreads(), c.file->direct() ? "O_DIRECT" : "buffered", rep,
+                      pass.seconds, gib_s, warm);
     } else {
-      progress_.Print("point all ceiling (%u threads pread, %s) rep %u: %.3f s, %.2f GiB/s, verified%s",
-               CeilingThreads(), c.file->direct() ? "O_DIRECT" : "buffered", rep, pass.seconds,
-               gib_s, warm);
+      progress_.Print(
+          "point all ceiling (%u threads pread, %s) rep %u: %.3f s, %.2f GiB/s, verified%s",
+          CeilingThreads(), c.file->direct() ? "O_DIRECT" : "buffered", rep, pass.seconds, gib_s,
+          warm);
     }
     if (c.best_threads == 0) {
       if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(gib_s);
@@ -338,8 +342,8 @@ class Sweep {
     const double best_gib_s = static_cast<double>(report_.payload_bytes) / kGiB / best.seconds;
     if (rep >= o_.warmups) report_.best_ceiling_samples_gib_s.push_back(best_gib_s);
     progress_.Print(write ? "best ceiling (%s pwrite) rep %u: %.3f s, %.2f GiB/s%s"
-                   : "best ceiling (%s) rep %u: %.3f s, %.2f GiB/s, verified%s",
-             report_.best_ceiling_config.c_str(), rep, best.seconds, best_gib_s, warm);
+                          : "best ceiling (%s) rep %u: %.3f s, %.2f GiB/s, verified%s",
+                    report_.best_ceiling_config.c_str(), rep, best.seconds, best_gib_s, warm);
     return OkStatus();
   }
 
@@ -599,7 +603,7 @@ class Sweep {
     RANGEKV_RETURN_IF_ERROR(EnsurePrefixPattern());
     RANGEKV_ASSIGN_OR_RETURN(double setup_s, EngineStore(*session.engine, prefix_, "setup", 0));
     progress_.Print("%s [%s]: prefix of %" PRIu64 " tokens stored in %.3f s", session.tag.c_str(),
-             session.engine->DescribeBackends().c_str(), P_, setup_s);
+                    session.engine->DescribeBackends().c_str(), P_, setup_s);
     return session;
   }
 
@@ -650,10 +654,11 @@ class Sweep {
       std::snprintf(first, sizeof(first), " (layer 0 ready %.3f s)", t.first_layer_s);
     }
     Step();
-    progress_.Print("point %s %s rep %u: %.3f s%s, %s%s", p.sweep.label.c_str(), session.tag.c_str(), rep,
-             t.total_s, first,
-             bad == 0 ? "verified" : ("VERIFY FAILED: " + std::to_string(bad) + " rows").c_str(),
-             rep < o_.warmups ? " (warm-up)" : "");
+    progress_.Print(
+        "point %s %s rep %u: %.3f s%s, %s%s", p.sweep.label.c_str(), session.tag.c_str(), rep,
+        t.total_s, first,
+        bad == 0 ? "verified" : ("VERIFY FAILED: " + std::to_string(bad) + " rows").c_str(),
+        rep < o_.warmups ? " (warm-up)" : "");
     Record(r, rep, t, EngineCounters(work, o_.workload), bad);
     return OkStatus();
   }
@@ -785,8 +790,8 @@ class Sweep {
       baseline::PerObjectStoreReport put = store->Put(prefix_, p.naming, kv_->baseline_kv());
       RANGEKV_RETURN_IF_ERROR(put.status);
       progress_.Print("point %s per-object [%s]: %" PRIu64 " objects stored in %.3f s",
-               p.sweep.label.c_str(), store->Describe().c_str(), put.objects,
-               static_cast<double>(put.elapsed_ns) / 1e9);
+                      p.sweep.label.c_str(), store->Describe().c_str(), put.objects,
+                      static_cast<double>(put.elapsed_ns) / 1e9);
     }
     for (uint32_t rep = 0; rep < o_.warmups + o_.reps; ++rep) {
       if (beside) RANGEKV_RETURN_IF_ERROR(RangeKvRep(*beside, pi, 0, rep, beside_r));
@@ -821,9 +826,10 @@ class Sweep {
         store->Clear();
       }
       Step();
-      progress_.Print("point %s per-object rep %u: %.3f s, %s%s", p.sweep.label.c_str(), rep, t.total_s,
-               bad == 0 ? "verified" : ("VERIFY FAILED: " + std::to_string(bad) + " rows").c_str(),
-               rep < o_.warmups ? " (warm-up)" : "");
+      progress_.Print(
+          "point %s per-object rep %u: %.3f s, %s%s", p.sweep.label.c_str(), rep, t.total_s,
+          bad == 0 ? "verified" : ("VERIFY FAILED: " + std::to_string(bad) + " rows").c_str(),
+          rep < o_.warmups ? " (warm-up)" : "");
       Record(r, rep, t, BaselineCounters(work, o_.workload), bad);
     }
     report_.direct = report_.direct && store->direct_io();

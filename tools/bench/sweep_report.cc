@@ -325,8 +325,7 @@ void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
                  restore ? "stripes" : "batches");
     for (const auto& [name, v] : r->phases_ms)
       std::fprintf(out, " %s %.1f", name.c_str(), Median(v));
-    std::fprintf(out, " (%s wall %.1f ms)\n", restore ? "restore" : "store",
-                 r->median_s * 1e3);
+    std::fprintf(out, " (%s wall %.1f ms)\n", restore ? "restore" : "store", r->median_s * 1e3);
   }
   if (rep.verify_failures != 0) {
     std::fprintf(out, "VERIFICATION FAILED in %" PRIu64 " repetitions\n", rep.verify_failures);

@@ -130,7 +130,7 @@ bench() {
   local name=$1 to=$2
   shift 2
   step "$name" "$to" "$rkv" bench "$@" --json "$work/$name.json"
-  grep -E "^(point|[0-9]+(-LW|-TP)? |(embedded|service|svc-thrd) |N=[0-9]+: best)|rangekv: medians|/ best ceiling|per-object /|checksum cost|journal cost|check:|MISSED|worst median ratio|where the service" \
+  grep -E "^(point|[0-9]+(-LW|-TP)? |(embedded|service|svc-thrd) |N=[0-9]+: best|(method|ceiling|best-ceil|posix|uring) )|rangekv: medians|/ best ceiling|per-object /|checksum cost|journal cost|check:|MISSED|worst median ratio|where the service" \
     "$work/$name.txt" 2>/dev/null | cut -c1-170 | sed 's/^/  /' | head -40 | tee -a "$sum"
 }
 

@@ -48,7 +48,7 @@ suite_tests() {
   grep -hE '^\[(device|access|throughput)\]' "$work/kernels_gpu_test.txt" | tee -a "$sum"
   if command -v compute-sanitizer >/dev/null 2>&1; then
     step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
-      "$build/src/device/kernels_gpu_test" --gtest_filter='*ScatterAndGather*:*LayerGroup*:*Digest*'
+      "$build/src/device/kernels_gpu_test" --gtest_filter='*ScatterAndGather*:*LayerGroup*:*Digest*:*CrossLayer*'
   fi
   step device_test 120 "$build/src/device/device_test"
   step kernels_test 120 "$build/src/kernels/kernels_test"

@@ -62,7 +62,7 @@ set +e
 # python/tests/vllm (the vLLM connector's tests) runs only with RANGEKV_PY_TEST_VLLM=1.
 ignore=(--ignore=vllm)
 [ "${RANGEKV_PY_TEST_VLLM:-0}" = 1 ] && ignore=()
-"$py" -m pytest -q -rs -p no:cacheprovider "${ignore[@]}" "$@" . 2>&1 | grep -v '^rangekv [IWE] ' | tee /tmp/python_test.$$.log
+"$py" -m pytest -q -rs -p no:cacheprovider "${ignore[@]}" "$@" 2>&1 | grep -v '^rangekv [IWE] ' | tee /tmp/python_test.$$.log
 rc=${PIPESTATUS[0]}
 set -e
 summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' /tmp/python_test.$$.log | tail -1)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -71,10 +72,26 @@ struct RemovedRange {
 //                   transfer says so (restore: layer ready / Finish; store: extraction done).
 //   num_blocks      blocks per layer tensor
 // A slot is block * block_size + offset-in-block, exactly vLLM's slot_mapping convention.
+//   strides         unset: every layer is dense in `layout`'s memory order. Set: every layer is
+//                   a view with these byte strides (vLLM's cross-layer KV cache, where one
+//                   allocation's blocks hold all layers and each layer is a strided view into
+//                   it): K's head vector (block b, token t, head h) at layer_base[l] + b*block +
+//                   t*token + h*head, V's at the same + plane, head vectors contiguous. Only for
+//                   two-plane layouts (not kMla or kCpuBlock); the layers must interleave inside
+//                   each block without sharing a byte. Either is refused with kInvalidArgument.
+//                   What is stored does not depend on it: a stripe row is K heads then V heads
+//                   whatever the paged memory's order.
+struct PagedKvStrides {  // bytes, non-negative
+  int64_t plane = 0;
+  int64_t block = 0;
+  int64_t token = 0;
+  int64_t head = 0;
+};
 struct PagedKv {
   KvCacheLayout layout = KvCacheLayout::kFlashAttnNhd;
   uint64_t num_blocks = 0;
   std::vector<void*> layer_base;  // size == geometry().layers
+  std::optional<PagedKvStrides> strides;
 };
 
 // A stream of the engine's device, as a caller names it: a ref returned by

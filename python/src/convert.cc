@@ -246,6 +246,48 @@ std::vector<int64_t> StridesOf(const Geometry& g, std::string_view physical, std
   return out;
 }
 
+// Whether a layout's layers may come as strided views: two planes, not opaque blocks.
+bool StridedCapable(const LayoutInfo& layout) {
+  return !layout.mla && layout.value.has_value() && !IsBlockOpaque(*layout.value);
+}
+
+// Byte strides of a strided view whose dimensions are named by `logical` ("2NBHD", "N2BHD" or
+// "NHBP"), or nullopt when the innermost dimension (a head vector, or K|V of one head) is not
+// contiguous or a stride is negative.
+std::optional<PagedKvStrides> ExplicitStrides(const std::vector<int64_t>& shape,
+                                              const std::vector<int64_t>& strides,
+                                              std::string_view logical, int64_t itemsize) {
+  PagedKvStrides out;
+  for (size_t i = 0; i < logical.size(); ++i) {
+    const int64_t st = strides[i];
+    if (st < 0) return std::nullopt;
+    switch (logical[i]) {
+      case '2':
+        out.plane = st * itemsize;
+        break;
+      case 'N':
+        out.block = st * itemsize;
+        break;
+      case 'B':
+        out.token = st * itemsize;
+        break;
+      case 'H':
+        out.head = st * itemsize;
+        break;
+      case 'D':
+        if (st != 1 && shape[i] != 1) return std::nullopt;
+        break;
+      case 'P':  // K|V of one head: K = [:D], V = [D:]
+        if (st != 1) return std::nullopt;
+        out.plane = shape[i] / 2 * itemsize;
+        break;
+      default:
+        return std::nullopt;
+    }
+  }
+  return out;
+}
+
 bool StridesMatch(const std::vector<int64_t>& shape, const std::vector<int64_t>& want,
                   const std::vector<int64_t>& have) {
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -384,6 +426,7 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
     bool shape_seen = false;
     bool accepted = false;
     int64_t n = -1;
+    std::optional<PagedKvStrides> layer_strides;
     for (std::string_view order : {phys, logi}) {
       if (shape.size() != order.size()) continue;
       const int64_t cand_n = shape[order.find('N')];
@@ -393,6 +436,33 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
         accepted = true;
         n = cand_n;
         break;
+      }
+    }
+    if (!accepted && shape_seen && StridedCapable(layout)) {
+      // Not dense in the layout's order: a strided view (vLLM's cross-layer KV cache). The
+      // logical order names each dimension; the engine checks the views for aliasing.
+      layer_strides = ExplicitStrides(shape, strides, logi, static_cast<int64_t>(arr.itemsize()));
+      if (layer_strides.has_value()) {
+        accepted = true;
+        n = shape[logi.find('N')];
+      }
+    }
+    if (l > 0 && layer_strides.has_value() != out.kv.strides.has_value()) {
+      Throw(StatusCode::kInvalidArgument,
+            who + " is " + (layer_strides ? "a strided view" : "dense") + " but kv_layers[0] is " +
+                (out.kv.strides ? "a strided view" : "dense") +
+                ": every layer needs the same memory order");
+    }
+    if (layer_strides.has_value()) {
+      if (l == 0) {
+        out.kv.strides = layer_strides;
+      } else if (layer_strides->plane != out.kv.strides->plane ||
+                 layer_strides->block != out.kv.strides->block ||
+                 layer_strides->token != out.kv.strides->token ||
+                 layer_strides->head != out.kv.strides->head) {
+        Throw(StatusCode::kInvalidArgument,
+              who + " has strides " + ShapeString(strides) +
+                  " (elements), other than kv_layers[0]'s: every layer needs the same strides");
       }
     }
     if (!accepted) {
@@ -410,8 +480,11 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
       Throw(StatusCode::kInvalidArgument,
             who + " with shape " + ShapeString(shape) + " has strides " + ShapeString(strides) +
                 " (elements): layout " + std::string(layout.name) +
-                " needs memory dense in the order (" + std::string(phys) +
-                "), i.e. a contiguous tensor (not a slice or a transposed view)");
+                " needs memory dense in the order (" + std::string(phys) + ")" +
+                (StridedCapable(layout)
+                     ? " or a strided view of (" + std::string(logi) +
+                           ") with the last dimension contiguous and no negative stride"
+                     : ", i.e. a contiguous tensor (not a slice or a transposed view)"));
     }
     if (n < 1) Throw(StatusCode::kInvalidArgument, who + " has no blocks");
     if (blocks >= 0 && n != blocks) {
@@ -429,7 +502,9 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
     out.views.push_back(std::move(arr));
   }
   out.kv.num_blocks = static_cast<uint64_t>(blocks);
-  if (writable) {
+  // Strided layers interleave by design (one cross-layer allocation); the engine checks that
+  // they share no byte (kernels::CheckStridedLayersDisjoint).
+  if (writable && !out.kv.strides.has_value()) {
     std::vector<std::pair<uintptr_t, uintptr_t>> sorted = ranges;
     std::sort(sorted.begin(), sorted.end());
     for (size_t i = 1; i < sorted.size(); ++i) {

@@ -159,23 +159,40 @@ def test_wrong_shape_and_layer_count(stored):
     check()
 
 
-def test_non_contiguous_tensors(stored):
+def test_strided_tensors(stored):
+    """Strided views (vLLM's cross-layer KV cache, a slice, a transposed view) are taken with
+    their own strides; what the engine cannot address is refused, and refusals write nothing."""
     eng, src, check = stored
+    # Head vectors not contiguous (Fortran order), and layers that share bytes: refused.
     e, hit, ticket, h = claim(eng)
-    big = [np.zeros((2, 2 * N, B, 2, 16), dtype=np.uint16) for _ in range(L)]
-    sliced = [a[:, ::2] for a in big]  # right shape, every other block
-    with pytest.raises(rangekv.InvalidArgument, match="strides"):
-        h.bind_slots(sliced, np.arange(hit))
-    # Right shape (B = 16 = D here? no: H = 2) through a transposed view of other memory.
-    swapped = [np.zeros((2, N, 2, B, 16), dtype=np.uint16).swapaxes(2, 3) for _ in range(L)]
-    with pytest.raises(rangekv.InvalidArgument, match="contiguous"):
-        h.bind_slots(swapped, np.arange(hit))
     fortran = [np.asfortranarray(a) for a in zero_layers(LAYOUT, N)]
-    with pytest.raises(rangekv.InvalidArgument, match="strides"):
+    with pytest.raises(rangekv.InvalidArgument, match="last dimension contiguous"):
         h.bind_slots(fortran, np.arange(hit))
+    big = [np.zeros((2, 2 * N, B, 2, 16), dtype=np.uint16) for _ in range(L)]
+    sliced = [a[:, ::2] for a in big]  # right shape, every other block of a larger allocation
+    with pytest.raises(rangekv.InvalidArgument, match="overlap in memory"):
+        h.bind_slots([sliced[0]] * L, np.arange(hit))
     with pytest.raises(rangekv.InvalidArgument, match="strides"):
-        eng.begin_store(env("s"), list(range(64)), [a[:, ::2] for a in big], list(range(64)))
-    h.finish()
+        eng.begin_store(env("s"), list(range(64)), fortran, list(range(64)))
+    h.cancel()
+    assert all(not a.any() for a in big + fortran)
+    # Every other block of a larger allocation: restored into exactly those blocks.
+    e, hit, ticket, h = claim(eng, "sliced")
+    slots = np.arange(hit)
+    h.bind_slots(sliced, slots)
+    assert h.finish().ok
+    for layer in range(L):
+        assert np.array_equal(token_rows(LAYOUT, sliced[layer], slots),
+                              token_rows(LAYOUT, src[layer], np.arange(hit)))
+        assert not big[layer][:, 1::2].any()  # the blocks in between untouched
+    # A transposed view of other memory (the HND order through the NHD shape): taken as is.
+    e, hit, ticket, h = claim(eng, "swapped")
+    swapped = [np.zeros((2, N, 2, B, 16), dtype=np.uint16).swapaxes(2, 3) for _ in range(L)]
+    h.bind_slots(swapped, slots)
+    assert h.finish().ok
+    for layer in range(L):
+        assert np.array_equal(token_rows(LAYOUT, swapped[layer], slots),
+                              token_rows(LAYOUT, src[layer], np.arange(hit)))
     check()
 
 

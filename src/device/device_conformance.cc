@@ -592,6 +592,103 @@ TEST_P(DeviceConformance, GatherOfALayerGroupMatchesTheReference) {
   }
 }
 
+// vLLM's cross-layer KV cache (vLLM 0.25.1 FlashAttention/FlashInfer with
+// include_num_layers_dimension): one allocation whose blocks hold every layer, physical
+// [N, L, 2, B, H, D] (NHD) or [N, H, L, 2, B, D] (HND), each layer handed over as a strided view.
+// Scatter into every layer, then gather each back: the bytes land where the 6-D tensor's own
+// index arithmetic puts them, no layer touches another's, and the gathers read what was written.
+TEST_P(DeviceConformance, CrossLayerStridedViewsMatchTheSixDimensionalOracle) {
+  std::unique_ptr<Stream> s = Take(device_->CreateStream());
+  std::mt19937_64 rng(4242);
+  for (const bool hnd : {false, true}) {
+    for (const uint32_t elem : {2u, 1u}) {
+      const uint32_t N = 6 * GetParam().case_scale, L = 3, B = 16, H = 2, D = 40;
+      SCOPED_TRACE(std::string(hnd ? "HND" : "NHD") + " elem " + std::to_string(elem));
+      const kernels::PagedShape shape{
+          .num_blocks = N, .block_size = B, .num_heads = H, .head_size = D, .elem_bytes = elem};
+      const int64_t e = elem;
+      kernels::PagedStrides st;
+      int64_t layer_step = 0;
+      if (!hnd) {
+        st = {.plane = B * H * D * e, .block = L * 2 * B * H * D * e, .token = H * D * e,
+              .head = D * e};
+        layer_step = 2 * B * H * D * e;
+      } else {
+        st = {.plane = B * D * e, .block = H * L * 2 * B * D * e, .token = D * e,
+              .head = L * 2 * B * D * e};
+        layer_step = 2 * B * D * e;
+      }
+      auto oracle = [&](uint32_t n, uint32_t l, uint32_t p, uint32_t t, uint32_t h) -> uint64_t {
+        const uint64_t idx = hnd ? ((((uint64_t{n} * H + h) * L + l) * 2 + p) * B + t)
+                                 : ((((uint64_t{n} * L + l) * 2 + p) * B + t) * H + h);
+        return idx * D * e;
+      };
+      const uint64_t total = uint64_t{N} * L * 2 * B * H * D * e;
+      const uint64_t row = 2ull * H * D * e;
+      const uint32_t tokens = N * B * 3 / 4;
+      DeviceBuffer d_all = Take(device_->AllocateDevice(total));
+      ASSERT_TRUE(s->Fill(d_all.data(), kPoison, total).ok());
+      std::vector<void*> bases;
+      for (uint32_t l = 0; l < L; ++l) bases.push_back(d_all.bytes() + l * layer_step);
+      ASSERT_TRUE(kernels::CheckStridedLayersDisjoint(shape, st, bases).ok());
+
+      std::vector<uint8_t> want(total, kPoison);
+      std::vector<std::vector<uint8_t>> stripes;
+      std::vector<std::vector<int64_t>> maps;
+      std::vector<DeviceBuffer> keep;
+      for (uint32_t l = 0; l < L; ++l) {
+        stripes.emplace_back(tokens * row);
+        kernels::testing::FillRandom(stripes.back(), rng);
+        maps.push_back(kernels::testing::RandomSlotMapping(N * B, tokens, 10, rng));
+        keep.push_back(Take(device_->AllocateDevice(stripes.back().size())));
+        Upload(*device_, *s, keep.back().data(), stripes.back());
+        keep.push_back(Take(device_->AllocateDevice(tokens * sizeof(int64_t))));
+        Upload(*device_, *s, keep.back().data(),
+               {reinterpret_cast<const uint8_t*>(maps.back().data()), tokens * sizeof(int64_t)});
+        const kernels::ScatterArgs a{
+            .dst = Take(kernels::MakeStridedPagedKvView(shape, st, bases[l])),
+            .stripe = keep[2 * l].bytes(),
+            .slots = reinterpret_cast<const int64_t*>(keep[2 * l + 1].data()),
+            .num_tokens = tokens};
+        ASSERT_TRUE(s->Scatter(a).ok());
+        for (uint32_t i = 0; i < tokens; ++i) {
+          const int64_t slot = maps.back()[i];
+          if (slot < 0) continue;
+          const uint32_t n = static_cast<uint32_t>(slot / B), t = static_cast<uint32_t>(slot % B);
+          for (uint32_t p = 0; p < 2; ++p) {
+            for (uint32_t h = 0; h < H; ++h) {
+              std::memcpy(want.data() + oracle(n, l, p, t, h),
+                          stripes.back().data() + i * row + (p * H + h) * D * e, D * e);
+            }
+          }
+        }
+      }
+      const std::vector<uint8_t> got = Download(*device_, *s, d_all.data(), total);
+      ASSERT_EQ(kernels::testing::FirstDifference(got, want), -1) << "scatter";
+
+      for (uint32_t l = 0; l < L; ++l) {
+        DeviceBuffer back = Take(device_->AllocateDevice(tokens * row));
+        ASSERT_TRUE(s->Fill(back.data(), kPoison, tokens * row).ok());
+        kernels::GatherArgs g;
+        g.src[0] = Take(kernels::MakeStridedPagedKvView(shape, st, bases[l]));
+        g.num_layers = 1;
+        g.slots = reinterpret_cast<const int64_t*>(keep[2 * l + 1].data());
+        g.num_tokens = tokens;
+        g.out = back.bytes();
+        ASSERT_TRUE(s->Gather(g).ok());
+        std::vector<uint8_t> expect = stripes[l];
+        for (uint32_t i = 0; i < tokens; ++i) {
+          if (maps[l][i] < 0) std::memset(expect.data() + i * row, kPoison, row);
+        }
+        ASSERT_EQ(kernels::testing::FirstDifference(
+                      Download(*device_, *s, back.data(), tokens * row), expect),
+                  -1)
+            << "gather of layer " << l;
+      }
+    }
+  }
+}
+
 TEST_P(DeviceConformance, DigestMatchesTheReference) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());
   std::mt19937_64 rng(99);

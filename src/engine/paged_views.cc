@@ -1,5 +1,6 @@
 #include "engine/paged_views.h"
 
+#include <optional>
 #include <string>
 
 namespace rangekv::engine_internal {
@@ -49,8 +50,23 @@ Status MakeLayerViews(const Geometry& g, KvCacheLayout layout, const PagedKv& kv
   shape.head_size = g.is_mla() ? g.mla_latent_size : g.head_size;
   shape.elem_bytes = g.dtype_bytes;
   views->resize(g.layers);
+  std::optional<kernels::PagedStrides> strides;
+  if (kv.strides.has_value()) {
+    if (g.is_mla() || IsBlockOpaque(kv.layout)) {
+      return InvalidArgument("paged KV: explicit strides are for two-plane layouts, not " +
+                             std::string(KvCacheLayoutName(kv.layout)));
+    }
+    strides = kernels::PagedStrides{.plane = kv.strides->plane,
+                                    .block = kv.strides->block,
+                                    .token = kv.strides->token,
+                                    .head = kv.strides->head};
+    RANGEKV_RETURN_IF_ERROR(
+        kernels::CheckStridedLayersDisjoint(shape, *strides, kv.layer_base));
+  }
   for (uint32_t l = 0; l < g.layers; ++l) {
-    auto v = kernels::MakePagedKvView(ToKernelLayout(kv.layout), shape, kv.layer_base[l]);
+    auto v = strides.has_value()
+                 ? kernels::MakeStridedPagedKvView(shape, *strides, kv.layer_base[l])
+                 : kernels::MakePagedKvView(ToKernelLayout(kv.layout), shape, kv.layer_base[l]);
     if (!v.ok()) return v.status().WithContext("paged KV layer " + std::to_string(l));
     if (v->token_bytes() != g.token_bytes) {
       return {StatusCode::kGeometryMismatch, "paged KV token bytes differ from the store's"};

@@ -205,6 +205,89 @@ Result<PagedKvView> MakePagedKvView(PagedLayout layout, const PagedShape& s, voi
   return v;
 }
 
+Result<PagedKvView> MakeStridedPagedKvView(const PagedShape& s, const PagedStrides& st,
+                                           void* layer_base) {
+  // The dense size check of a named layout bounds the sizes the same way.
+  RANGEKV_RETURN_IF_ERROR(PagedLayerBytes(PagedLayout::kFlashInferNhd, s).status());
+  if (layer_base == nullptr) return InvalidArgument("paged layer base is null");
+  if (st.plane < 0 || st.block < 0 || st.token < 0 || st.head < 0) {
+    return InvalidArgument("explicit paged KV strides must not be negative");
+  }
+  if (uint64_t{s.head_size} * s.elem_bytes > UINT32_MAX) {
+    return InvalidArgument("head vector larger than 4 GiB: " + ShapeString(s));
+  }
+  uint8_t* base = static_cast<uint8_t*>(layer_base);
+  PagedKvView v;
+  v.num_planes = 2;
+  v.plane_base[0] = base;
+  v.plane_base[1] = base + st.plane;
+  v.block_stride_bytes = st.block;
+  v.token_stride_bytes = st.token;
+  v.head_stride_bytes = st.head;
+  v.num_blocks = s.num_blocks;
+  v.block_size = s.block_size;
+  v.num_heads = s.num_heads;
+  v.head_bytes = static_cast<uint32_t>(uint64_t{s.head_size} * s.elem_bytes);
+  v.elem_bytes = s.elem_bytes;
+  RANGEKV_RETURN_IF_ERROR(ValidatePagedKvView(v));
+  return v;
+}
+
+Status CheckStridedLayersDisjoint(const PagedShape& s, const PagedStrides& st,
+                                  std::span<void* const> layer_bases) {
+  if (layer_bases.empty()) return OkStatus();
+  // Separate allocations (each layer's address range apart from the others') never share a
+  // byte; only layers whose ranges meet need the finer check below.
+  std::vector<Range> ranges;
+  for (void* b : layer_bases) {
+    RANGEKV_ASSIGN_OR_RETURN(const PagedKvView v, MakeStridedPagedKvView(s, st, b));
+    ranges.push_back(ViewRange(v));
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  bool apart = true;
+  for (size_t i = 1; i < ranges.size(); ++i) apart = apart && ranges[i - 1].hi <= ranges[i].lo;
+  if (apart) return OkStatus();
+  const i128 head_bytes = i128{s.head_size} * s.elem_bytes;
+  i128 lowest = static_cast<i128>(reinterpret_cast<uintptr_t>(layer_bases[0]));
+  for (void* b : layer_bases) {
+    lowest = std::min(lowest, static_cast<i128>(reinterpret_cast<uintptr_t>(b)));
+  }
+  struct Interval {
+    i128 lo;
+    size_t layer;
+  };
+  std::vector<Interval> all;
+  all.reserve(layer_bases.size() * 2 * s.block_size * s.num_heads);
+  for (size_t l = 0; l < layer_bases.size(); ++l) {
+    const i128 base = static_cast<i128>(reinterpret_cast<uintptr_t>(layer_bases[l])) - lowest;
+    for (uint32_t p = 0; p < 2; ++p) {
+      for (uint32_t t = 0; t < s.block_size; ++t) {
+        for (uint32_t h = 0; h < s.num_heads; ++h) {
+          const i128 lo = base + i128{p} * st.plane + i128{t} * st.token +
+                          i128{h} * st.head;
+          if (s.num_blocks > 1 && lo + head_bytes > st.block) {
+            return InvalidArgument(
+                "paged KV layers overlap in memory and layer " + std::to_string(l) +
+                " reaches past one block stride of the lowest layer: layers with explicit "
+                "strides must lie apart or interleave inside each block (a cross-layer "
+                "allocation)");
+          }
+          all.push_back({lo, l});
+        }
+      }
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (all[i].lo < all[i - 1].lo + head_bytes) {
+      return InvalidArgument("paged KV layers " + std::to_string(all[i - 1].layer) + " and " +
+                             std::to_string(all[i].layer) +
+                             " share bytes: a restore needs one distinct position per layer");
+    }
+  }
+  return OkStatus();
+}
+
 Status ValidatePagedKvView(const PagedKvView& v) {
   if (v.num_planes != 1 && v.num_planes != 2) {
     return InvalidArgument("paged view num_planes must be 1 or 2, got " +

@@ -179,6 +179,33 @@ Result<uint64_t> PagedLayerBytes(PagedLayout layout, const PagedShape& shape);
 // ValidatePagedKvView() rejects.
 Result<PagedKvView> MakePagedKvView(PagedLayout layout, const PagedShape& shape, void* layer_base);
 
+// Byte strides of a two-plane layer that is not dense in a named layout's order: the K head
+// vector (block, token, head) at base + block*block + token*token + head*head (strides
+// in bytes), the V one at the same + plane; head vectors contiguous. vLLM's cross-layer KV cache
+// hands every layer as such a view into one allocation whose blocks hold all layers.
+struct PagedStrides {  // bytes
+  int64_t plane = 0;
+  int64_t block = 0;
+  int64_t token = 0;
+  int64_t head = 0;
+};
+
+// A two-plane view with explicit strides. Fails with kInvalidArgument on zero sizes, a null
+// base, a negative stride, or a view ValidatePagedKvView() rejects (two positions sharing an
+// address).
+Result<PagedKvView> MakeStridedPagedKvView(const PagedShape& shape, const PagedStrides& strides,
+                                           void* layer_base);
+
+// Checks that views of several layers that share `strides` never share a byte, whatever their
+// slots: either their address ranges lie apart (separate allocations), or every layer's head
+// vectors of one block, relative to the lowest base, lie inside one block stride and no two of
+// them overlap (so block b of every layer stays inside the b-th block stride of the lowest
+// base: a cross-layer allocation). Views that interleave in any other way, or a view that is
+// itself invalid, are refused with kInvalidArgument. Cost: O(L log L), plus
+// O(L*2*B*H log(L*2*B*H)) when the ranges meet.
+Status CheckStridedLayersDisjoint(const PagedShape& shape, const PagedStrides& strides,
+                                  std::span<void* const> layer_bases);
+
 // Checks a view: num_planes in {1, 2}, non-null bases (plane 1 null iff num_planes == 1),
 // opaque_blocks in {0, 1} (1 only with one plane, one head and token stride == head_bytes),
 // non-zero sizes, head_bytes a multiple of elem_bytes, num_slots() < 2^32, a head vector's

@@ -108,9 +108,14 @@ KEYS: dict[str, _Key] = {
     "checkpoint_interval_ms": _Key(60000, "int", "fold a journal that has held records this long "
                                    "into a new snapshot, bounding a dirty reopen's replay (ms; 0: "
                                    "only past 256 MiB and at shutdown; at most a day)", minimum=0),
-    "reuse_granularity": _Key(0, "int", "tokens a hit is rounded down to: a multiple of vLLM's "
-                              "block size (0 = the block size). The Range paper's logical object "
-                              "size; RangeKV's own costs do not depend on it", minimum=0),
+    "reuse_granularity": _Key(0, "int", "tokens a hit is rounded down to: a multiple or a "
+                              "divisor of vLLM's block size (0 = the block size; a divisor still "
+                              "loads whole blocks). The Range paper's logical object size; "
+                              "RangeKV's own costs do not depend on it", minimum=0),
+    "cross_layer_blocks": _Key(False, "bool", "ask vLLM (0.25-0.31, backends whose blocks are "
+                               "outermost) for one KV allocation whose blocks hold every layer "
+                               "(prefer_cross_layer_blocks); each layer is then a strided view. "
+                               "Stripes are per layer either way: no speed-up is expected"),
     "lookup_timeout_ms": _Key(2000, "int", "bound on the scheduler's wait for a rank's lookup "
                               "answer (ms); no answer = no hit", minimum=1),
     "min_hit_tokens": _Key(0, "int_or_auto", "break-even gate: restores shorter than this many "
@@ -175,6 +180,7 @@ class ConnectorConfig:
     durability: str
     checkpoint_interval_ms: int
     reuse_granularity: int
+    cross_layer_blocks: bool
     lookup_timeout_ms: int
     min_hit_tokens: int | str      # tokens, or "auto" (gate.py derives it at start-up)
     gate_prefill_tokens_per_s: int

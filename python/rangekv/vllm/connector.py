@@ -177,9 +177,9 @@ class RangeKVConnector(KVConnectorBase_V1):
         # Hits are whole multiples of this (vLLM loads whole blocks; a coarser granularity is a
         # coarser logical object, as LMCache's chunk_size).
         self.granularity = self.cfg.reuse_granularity or self.block_size
-        if self.granularity % self.block_size:
-            raise ValueError(f"RangeKVConnector: reuse_granularity {self.granularity} is not a "
-                             f"multiple of vLLM's block size {self.block_size}")
+        if self.granularity % self.block_size and self.block_size % self.granularity:
+            raise ValueError(f"RangeKVConnector: reuse_granularity {self.granularity} is neither "
+                             f"a multiple nor a divisor of vLLM's block size {self.block_size}")
         self.tp_size = parallel.tensor_parallel_size
         self.engine_id = self._kv_transfer_config.engine_id or "rangekv"
         if self._kv_transfer_config.kv_load_failure_policy != "recompute":
@@ -411,7 +411,8 @@ class RangeKVConnector(KVConnectorBase_V1):
         self._kv_layers = [kv_caches[names[i]] for i in order]
         self._layer_of = {names[i]: pos for pos, i in enumerate(order)}
         first = self._kv_layers[0]
-        spec = describe_layout(first, self.block_size)
+        spec = describe_layout(first, self.block_size,
+                               mla=bool(getattr(self._vllm_config.model_config, "use_mla", False)))
         for t in self._kv_layers:
             if t.shape != first.shape or t.dtype != first.dtype or t.stride() != first.stride():
                 raise ValueError("RangeKVConnector: KV cache layers differ in shape, dtype or "
@@ -441,7 +442,6 @@ class RangeKVConnector(KVConnectorBase_V1):
         # Shallow models: a layer group and the read lookahead cannot exceed the layer count.
         kwargs["layer_group"] = min(self.cfg.layer_group, len(self._kv_layers))
         kwargs["lookahead_layers"] = min(self.cfg.lookahead_layers, len(self._kv_layers) - 1)
-        self._num_blocks = first.shape[0]
         self._engine_views = [spec.view(t) for t in self._kv_layers]
         if not service:
             os.makedirs(self.cfg.store_dir, mode=0o700, exist_ok=True)
@@ -472,6 +472,25 @@ class RangeKVConnector(KVConnectorBase_V1):
                      "from its journal (losing at most the durability window, %s). Set "
                      "--shutdown-timeout 30 to let it drain and save a clean snapshot.",
                      self.cfg.durability)
+
+    @property
+    def prefer_cross_layer_blocks(self) -> bool:
+        # vLLM 0.25-0.31 hook (0.32 dropped it): one allocation whose blocks hold every layer.
+        return self.cfg.cross_layer_blocks
+
+    def register_cross_layers_kv_cache(self, kv_cache: torch.Tensor, attn_backend: Any) -> None:
+        """vLLM 0.25-0.31 with cross_layer_blocks: `kv_cache` is the whole allocation in memory
+        order, layer i of it belonging to kv_cache_config.kv_cache_tensors[i]. Each layer becomes
+        the strided view of the backend's logical shape that vLLM's attention itself uses."""
+        order = tuple(attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True))
+        logical = kv_cache.permute(*[order.index(i) for i in range(len(order))])
+        kv_caches: dict[str, torch.Tensor] = {}
+        for i, tensor in enumerate(self._kv_cache_config.kv_cache_tensors):
+            for name in tensor.shared_by:
+                kv_caches[name] = logical[i]
+        log.info("rangekv: a cross-layer KV cache %s (strides %s) of %d layers", tuple(kv_cache.shape),
+                 kv_cache.stride(), len(kv_caches))
+        self.register_kv_caches(kv_caches)
 
     def _envelope(self, req_key: str) -> rangekv.Envelope:
         return rangekv.Envelope(req_key, rank=self.rank)

@@ -32,7 +32,10 @@
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
 #include "rangekv/engine.h"
-#include "tools/bench_common.h"
+#include "tools/bench/paged_kv.h"
+#include "tools/bench/scratch.h"
+#include "tools/bench/stats.h"
+#include "tools/bench/util.h"
 
 namespace rangekv::tools {
 namespace {

@@ -3,9 +3,9 @@
 // stored) while the number of logical objects naming it grows: 192, 768, 3,072, 6,144 chunk
 // objects, 6,144 per-layer objects (-LW) and the 327,680-object TP-sliced naming (-TP). Each
 // point runs, in one process, the medium's ceiling, RangeKV with its default configuration and
-// each ablation, and the labelled per-object model of the stock path (src/baseline/), with a
-// warm-up and `--reps` timed repetitions each; every repetition is verified bit for bit.
-// The machinery lives in bench_common.{h,cc}; this file is the command line.
+// each ablation, and the labelled per-object model of the stock path (tools/bench/baseline/), with
+// a warm-up and `--reps` timed repetitions each; every repetition is verified bit for bit. The
+// machinery lives in tools/bench/sweep.h; this file is the command line.
 //
 // Defaults fit a 2-core, 24 GiB CPU machine: Llama-3.1-8B geometry (s = 4 KiB, W = 32 MiB,
 // T = 8192, L = 32) with a 768 MiB prefix (6,144 tokens: every plain point splits it into whole
@@ -14,13 +14,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/log.h"
 #include "base/units.h"
-#include "tools/bench_common.h"
+#include "tools/bench/sweep.h"
+#include "tools/bench/util.h"
 #include "tools/commands.h"
 
 namespace rangekv::tools {
@@ -64,21 +64,7 @@ struct TransferFlags {
 };
 
 [[noreturn]] void Fail(Workload w, const std::string& what) {
-  std::fprintf(stderr, "rangekv bench %s: %s\n", std::string(WorkloadName(w)).c_str(),
-               what.c_str());
-  throw CLI::RuntimeError(1);
-}
-
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
+  FailCommand("bench " + std::string(WorkloadName(w)), what);
 }
 
 void RunTransfer(Workload workload, const TransferFlags& f) {

@@ -1,6 +1,6 @@
 // `rangekv demo`: the Range paper's rule, shown in well under a minute on a CPU machine.
 //
-// A small version of `rangekv bench restore` and `rangekv bench store` (bench_common.h): one
+// A small version of `rangekv bench restore` and `rangekv bench store` (tools/bench/sweep.h): one
 // rank of Llama-3.1-8B at tensor parallelism 4 (s = 1 KiB per token and layer, 32 layers), a
 // 192 MiB cached prefix (6,144 tokens) and its 63 MiB suffix, named as 192, 768, 3,072 and
 // 6,144 chunk objects, 6,144 per-layer objects and the (scaled) TP-sliced naming. For each
@@ -11,16 +11,14 @@
 #include <cstdio>
 
 #include "base/log.h"
-#include "tools/bench_common.h"
+#include "tools/bench/sweep.h"
+#include "tools/bench/util.h"
 #include "tools/commands.h"
 
 namespace rangekv::tools {
 namespace {
 
-[[noreturn]] void Fail(const std::string& what) {
-  std::fprintf(stderr, "rangekv demo: %s\n", what.c_str());
-  throw CLI::RuntimeError(1);
-}
+[[noreturn]] void Fail(const std::string& what) { FailCommand("demo", what); }
 
 SweepOptions DemoOptions(Workload workload) {
   SweepOptions o;

@@ -5,7 +5,7 @@
 
 #include "base/parse.h"
 #include "rangekv/build_info.h"
-#include "tools/bench_common.h"
+#include "tools/bench/scratch.h"
 #include "tools/commands.h"
 
 namespace {
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   rangekv::tools::AddBenchRemoteCommand(*bench);
   rangekv::tools::AddInspectCommands(app);
   rangekv::tools::AddServeCommand(app);
-  // An interrupted benchmark or demo removes its scratch stores (tools/bench_common.h).
+  // An interrupted benchmark or demo removes its scratch stores (tools/bench/scratch.h).
   bench->preparse_callback([](size_t) { rangekv::tools::RemoveScratchOnSignals(); });
   app.get_subcommand("demo")->preparse_callback(
       [](size_t) { rangekv::tools::RemoveScratchOnSignals(); });

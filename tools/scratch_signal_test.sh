@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # An interrupted benchmark removes its scratch store and still ends by the signal
-# (RemoveScratchOnSignals, tools/bench_common.h). Usage: scratch_signal_test.sh RANGEKV SIGNAL
+# (RemoveScratchOnSignals, tools/bench/scratch.h). Usage: scratch_signal_test.sh RANGEKV SIGNAL
 set -um  # job control: a background job of a script would otherwise ignore SIGINT
 rkv=$1 sig=$2
 dir=$(mktemp -d "${TMPDIR:-/var/tmp}/rangekv-signal-test-XXXXXX")

@@ -46,10 +46,10 @@ inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
 // are read workers (each worker has one span in flight), so every thread has a piece to work
 // on: kFillSplitBytes on a buffered pack file (threads copying out of the page cache),
 // kFillSplitBytesDirect on O_DIRECT (requests the device serves side by side). Both are 1 MiB,
-// measured apart: 1 MiB O_DIRECT pieces over 4 threads per read worker beat 4 MiB over 2 by
-// 8-10% at 768 MiB and more at 6 GiB on the dev VM's virtio disk (docs/benchmarks.md,
-// 2026-12-05). On O_DIRECT, writes are cut into the same pieces (a store has only a few
-// batches' spans in flight for the write engine's threads); buffered writes stay whole.
+// chosen apart by measurement (docs/benchmarks.md): smaller pieces add per-call costs, larger
+// ones leave threads idle as a span ends. On O_DIRECT, writes are cut into the same pieces (a
+// store has only a few batches' spans in flight for the write engine's threads); buffered
+// writes stay whole.
 inline constexpr uint64_t kIoSplitFillReads = UINT64_MAX - 1;
 inline constexpr uint64_t kFillSplitBytes = 1ull << 20;
 inline constexpr uint64_t kFillSplitBytesDirect = 1ull << 20;
@@ -184,8 +184,9 @@ struct EngineOptions {
   // keeps at most ceil(read_workers / R) stripe reads and ceil(read_io_threads / R) read I/O
   // pieces in flight, so N serving instances together keep about what one engine alone would.
   // An engine reading alone keeps its full counts. Ignored for an embedded store. Off by
-  // default: on two H100 hosts it brought each request's first layer back to the embedded
-  // engine's time but lowered four instances' aggregate (docs/store-service.md).
+  // default: a static share is not work-conserving (a client's reads leave gaps the others
+  // could fill), so it trades the instances' aggregate for each request's first layer
+  // (docs/store-service.md).
   bool share_reads = false;
   // With a store service that runs a read gate (`rangekv serve` does by default, `--read-slots
   // auto`; docs/store-service.md "A node-wide read gate"): every read I/O piece of this engine
@@ -193,10 +194,10 @@ struct EngineOptions {
   // asked, and gives it back when the read call returns. Work-conserving where share_reads is
   // not: an engine reading alone may take every slot. posix and cuFile reads are gated,
   // io_uring's are not. A service without a gate leaves the engine ungated. Ignored for an
-  // embedded store. On by default: four gated instances moved what ungated ones do (H100
-  // hosts: 0.87-1.08 of one embedded engine against 0.87-1.10) and their requests' first layer
-  // came back to the embedded engine's time (5.6-6.8 ms against 7.6-11.2 ungated; the dev VM:
-  // 19-20 ms against 29-33), docs/benchmarks.md, 2026-12-06.
+  // embedded store. On by default: gated instances together move what ungated ones do, and
+  // their requests' first layer comes back to one embedded engine's time, because the node's
+  // reads are served first come, first served instead of each instance's lowest layers
+  // competing with every other instance's (docs/benchmarks.md, `bench concurrent`).
   bool read_gate = true;
   ModelSpec model;
   uint64_t stripe_bytes = kDefaultStripeBytes;  // W
@@ -215,25 +216,20 @@ struct EngineOptions {
   // Byte split of native I/O (docs/design.md 4.3): a span longer than this is issued as
   // concurrent sub-reads / sub-writes of this many bytes (rounded up to the O_DIRECT
   // alignment), so native calls = payload bytes / split, whatever the object count.
-  // kIoSplitFillReads (default): reads only, and only where read_io_threads exceeds
-  // read_workers (see kIoSplitFillReads): 1 MiB pieces on a buffered pack file, 4 MiB on
-  // O_DIRECT; otherwise whole.
-  // On the H200's tmpfs the 6 GiB restore is bound by how many threads copy out of the page
-  // cache: with 4 read workers' 32 MiB spans cut into 1 MiB pieces over 16 threads it took
-  // 0.17 s, 0.89-0.93 of the best ceiling (16 threads x 1 MiB), against 0.45 s whole over 4
-  // threads; 256 KiB / 2 MiB / 4 MiB pieces, 8 or 20 threads, 8 workers, 12 banks and the uring
-  // engine were no faster (docs/benchmarks.md, 2026-12-02, "read concurrency"). On O_DIRECT,
-  // 4 MiB pieces over twice the read workers' threads matched or beat whole spans on both
-  // virtio disks we have (the H200 VM's: 0.97-0.98 of its best ceiling against 0.92-1.03 in
-  // one run) and halved the time to the first layer on both (docs/benchmarks.md, 2026-12-04,
-  // "O_DIRECT reads in 4 MiB pieces").
+  // kIoSplitFillReads (default): where read_io_threads exceeds read_workers (see
+  // kIoSplitFillReads), reads in 1 MiB pieces (kFillSplitBytes buffered, kFillSplitBytesDirect
+  // on O_DIRECT) and, on O_DIRECT, writes too; otherwise whole. Why: a restore from the page
+  // cache is bound by how many threads copy out of it, and an O_DIRECT restore by how many
+  // requests the device serves side by side, while the read workers keep only a few spans in
+  // flight; the lowest stripes' pieces are queued first, so the first layer does not wait
+  // behind whole later spans (docs/benchmarks.md).
   // kIoSplitAuto: chosen at Open by a short probe of the store's medium (16 MiB through the
   // read engine, src/io/split_probe.h; a split must beat whole spans by 10%), logged, for reads
   // and writes; with a caller-supplied `env` (not DefaultEnv()) there is no real medium to probe
   // and spans stay whole. kIoSplitOff: never split. Otherwise [512, 1 GiB], reads and writes.
   // options() reports the read engine's split in effect (kIoSplitOff when none) and
-  // DescribeBackends() how it was chosen. (A probed 256 KiB split with 4 threads cost 20% on the
-  // same tmpfs: a split only pays when it feeds more threads than there are spans.)
+  // DescribeBackends() how it was chosen. (A split only pays when it feeds more threads than
+  // there are spans.)
   uint64_t io_split_bytes = kIoSplitFillReads;
   // kCuFile: the library to dlopen ("" = libcufile.so.0 through the dynamic loader).
   std::string cufile_library;
@@ -253,8 +249,7 @@ struct EngineOptions {
   uint32_t read_io_threads = 0;
   uint32_t prefetch_banks = 7;  // banks lookup-time prefetch may hold; < read_banks
   // Layers read ahead of the lowest unfinished one. At least read_workers: a layer is often one
-  // stripe (a pack's run of one layer), and a smaller window leaves workers idle (2 left one of
-  // four idle and cost 10-15% of restore time on the CPU dev VM, docs/benchmarks.md).
+  // stripe (a pack's run of one layer), and a smaller window leaves workers idle.
   uint32_t lookahead_layers = 4;
   uint32_t max_inflight_restores = 16;  // restore job slots (prefetching jobs included)
 
@@ -268,8 +263,7 @@ struct EngineOptions {
   // and the writes busy); on the host device min(8, usable CPUs) workers and groups of 2 (a
   // gather is CPU work already spread over the device's pool: more concurrent gathers than
   // cores only make every batch finish later, and a smaller group lets the first writes start
-  // sooner; on the 2-core dev VM this took a 252 MiB store from 0.72-0.78 to 0.85-0.92 of the
-  // best write ceiling, docs/benchmarks.md 2026-12-05). Both are clipped to the model's layers
+  // sooner). Both are clipped to the model's layers
   // (and the gather's kernels::kMaxGatherLayers). options() reports the values in effect.
   uint32_t group_workers = 0;
   uint32_t write_workers = 32;
@@ -278,7 +272,7 @@ struct EngineOptions {
   // Pack slots kept free ahead of the stores by evicting early (DirectoryOptions::
   // free_reserve_packs): a store then reuses a slot whose eviction is already durable instead
   // of waiting for the journal to commit the eviction it just caused (the write-ahead rule; a
-  // wait the size of a disk flush, ~250 ms on a virtual disk with a write-back cache). Costs
+  // wait the size of a disk flush, long on a virtual disk with a write-back cache). Costs
   // that many packs of capacity. kFreeReserveAuto: 1 when the store journals (durability other
   // than none) and has at least kFreeReserveMinPacks packs (the pack is then at most 1/32 of
   // the capacity), else 0. Otherwise [0, 64].

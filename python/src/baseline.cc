@@ -1,8 +1,8 @@
-// rangekv._baseline: the per-object MODEL of the stock KV storage path (src/baseline), for
-// `rangekv bench ttft-hf`'s per-object arm. It is a benchmark instrument, not part of the
-// public door: this file alone in python/ reaches internal headers (src/baseline, src/device,
-// src/engine/paged_views.h), and it is a module of its own so that rangekv._core keeps to
-// include/rangekv. Restores and stores are synchronous, one call per request, as the stock
+// rangekv._baseline: the per-object MODEL of the stock KV storage path (tools/bench/baseline),
+// for `rangekv bench ttft-hf`'s per-object arm. It is a benchmark instrument, not part of the
+// public door: this file alone in python/ reaches internal headers (tools/bench/baseline,
+// src/device, src/engine/paged_views.h), and it is a module of its own so that rangekv._core
+// keeps to include/rangekv. Restores and stores are synchronous, one call per request, as the stock
 // non-layerwise path's retrieve and store are; the GIL is released around them.
 //
 // Thread-safety: one call at a time per store (the model's own rule); calls are serialised by
@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "baseline/object_naming.h"
-#include "baseline/per_object_store.h"
+#include "tools/bench/baseline/object_naming.h"
+#include "tools/bench/baseline/per_object_store.h"
 #include "binding.h"
 #include "device/device.h"
 #include "engine/paged_views.h"

@@ -1,6 +1,6 @@
 """The binding on the CUDA device: torch CUDA tensors through DLPack, producer streams and
 stream waits, device checks. Skips unless torch sees a GPU and the package was built with CUDA
-(RANGEKV_CUDA=ON|AUTO at build time); scripts/gpu/python_test.sh runs it on the GPU machine."""
+(RANGEKV_CUDA=ON|AUTO at build time); `bash scripts/gpu/run.sh tests` runs it on the GPU machine."""
 
 from __future__ import annotations
 

@@ -422,7 +422,7 @@ def test_plot_series_and_pngs(tmp_path):
 
 
 def test_store_capacity_is_bounded_by_the_workload_in_whole_packs():
-    from rangekv.bench.serve import store_capacity
+    from rangekv.bench.harness import store_capacity
 
     a = bench_args("--layers", "2", "--connector-extra", '{"stripe_bytes": "1MiB"}')
     assert store_capacity(a, 100) == 8 * 2 * (1 << 20)                # at least 8 packs

@@ -1,8 +1,10 @@
-"""PNG plots of a ``rangekv bench serve`` JSON (matplotlib, imported only here).
+"""PNG plots of the benchmarks' JSON (matplotlib, imported only here).
 
     python -m rangekv.bench serve ... --plot DIR          (after the run, same interpreter)
     python python/rangekv/bench/plots.py RESULTS.json DIR  (any interpreter with matplotlib;
                                                             needs neither rangekv nor vLLM)
+    python -m rangekv.bench.plots REPORT.json OUT.png     (a `rangekv bench restore|store --json`
+                                                            report: what `--plot FILE.png` runs)
 
 Figures, each written only when its workload is in the JSON:
   ttft_vs_objects.png   fixed request: TTFT against logical object count per arm, every sample
@@ -12,6 +14,10 @@ Figures, each written only when its workload is in the JSON:
   breakeven.png         break-even: median TTFT against prefix length per arm (samples as dots),
                         crossings marked
 The series are built by the ``*_series`` functions (pure, unit-tested without matplotlib).
+
+A sweep report (``"workload": "restore"`` or ``"store"``) draws one figure instead
+(``sweep_png``): the median time per object-count point for every arm, the engine-configuration
+and best ceilings as horizontal lines.
 """
 
 from __future__ import annotations
@@ -153,6 +159,42 @@ def plot_all(results: dict, out_dir: str) -> list[str]:
     return paths
 
 
+def sweep_png(rep: dict, out_path: str) -> str:
+    """Draws a `rangekv bench restore|store --json` report into the PNG `out_path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points, arms = [], {}
+    for r in rep["results"]:
+        if r["point"] not in points:
+            points.append(r["point"])
+        arm = r["engine"] + (f" {r['ablation']}" if r.get("ablation") else "")
+        arms.setdefault(arm, {})[r["point"]] = r["median_s"]
+    gib = rep["payload_bytes"] / 2**30
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for arm, m in arms.items():
+        xs = [i for i, p in enumerate(points) if p in m]
+        ax.plot(xs, [m[points[i]] for i in xs], marker="o", label=arm)
+    if rep.get("ceiling_gib_s"):
+        ax.axhline(gib / rep["ceiling_gib_s"], ls="--", color="gray",
+                   label=f"engine-config ceiling ({rep.get('ceiling_config', '')})")
+    if rep.get("best_ceiling_gib_s") and rep.get("best_ceiling_config") != rep.get("ceiling_config"):
+        ax.axhline(gib / rep["best_ceiling_gib_s"], ls="--", color="black",
+                   label=f"best ceiling ({rep['best_ceiling_config']})")
+    ax.set_xticks(range(len(points)), points)
+    ax.set_xlabel("logical objects naming the same bytes")
+    ax.set_ylabel("median time, s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"rangekv bench {rep['workload']}: {rep['payload_bytes'] >> 20} MiB, {rep['device']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=120)
+    plt.close(fig)
+    return out_path
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
@@ -160,8 +202,15 @@ def main(argv=None) -> int:
         return 2
     with open(argv[0]) as f:
         results = json.load(f)
-    for p in plot_all(results, argv[1]):
-        print(p)
+    try:
+        if results.get("workload") in ("restore", "store"):
+            print(sweep_png(results, argv[1]))
+            return 0
+        for p in plot_all(results, argv[1]):
+            print(p)
+    except ImportError as e:
+        print(f"rangekv.bench.plots: matplotlib is not installed ({e})", file=sys.stderr)
+        return 1
     return 0
 
 

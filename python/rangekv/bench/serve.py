@@ -48,22 +48,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from .harness import (SHUTDOWN_ARGS, Context, Progress, Server, arm_resources, connector_extra,
+                      kv_bytes_per_token, run_client)
+from .serve_stats import median
 
 ABLATIONS = ("index=scalar", "read_issue=object", "delivery=barrier", "prefetch=dispatch")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_model(path: str, *, layers: int, vocab: int, hidden: int, intermediate: int, max_len: int,
@@ -113,105 +106,6 @@ def bf16_speed_ratio() -> float:
     finally:
         torch.set_num_threads(threads)
     return rates[torch.bfloat16] / rates[torch.float32]
-
-
-class Server:
-    """One vLLM OpenAI server process; its log goes to `log_path`."""
-
-    def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str, max_len: int,
-                 kv_gib: float, python: str, block_size: int = 32, max_num_seqs: int = 1,
-                 num_blocks: int | None = None, dtype: str = "auto"):
-        self.port = _free_port()
-        self.log_path = log_path
-        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-               "--served-model-name", "bench", "--skip-tokenizer-init", "--enforce-eager",
-               "--block-size", str(block_size), "--host", "127.0.0.1", "--port", str(self.port),
-               "--max-model-len", str(max_len), "--seed", "0", "--max-num-seqs", str(max_num_seqs),
-               "--max-num-batched-tokens", str(max_len), "--enable-prompt-tokens-details",
-               # The model's dtype: vLLM's "auto" would run a float32 checkpoint in 16 bits.
-               "--dtype", dtype]
-        if num_blocks:
-            cmd += ["--num-gpu-blocks-override", str(num_blocks)]
-        cmd += extra_args
-        full_env = dict(os.environ)
-        full_env.update({"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(kv_gib))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
-        full_env.update(env)
-        self.cmd = cmd
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env,
-                                     start_new_session=True)
-
-    def wait_ready(self, timeout: float) -> str | None:
-        """None when /health answers; else the reason (process exit and the log's tail)."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                return f"server exited with {self.proc.returncode}: {self.tail()}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return None
-            except Exception:
-                pass
-            time.sleep(1.0)
-        return f"not ready after {timeout:.0f} s: {self.tail()}"
-
-    def tail(self, n: int = 1500) -> str:
-        self.log.flush()
-        try:
-            with open(self.log_path, errors="replace") as f:
-                text = f.read()
-        except OSError:
-            return ""
-        lines = [l.strip() for l in text.splitlines()
-                 if ("Error" in l or "error" in l) and "errors.pydantic.dev" not in l and "ulimit" not in l]
-        return (" / ".join(lines[-3:]) if lines else text[-n:]).strip()[-n:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()
-
-
-    def scrape(self) -> dict | None:
-        """The server's /metrics, summed over labels (serve_stats.parse_prometheus)."""
-        from .serve_client import scrape
-        return scrape("127.0.0.1", self.port)
-
-    def memory(self) -> dict:
-        """RSS, peak and locked bytes of the server's process tree (its own session)."""
-        from .serve_stats import process_tree_memory
-        return process_tree_memory(self.proc.pid)
-
-
-def run_client(port: int, requests, workdir: str, python: str):
-    """Runs the client process over `requests` (a list, or {"phases": [...]}, serve_client.py)."""
-    path = os.path.join(workdir, f"requests-{port}.json")
-    with open(path, "w") as f:
-        json.dump(requests, f)
-    out = subprocess.run([python, "-m", "rangekv.bench.serve_client", "--port", str(port), "--model", "bench",
-                          "--requests", path], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        def failed(rs):
-            return [{"id": r["id"], "error": f"client failed: {out.stderr[-800:]}", "ttft_s": None,
-                     "token_ids": [], "logprobs": [], "prompt_tokens": len(r.get("prompt", [])),
-                     "cached_tokens": None} for r in rs]
-        if isinstance(requests, dict):
-            return {"phases": [{"name": p.get("name", ""), "concurrency": p.get("concurrency", 1),
-                                "wall_s": 0.0, "metrics_before": None, "metrics_after": None,
-                                "results": failed(p["requests"])} for p in requests["phases"]]}
-        return failed(requests)
-    return json.loads(out.stdout)
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict]:
@@ -279,77 +173,6 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
     return arms
 
 
-class Progress:
-    """Progress lines with an ETA on stderr: one step per server started."""
-
-    def __init__(self, total: int, quiet: bool):
-        self.total, self.done, self.t0, self.quiet = max(1, total), 0, time.time(), quiet
-
-    def log(self, *a) -> None:
-        if not self.quiet:
-            print(*a, file=sys.stderr, flush=True)
-
-    def step(self, what: str) -> None:
-        el = time.time() - self.t0
-        eta = f"{el / self.done * (self.total - self.done):.0f}s" if self.done else "?"
-        self.done += 1
-        self.log(f"[serve] {self.done}/{self.total} {what} (elapsed {el:.0f}s, ETA {eta})")
-
-
-def store_capacity(args, tokens: int) -> int:
-    """Pack-file capacity for a store that must hold `tokens` prompt tokens: twice their KV
-    bytes, at least 8 packs, in whole packs (a pack is layers x stripe_bytes). The engine
-    allocates the whole file at start-up, so the connector's 16 GiB default would take 16 GiB
-    of RAM on /dev/shm and of disk per arm."""
-    from ..vllm.config import parse_size
-
-    stripe = parse_size("stripe_bytes",
-                        json.loads(args.connector_extra).get("stripe_bytes", 32 << 20))
-    pack = args.layers * stripe
-    packs = max(8, -(-2 * tokens * kv_bytes_per_token(args) // pack))
-    return packs * pack
-
-
-def connector_extra(args, store_dir: str, tokens: int, **extra) -> dict:
-    """The connector's kv_connector_extra_config for an arm whose store holds `tokens` tokens
-    (--connector-extra overrides, capacity included)."""
-    return {"store_dir": store_dir, "save_mode": "visible",
-            "capacity": store_capacity(args, tokens), **json.loads(args.connector_extra), **extra}
-
-
-# vLLM's API server kills its workers at once on SIGTERM unless --shutdown-timeout is set: the
-# connector's shutdown (drain, clean snapshot) would never run and every store would be left
-# dirty (reopened from its journal; `rangekv inspect`, which the read ceiling uses, then lists
-# no records).
-SHUTDOWN_ARGS = ("--shutdown-timeout", "30")
-
-
-def connector_args(args, extra: dict) -> list[str]:
-    cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
-           "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-           "kv_connector_extra_config": extra}
-    return ["--kv-transfer-config", json.dumps(cfg), *SHUTDOWN_ARGS]
-
-
-def arm_resources(server: "Server", extra: dict | None, layers: int, kv_cache_bytes: int | None,
-                  metrics: dict | None = None) -> dict:
-    """What the arm's server reserves and moves (the paper's Figure 9), read before it stops:
-    RSS / peak / locked bytes of its process tree, the connector's configured bank bytes,
-    vLLM's KV cache bytes, and RangeKV's payload bytes over the server's life (or `metrics`,
-    a delta)."""
-    from .serve_stats import METRICS, bank_bytes, metrics_delta
-    if metrics is None:
-        now = server.scrape()
-        metrics = metrics_delta({}, now) if now is not None else {}
-    return {"memory": server.memory(), "bank_bytes": bank_bytes(extra, layers) if extra else 0,
-            "kv_cache_bytes": kv_cache_bytes,
-            "payload": {k: v for k, v in metrics.items() if k in METRICS}}
-
-
-def kv_bytes_per_token(args) -> int:
-    return 2 * getattr(args, "kv_heads", 8) * 128 * getattr(args, "dtype_bytes", 2) * args.layers
-
-
 def run(args) -> dict:
     from . import serve_workloads
 
@@ -392,7 +215,7 @@ def run(args) -> dict:
                           "connector": f"{args.connector_module}.{args.connector_class}",
                           "connector_extra": json.loads(args.connector_extra)},
                "arms": [], "resources": []}
-    ctx = serve_workloads.Context(args=args, python=python, work=work, store_root=store_root,
+    ctx = Context(args=args, python=python, work=work, store_root=store_root,
                                   model_dir=model_dir, max_len=max_len, progress=progress)
     t0 = time.time()
     if "single" in workloads:
@@ -523,7 +346,7 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
         row["logprobs"] = [o["logprobs"] for o in measured]
         row["cached_tokens"] = [o.get("cached_tokens") for o in measured]
         row["request_errors"] = [o["error"] for o in out if o.get("error")]
-        row["median_s"] = _median(row["ttft_s"])
+        row["median_s"] = median(row["ttft_s"])
         if paired:
             pr = [o for o in out if o["id"].startswith("resident-")]
             row["paired_resident_s"] = [o["ttft_s"] for o in pr]
@@ -557,12 +380,12 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
         base = r.get("paired_resident_s") or (resident or {}).get("ttft_s") or []
         diffs = [(a - b) * 1e3 for a, b in zip(r["ttft_s"], base) if a is not None and b is not None]
         r["minus_resident_ms"] = diffs
-        r["median_minus_resident_ms"] = _median(diffs)
+        r["median_minus_resident_ms"] = median(diffs)
         ceil = ceilings.get(r.get("medium") or "disk", {}).get("seconds")
         if ceil and r["median_minus_resident_ms"] is not None:
             # Acceptance: RangeKV - resident <= 30% of the prefix's read time at the ceiling.
             r["minus_resident_over_ceiling_read"] = r["median_minus_resident_ms"] / 1e3 / ceil
-        rec, res_med = (recompute or {}).get("median_s"), _median(base)
+        rec, res_med = (recompute or {}).get("median_s"), median(base)
         if rec and res_med and r.get("median_s"):
             # (recompute / RangeKV) / (recompute / resident): the share of the ideal speedup kept.
             r["speedup_kept"] = res_med / r["median_s"]

@@ -23,26 +23,16 @@ breakeven: TTFT of recompute and of RangeKV against the cached prefix length (a 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import shutil
 
 from ..vllm.gate import break_even_tokens, gate_inputs_from_short_end
+from .harness import (Context, Server, arm_resources, connector_args, connector_extra,
+                      kv_bytes_per_token, run_client)
 from .serve_stats import crossing, median, metrics_delta, tokens_match, workload_summary
 
 BLOCK = 32
-
-
-@dataclasses.dataclass
-class Context:
-    args: object
-    python: str
-    work: str
-    store_root: str
-    model_dir: str
-    max_len: int
-    progress: object
 
 
 def _tokens(gen, vocab: int, n: int) -> list[int]:
@@ -52,8 +42,6 @@ def _tokens(gen, vocab: int, n: int) -> list[int]:
 
 
 def _start(ctx: Context, name: str, args: list[str], max_len: int, **kw):
-    from .serve import Server
-
     a = ctx.args
     server = Server(ctx.model_dir, args, {}, os.path.join(ctx.work, f"server-{name.replace(' ', '_').replace('+', '')}.log"),
                     max_len, a.kv_cache_gib, ctx.python, dtype=getattr(a, "dtype", "auto"), **kw)
@@ -84,8 +72,6 @@ def docqa_blocks(args) -> int:
 
 
 def docqa_arms(args, store_root: str) -> list[dict]:
-    from .serve import connector_args, connector_extra
-
     levels = len(args.concurrency.split(","))
     tokens = args.docs * (args.doc_tokens + (args.question_tokens + args.answer_tokens + BLOCK)
                           * (1 + args.questions * levels))
@@ -126,8 +112,6 @@ def docqa_requests(args) -> tuple[list[dict], dict]:
 
 
 def run_docqa(ctx: Context, resources: list[dict]) -> dict:
-    from .serve import arm_resources, kv_bytes_per_token, run_client
-
     args, log = ctx.args, ctx.progress.log
     phases, meta = docqa_requests(args)
     blocks = docqa_blocks(args)
@@ -197,8 +181,6 @@ def breakeven_max_len(args) -> int:
 
 
 def breakeven_arms(args, work: str) -> list[dict]:
-    from .serve import connector_args, connector_extra
-
     arms = [{"name": "recompute", "kind": "recompute", "medium": None,
              "args": ["--no-enable-prefix-caching"]}]
     media = {"shm": os.path.join(args.shm_dir, os.path.basename(work) + "-be"),
@@ -240,8 +222,6 @@ def _per_length(results: list[dict], lengths: list[int], key: str) -> list[list]
 
 
 def _run_be_arm(ctx: Context, arm: dict, reqs: list[dict], meta: dict, resources: list[dict]) -> dict:
-    from .serve import arm_resources, run_client
-
     args = ctx.args
     row = {"name": arm["name"], "kind": arm["kind"], "medium": arm.get("medium"), "error": None}
     server, err = _start(ctx, f"breakeven {arm['name']}", arm["args"], breakeven_max_len(args))
@@ -274,8 +254,6 @@ def _check_tokens(row: dict, rec: dict) -> None:
 
 
 def run_breakeven(ctx: Context, resources: list[dict]) -> dict:
-    from .serve import kv_bytes_per_token
-
     args = ctx.args
     reqs, meta = breakeven_requests(args)
     bpt = kv_bytes_per_token(args)
@@ -293,8 +271,6 @@ def run_breakeven(ctx: Context, resources: list[dict]) -> dict:
 
 def _breakeven(ctx: Context, resources: list[dict], arms: list[dict], reqs: list[dict],
                meta: dict, out: dict, bpt: int) -> dict:
-    from .serve import connector_args, connector_extra
-
     args = ctx.args
     lengths = meta["prefix_lengths"]
     for arm in arms:

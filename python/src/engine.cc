@@ -668,7 +668,8 @@ void RegisterEngine(nb::module_& m) {
              uint64_t store_bank_bytes, uint32_t group_workers, uint32_t write_workers,
              uint32_t layer_group, uint32_t max_inflight_stores, uint64_t max_request_tokens,
              uint64_t max_removed_ranges, std::string store_service, std::string tenant,
-             uint32_t store_service_spin_us, bool share_reads, bool read_gate) {
+             uint32_t store_service_spin_us, bool share_reads, bool read_gate,
+             std::string on_store_mismatch) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -728,6 +729,11 @@ void RegisterEngine(nb::module_& m) {
             o.store_service_spin_us = store_service_spin_us;
             o.share_reads = share_reads;
             o.read_gate = read_gate;
+            SetChoice(
+                on_store_mismatch, "on_store_mismatch",
+                {{"fail", int(StoreMismatch::kFail)}, {"replace", int(StoreMismatch::kReplace)}},
+                &v);
+            o.on_store_mismatch = static_cast<StoreMismatch>(v);
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -749,6 +755,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("max_removed_ranges") = 4096, nb::arg("store_service") = "",
           nb::arg("tenant") = "default", nb::arg("store_service_spin_us") = 200,
           nb::arg("share_reads") = false, nb::arg("read_gate") = true,
+          nb::arg("on_store_mismatch") = "fail",
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error.")
       .def_prop_ro("geometry", &PyEngine::Geometry, "The per-rank KV shape (dict).")
       .def_prop_ro("namespace", &PyEngine::Namespace, "The namespace id (32 hex digits).")

@@ -12,6 +12,7 @@
 #include "directory/ticket.h"
 #include "engine/options.h"
 #include "io/split_probe.h"
+#include "persist/identity_record.h"
 #include "rangekv/env.h"
 
 namespace rangekv::engine_internal {
@@ -225,6 +226,8 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.service_spin_us = options_.store_service_spin_us;
   so.read_gate = options_.read_gate;
   so.max_removed_ranges = options_.max_removed_ranges;
+  so.on_mismatch = options_.on_store_mismatch;
+  so.identity_record = persist::RenderIdentityRecord(options_.model, so.ns);
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();

@@ -60,6 +60,7 @@ struct ServiceStoreOptions {
   std::chrono::microseconds reply_spin{0};
   // Ask every session for the service's read gate (EngineOptions::read_gate).
   bool read_gate = false;
+  std::string identity_record;  // sent at Hello (service::HelloRequest::identity)
 };
 
 class ServiceStore final : public RangeIndex, public PayloadIntegrity, public GenerationView {

@@ -18,6 +18,9 @@
 //                      dirty open (persist/journal_writer.h, persist/persistence.h)
 //   journal.rkv.tmp    a journal being created; renamed to journal.rkv once its header is
 //                      durable
+//   identity.json      the identity record (persist/identity_record.h): readable fields of
+//                      what the namespace was derived from, for `rangekv inspect`
+//   identity.json.tmp  an identity record being written; replaced by rename
 //
 // Thread-safety: plain values.
 #pragma once
@@ -37,6 +40,8 @@ inline constexpr std::string_view kEpochFileName = "epoch.rkv";
 inline constexpr std::string_view kEpochTempFileName = "epoch.rkv.tmp";
 inline constexpr std::string_view kJournalFileName = "journal.rkv";
 inline constexpr std::string_view kJournalTempFileName = "journal.rkv.tmp";
+inline constexpr std::string_view kIdentityFileName = "identity.json";
+inline constexpr std::string_view kIdentityTempFileName = "identity.json.tmp";
 
 // Full paths of a store's files. `dir` is used as given (no normalisation).
 struct StorePaths {
@@ -52,6 +57,8 @@ struct StorePaths {
   std::string epoch_temp() const { return Join(kEpochTempFileName); }
   std::string journal() const { return Join(kJournalFileName); }
   std::string journal_temp() const { return Join(kJournalTempFileName); }
+  std::string identity() const { return Join(kIdentityFileName); }
+  std::string identity_temp() const { return Join(kIdentityTempFileName); }
 
  private:
   std::string Join(std::string_view name) const {

@@ -154,6 +154,11 @@ KEYS: dict[str, _Key] = {
                  "'2,4-7' (docs/integrations/vllm.md \"CPU placement\")"),
     "socket_dir": _Key("", "str", "directory of the scheduler<->worker sockets (default: the "
                        "system temporary directory)"),
+    "identity": _Key("metadata", "choice", "how the weights are pinned in the store's key: "
+                     "'metadata' (each weight file's name, size, modification time and "
+                     "safetensors header) or 'content' (every byte, digested once and cached in "
+                     "store_dir, for files copied with their times preserved)",
+                     ("metadata", "content")),
 }
 
 
@@ -199,6 +204,7 @@ class ConnectorConfig:
     stats_log_every: int
     cpus: str
     socket_dir: str
+    identity: str
 
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for rangekv.Engine (the sizes and policies above)."""

@@ -46,6 +46,21 @@ class _Request:
     stored_upto: int = 0     # prompt tokens already handed to a store
 
 
+def not_keyed_by_tokens(request) -> str | None:
+    """Why a request's KV is not a function of its token ids and the model alone, or None.
+    RangeKV keys KV by token ids within the model's namespace, so such a request is neither
+    restored nor stored: a LoRA adapter is another model, and multimodal inputs or prompt
+    embeddings put other values behind the same ids. Works on vLLM's Request and on the
+    scheduler output's NewRequestData (both carry these fields)."""
+    if getattr(request, "lora_request", None) is not None:
+        return "a LoRA adapter"
+    if getattr(request, "mm_features", None):
+        return "multimodal inputs"
+    if getattr(request, "prompt_embeds", None) is not None:
+        return "prompt embeddings"
+    return None
+
+
 class RangeKVScheduler:
     """The scheduler-side half of RangeKVConnector (one per serving instance)."""
 
@@ -66,6 +81,7 @@ class RangeKVScheduler:
         self._finished: list[str] = []
         self._attempts: dict[str, int] = {}
         self._kv_events: list = []
+        self._bypass_logged: set[str] = set()
         self._min_hit_tokens = self._gate_threshold()
 
     def _gate_threshold(self) -> int:
@@ -114,6 +130,8 @@ class RangeKVScheduler:
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         req_id = request.request_id
+        if self._bypassed(request):
+            return 0, False
         prompt = request.prompt_token_ids or []
         n = len(prompt)
         # Never the last prompt token (vLLM must compute at least one to sample); whole blocks.
@@ -171,6 +189,8 @@ class RangeKVScheduler:
         B = self.block_size
         num_sched = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
+            if self._bypassed(new):
+                continue  # untracked: its later steps store nothing either
             prompt = np.asarray(new.prompt_token_ids or [], dtype=np.int32)
             state = _Request(prompt, list(new.block_ids[0]))
             self._requests[new.req_id] = state
@@ -213,6 +233,14 @@ class RangeKVScheduler:
             meta.stores.append(StoreSpec(req_id, state.tokens[:full].tobytes(),
                                          state.block_ids[: full // B]))
             state.stored_upto = full
+
+    def _bypassed(self, request) -> bool:
+        why = not_keyed_by_tokens(request)
+        if why is not None and why not in self._bypass_logged:
+            self._bypass_logged.add(why)
+            log.info("rangekv: requests with %s are neither restored nor stored (their KV is "
+                     "not keyed by token ids alone)", why)
+        return why is not None
 
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:

@@ -11,6 +11,7 @@ extracted.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -28,7 +29,9 @@ from .channel import LookupServer, socket_path
 from .config import ConnectorConfig, bank_host_bytes
 from .events import AnnouncedBlocks, RangeKVEvents, block_hashes, removed_event, stored_event
 from .layouts import describe_layout
+from ..identity import difference
 from .metadata import LoadSpec, RangeKVMetadata, StoreSpec
+from .model_identity import kv_cache_dtype, vllm_identity
 from .stats import RangeKVStats
 
 if TYPE_CHECKING:
@@ -84,6 +87,31 @@ def _layer_index(name: str, fallback: int) -> int:
     return int(m.group(1)) if m else fallback
 
 
+def _log_identity_change(store_dir: str, identity, rank: int) -> None:
+    """Says which identity fields changed when the store in `store_dir` was written for another
+    identity (the engine then replaces it: another namespace)."""
+    try:
+        with open(os.path.join(store_dir, "identity.json")) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return
+    try:
+        old_key = json.loads(old["semantic_config"])
+    except (KeyError, TypeError, ValueError):
+        old_key = None
+    new_key = identity.key()
+    if old_key == new_key:
+        return
+    if not isinstance(old_key, dict):
+        what = "a store written before identity records"
+    else:
+        fields = difference(old_key, new_key)
+        what = f"{', '.join(fields[:12])}{' ...' if len(fields) > 12 else ''} differ"
+    log.warning("rangekv: rank %d: the store in %s holds the KV of another model identity (%s); "
+                "it is replaced by an empty store, and none of that KV is served", rank,
+                store_dir, what)
+
+
 class RangeKVWorker:
     """The worker-side half of RangeKVConnector (one per TP rank)."""
 
@@ -134,10 +162,22 @@ class RangeKVWorker:
         service = self.cfg.store != "embedded"
         store_dir = "" if service else os.path.join(self.cfg.store_dir, f"rank-{self.rank}")
         total_heads = model.get_total_num_kv_heads()
+        # Everything that shapes the KV values, bound into the namespace (model_identity.py):
+        # another identity is another namespace, where every lookup misses.
+        identity = vllm_identity(
+            self._vllm_config, layout=spec.layout, layer_names=names,
+            weights_mode=self.cfg.identity,
+            digest_cache_dir=self.cfg.store_dir or os.path.expanduser("~/.cache/rangekv"))
+        if not service:
+            _log_identity_change(store_dir, identity, self.rank)
+        # vLLM keeps fp8 caches in uint8 tensors: the element type is the cache dtype's.
+        kv_dtype = kv_cache_dtype(self._vllm_config) if first.dtype == torch.uint8 else first.dtype
         kwargs = dict(
-            layers=len(self._kv_layers), dtype=first.dtype, block_size=self.block_size,
-            model_id=str(model.model), revision=str(model.revision or ""),
-            semantic_config=f"max_model_len={model.max_model_len}",
+            layers=len(self._kv_layers), dtype=kv_dtype, block_size=self.block_size,
+            semantic_config=identity.semantic_config(),
+            # An embedded store of another identity is a cache whose key changed: replaced by
+            # an empty one, never served (the store service keeps one store per namespace).
+            on_store_mismatch="replace",
             tp_size=self.tp_size, tp_rank=self.rank, device=device,
             cuda_device=(first.device.index or 0) if first.is_cuda else 0,
             # Removed ranges feed BlockRemoved events; without events the engine keeps none.
@@ -177,6 +217,13 @@ class RangeKVWorker:
                  self._engine.backends, self._engine.recovery,
                  cpu_placement.format_cpu_list(engine_cpus) if engine_cpus else
                  cpu_placement.format_cpu_list(os.sched_getaffinity(0)), why)
+        log.info("rangekv: rank %d namespace %s, %s", self.rank, self._engine.namespace,
+                 identity.describe())
+        log.debug("rangekv: rank %d identity key %s", self.rank, identity.semantic_config())
+        if identity.weights.get("kind") == "unpinned":
+            log.warning("rangekv: the weights of %s could not be pinned (%s): this instance's KV "
+                        "is stored under a namespace no other instance (nor this one after a "
+                        "restart) will ever look up", model.model, identity.weights.get("why"))
         if getattr(self._vllm_config, "shutdown_timeout", None) == 0:
             log.info("rangekv: vLLM's --shutdown-timeout is 0, so a server stopped by SIGTERM kills "
                      "this worker without calling the connector's shutdown: the store then reopens "

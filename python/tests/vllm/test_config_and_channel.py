@@ -164,3 +164,46 @@ def test_read_io_threads_reach_the_engine(tmp_path, threads):
         assert resolved == threads
     else:
         assert resolved >= 1
+
+
+def test_requests_not_keyed_by_tokens_are_neither_restored_nor_stored(tmp_path):
+    """A LoRA adapter is another model; multimodal inputs and prompt embeddings put other values
+    behind the same token ids: RangeKV, which keys KV by token ids within the model's
+    namespace, neither looks such a request up nor stores it."""
+    from types import SimpleNamespace as NS
+
+    from rangekv.vllm.scheduler import RangeKVScheduler, not_keyed_by_tokens
+
+    cfg = parse_config({"store_dir": str(tmp_path), "socket_dir": str(tmp_path)})
+    s = RangeKVScheduler(NS(), cfg, block_size=16, granularity=16, tp_size=1, engine_id="t")
+
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("looked up")
+
+    def step(new):
+        return s.build_connector_meta(NS(
+            scheduled_new_reqs=[new], num_scheduled_tokens={new.req_id: 100},
+            scheduled_cached_reqs=NS(req_ids=[], new_block_ids=[], resumed_req_ids=set(),
+                                     num_computed_tokens=[]),
+            preempted_req_ids=set()))
+
+    plain = dict(prompt_token_ids=list(range(100)), lora_request=None, mm_features=[],
+                 prompt_embeds=None)
+    try:
+        s._client.lookup = no_lookup
+        for i, (field, value, why) in enumerate([("lora_request", object(), "a LoRA adapter"),
+                                                 ("mm_features", [object()], "multimodal inputs"),
+                                                 ("prompt_embeds", object(), "prompt embeddings")]):
+            request = NS(request_id=f"r{i}", **{**plain, field: value})
+            assert not_keyed_by_tokens(request) == why
+            assert s.get_num_new_matched_tokens(request, 0) == (0, False)
+            new = NS(req_id=f"r{i}", block_ids=(list(range(1, 8)),), num_computed_tokens=0,
+                     **{**plain, field: value})
+            meta = step(new)
+            assert meta.stores == [] and meta.loads == []
+        # A plain request is stored (its 6 full blocks).
+        meta = step(NS(req_id="p", block_ids=(list(range(1, 8)),), num_computed_tokens=0,
+                       **plain))
+        assert [(st.req_id, len(st.block_ids)) for st in meta.stores] == [("p", 6)]
+    finally:
+        s.shutdown()

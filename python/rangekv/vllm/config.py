@@ -159,6 +159,8 @@ KEYS: dict[str, _Key] = {
                      "safetensors header) or 'content' (every byte, digested once and cached in "
                      "store_dir, for files copied with their times preserved)",
                      ("metadata", "content")),
+    "allow_untested_vllm": _Key(False, "bool", "start on a vLLM version outside the tested range "
+                                "(docs/integrations/vllm.md \"Versions\") instead of refusing"),
 }
 
 
@@ -205,6 +207,7 @@ class ConnectorConfig:
     cpus: str
     socket_dir: str
     identity: str
+    allow_untested_vllm: bool
 
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for rangekv.Engine (the sizes and policies above)."""

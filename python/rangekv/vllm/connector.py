@@ -1,4 +1,5 @@
-"""RangeKVConnector: RangeKV as an out-of-tree KV connector of vLLM 0.32 (``KVConnectorBase_V1``).
+"""RangeKVConnector: RangeKV as an out-of-tree KV connector of vLLM (``KVConnectorBase_V1``),
+for the versions versions.py names (0.25.1 to 0.34; others are refused at start-up).
 
 Enabled with one flag, no vLLM patch (docs/integrations/vllm.md)::
 
@@ -40,6 +41,7 @@ from .events import RangeKVEvents
 from .metadata import LoadSpec, RangeKVMetadata, StoreSpec  # noqa: F401 (the package's names)
 from .scheduler import RangeKVScheduler
 from .stats import RangeKVPromMetrics, RangeKVStats
+from .versions import untested_reason
 from .worker import RangeKVWorker
 
 if TYPE_CHECKING:
@@ -53,8 +55,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("vllm.rangekv")
 
 
+def _check_vllm_version(allow_untested: bool) -> None:
+    """Refuses a vLLM outside the tested range (versions.py), or warns when allowed to run."""
+    import vllm
+
+    why = untested_reason(getattr(vllm, "__version__", "unknown"))
+    if why is None:
+        return
+    if not allow_untested:
+        raise RuntimeError(why)
+    log.warning("rangekv: %s; starting anyway (allow_untested_vllm)", why.split(";")[0])
+
+
 class RangeKVConnector(KVConnectorBase_V1):
-    """RangeKV for vLLM 0.32: see the module docstring and docs/integrations/vllm.md."""
+    """RangeKV for vLLM: see the module docstring and docs/integrations/vllm.md."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
                  kv_cache_config: "KVCacheConfig | None" = None) -> None:
@@ -64,6 +78,7 @@ class RangeKVConnector(KVConnectorBase_V1):
             self.cfg: ConnectorConfig = parse_config(extra)
         except ConfigError as e:
             raise ValueError(f"RangeKVConnector: bad kv_connector_extra_config: {e}") from None
+        _check_vllm_version(self.cfg.allow_untested_vllm)
         parallel = vllm_config.parallel_config
         if parallel.pipeline_parallel_size > 1:
             raise ValueError("RangeKVConnector: pipeline parallelism is not supported (each "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -164,6 +165,32 @@ def test_read_io_threads_reach_the_engine(tmp_path, threads):
         assert resolved == threads
     else:
         assert resolved >= 1
+
+
+def test_an_untested_vllm_is_refused_unless_allowed(monkeypatch, caplog):
+    """versions.py: outside the tested range the connector stops with one line naming it;
+    allow_untested_vllm starts anyway, with that line as a warning."""
+    import vllm
+
+    from rangekv.vllm import connector
+
+    assert "allow_untested_vllm" in KEYS and parse_config({"store_dir": "/x"}).allow_untested_vllm \
+        is False
+    monkeypatch.setattr(vllm, "__version__", "0.35.0")
+    with pytest.raises(RuntimeError) as e:
+        connector._check_vllm_version(False)
+    assert str(e.value).count("\n") == 0
+    assert "vLLM 0.35.0 is outside the tested range >=0.25.1, <0.35" in str(e.value)
+    assert '"allow_untested_vllm": true' in str(e.value)
+    logger = logging.getLogger("vllm.rangekv")  # vLLM's loggers may not propagate to root
+    logger.addHandler(caplog.handler)
+    try:
+        connector._check_vllm_version(True)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "starting anyway" in caplog.text
+    monkeypatch.setattr(vllm, "__version__", "0.32.0")
+    connector._check_vllm_version(False)
 
 
 def test_requests_not_keyed_by_tokens_are_neither_restored_nor_stored(tmp_path):

@@ -482,6 +482,10 @@ def identity_runs(workdir, main_run):
     _set_rope_theta(model, ROPE_THETA)
     run("id_rope_ref", [[P2], [P2]], connector=False, prefix_caching=True)
     run("id_rope_file", [[P2]])
+    # config.json back to the old theta: the store holds the new theta's KV, which must not be
+    # restored; the output is the cold one of the old theta (id_new_ref's first request).
+    _set_rope_theta(model, 10000)
+    run("id_rope_back", [[P2]])
     if _fp8_kv_supported():
         # Two fp8 KV dtypes: both are uint8 tensors of the same shape, so only the key tells
         # them apart.
@@ -526,6 +530,11 @@ def test_changed_rope_never_restores_the_old_kv_in_config_or_overrides(identity_
     assert _cached(runs, "id_override") == [0]
     assert_same(runs["id_override"][0][0][0], ref[0][0], "RoPE theta through --hf-overrides")
     assert "model_config.rope_parameters.rope_theta" in runs["id_override"][1]
+    # config.json: the theta changed back; the stored KV (of the other theta) is not restored.
+    assert _cached(runs, "id_rope_back") == [0]
+    assert_same(runs["id_rope_back"][0][0][0], runs["id_new_ref"][0][0][0],
+                "RoPE theta changed in config.json")
+    assert "model_config.rope_parameters.rope_theta" in runs["id_rope_back"][1]
 
 
 def test_the_effective_config_and_a_raised_max_model_len_keep_the_hits(identity_runs):
@@ -560,5 +569,5 @@ def test_inspect_lists_the_identity_of_the_connectors_store(workdir, identity_ru
     fields = identity["fields"]
     assert (fields["engine"], fields["layers"], fields["kv_heads"], fields["head_size"],
             fields["layout"]) == ("vllm", 4, 2, 64, "cpu_block")
-    assert fields["rope"]["rope_theta"] == ROPE_THETA
+    assert fields["rope"]["rope_theta"] == 10000
     assert fields["weights"]["kind"] == "files" and fields["weights"]["mode"] == "metadata"

@@ -1,10 +1,14 @@
 // `rangekv inspect --dir D [--json]` and `rangekv fsck --dir D [--json] [--no-payload]`:
 // offline views of a store directory (src/persist/offline.h). Neither writes anything.
 //
-// inspect prints the pack file's identity and geometry, the store's state (epoch, dirty marker,
-// whether the snapshot would be loaded and why not), capacity use, every namespace with its
-// packs (slot, generation, leases, path token interval, parent pack) and every non-free slot.
-// Exit status: 0 when the pack file could be read (whatever the index state), 1 otherwise.
+// inspect prints the pack file's identity and geometry, what its namespace was derived from
+// (the identity record, identity.json, checked against the namespace), the store's state
+// (epoch, dirty marker, whether the snapshot would be loaded and why not), capacity use, every
+// namespace with its packs (slot, generation, leases, path token interval, parent pack) and
+// every non-free slot. A directory that is not a store but holds stores one or two levels down
+// (a connector's store_dir with rank-<r>/, a store service's root with <tenant>/<namespace>/)
+// is shown store by store. Exit status: 0 when every pack file could be read (whatever the
+// index state), 1 otherwise.
 //
 // fsck verifies the header, the epoch file, the dirty marker, the snapshot's checksum and
 // binding, the directory's invariants, tree/slot/digest consistency and every payload digest,
@@ -12,10 +16,15 @@
 // file) or a usage error.
 //
 // The JSON of both commands is documented field by field in docs/inspect-fsck.md.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "persist/identity_record.h"
 #include "persist/offline.h"
 #include "persist/store_layout.h"
 #include "rangekv/env.h"
@@ -50,6 +59,54 @@ json GeometryJson(const Geometry& g) {
               {"pack_bytes", g.pack_bytes}};
 }
 
+// The store's identity record (persist/identity_record.h) with `verified`: DeriveNamespace over
+// its fields and the pack header's geometry gives the header's namespace. `fields` is its
+// semantic_config parsed when that is a JSON object (the vLLM connector's and rangekv.hf's
+// identity, python/rangekv/identity.py), else null. null when the store has no record.
+json IdentityJson(const std::string& dir, const PackFile& pack) {
+  const std::optional<std::string> text =
+      persist::ReadIdentityRecord(DefaultEnv(), persist::StorePaths(dir));
+  if (!text) return nullptr;
+  json out = {{"verified", false}, {"record", nullptr}, {"fields", nullptr}, {"problem", nullptr}};
+  const json record = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object()) {
+    out["problem"] = "identity.json is not a JSON object";
+    return out;
+  }
+  out["record"] = record;
+  try {
+    ModelSpec spec;
+    spec.model_id = record.at("model_id").get<std::string>();
+    spec.revision = record.at("revision").get<std::string>();
+    spec.semantic_config = record.at("semantic_config").get<std::string>();
+    spec.kv_dtype = record.at("kv_dtype").get<std::string>();
+    spec.tp_size = record.at("tp_size").get<uint32_t>();
+    spec.tp_rank = record.at("tp_rank").get<uint32_t>();
+    spec.tags = record.at("tags").get<std::vector<std::string>>();
+    const std::string layout = record.at("layout").get<std::string>();
+    bool known = false;
+    for (int i = 0; i < 256 && !known; ++i) {
+      const auto l = static_cast<KvCacheLayout>(i);
+      if (layout != "unknown" && KvCacheLayoutName(l) == layout) {
+        spec.layout = l;
+        known = true;
+      }
+    }
+    if (!known) {
+      out["problem"] = "unknown layout '" + layout + "'";
+    } else if (!(DeriveNamespace(spec, pack.geometry()) == pack.header().namespace_id)) {
+      out["problem"] = "the fields do not derive this store's namespace (a stale or edited record)";
+    } else {
+      out["verified"] = true;
+    }
+    const json fields = json::parse(spec.semantic_config, nullptr, /*allow_exceptions=*/false);
+    if (fields.is_object()) out["fields"] = fields;
+  } catch (const json::exception& e) {
+    out["problem"] = std::string("identity.json: ") + e.what();
+  }
+  return out;
+}
+
 json InspectJson(const OfflineStore& s) {
   const PackFile& pack = *s.pack;
   const PackHeader& h = pack.header();
@@ -70,6 +127,7 @@ json InspectJson(const OfflineStore& s) {
       {"capacity_bytes", pack.capacity_bytes()},
       {"creation_time_unix_ns", h.creation_time_unix_ns},
   };
+  out["identity"] = IdentityJson(s.dir, pack);
   json state;
   state["dirty"] = index.dirty_marker_present;
   state["epoch"] = index.epoch_file_epoch ? json(*index.epoch_file_epoch) : json(nullptr);
@@ -175,6 +233,56 @@ json InspectJson(const OfflineStore& s) {
   return out;
 }
 
+std::string Scalar(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// Dotted keys and leaves of a JSON value, for a readable listing.
+void Flatten(const json& v, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>* out) {
+  if (v.is_object() && !v.empty()) {
+    for (const auto& [k, child] : v.items()) {
+      Flatten(child, prefix.empty() ? k : prefix + "." + k, out);
+    }
+  } else {
+    out->emplace_back(prefix, Scalar(v));
+  }
+}
+
+void PrintIdentityText(const json& id) {
+  if (id.is_null()) {
+    std::printf(
+        "identity   none recorded (a store made before identity records, or by a program "
+        "that gave none)\n");
+    return;
+  }
+  if (id["record"].is_null()) {
+    std::printf("identity   unreadable: %s\n", Scalar(id["problem"]).c_str());
+    return;
+  }
+  const json& r = id["record"];
+  const std::string verdict = id["verified"].get<bool>()
+                                  ? "verified: the namespace is derived from these fields"
+                                  : "NOT verified: " + Scalar(id["problem"]);
+  std::printf("identity   %s\n", verdict.c_str());
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const char* k : {"model_id", "revision", "kv_dtype", "layout", "tp_size", "tp_rank"}) {
+    if (r.contains(k)) rows.emplace_back(k, Scalar(r[k]));
+  }
+  if (r.contains("tags")) rows.emplace_back("tags", r["tags"].dump());
+  if (id["fields"].is_object()) {
+    for (const auto& [k, v] : id["fields"].items()) {
+      if (k == "model_config" && v.is_object()) {
+        rows.emplace_back(k,
+                          std::to_string(v.size()) + " fields, all in the key (--json lists them)");
+      } else {
+        Flatten(v, k, &rows);
+      }
+    }
+  } else if (r.contains("semantic_config")) {
+    rows.emplace_back("semantic_config", Scalar(r["semantic_config"]));
+  }
+  for (const auto& [k, v] : rows) std::printf("  %-28s %s\n", k.c_str(), v.c_str());
+}
+
 void PrintInspectText(const json& j) {
   const json& pf = j["pack_file"];
   const json& g = pf["geometry"];
@@ -193,6 +301,7 @@ void PrintInspectText(const json& j) {
       g["layers"].get<unsigned>(), g["token_bytes"].get<unsigned long long>(),
       g["stripe_bytes"].get<unsigned long long>(), g["tokens_per_stripe"].get<unsigned long long>(),
       g["pack_bytes"].get<unsigned long long>(), pf["namespace"].get<std::string>().c_str());
+  PrintIdentityText(j["identity"]);
   std::printf("epoch      %s%s\n",
               st["epoch"].is_null() ? "-" : std::to_string(st["epoch"].get<uint64_t>()).c_str(),
               st["epoch_problem"].is_null()
@@ -283,18 +392,63 @@ json FsckJson(const FsckReport& r) {
               {"problems_omitted", r.problems_omitted}};
 }
 
+// Store directories (holding a pack file) one or two levels below `dir`, sorted: a connector's
+// <store_dir>/rank-<r>, a store service's <root>/<tenant>/<namespace>.
+std::vector<std::string> StoresBelow(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  auto is_store = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p / std::string(persist::kPackFileName), ec);
+  };
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    std::error_code dir_ec;
+    if (!e.is_directory(dir_ec)) continue;
+    if (is_store(e.path())) {
+      out.push_back(e.path().string());
+      continue;
+    }
+    std::error_code inner_ec;
+    for (const fs::directory_entry& f : fs::directory_iterator(e.path(), inner_ec)) {
+      std::error_code f_ec;
+      if (f.is_directory(f_ec) && is_store(f.path())) out.push_back(f.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void RunInspect(const Config& cfg) {
-  Result<OfflineStore> store = persist::OpenOffline(DefaultEnv(), cfg.dir);
-  if (!store.ok()) {
-    std::fprintf(stderr, "rangekv inspect: %s\n", store.status().ToString().c_str());
-    Exit(1);
+  std::vector<std::string> dirs = {cfg.dir};
+  const bool many = !DefaultEnv()->FileExists(persist::StorePaths(cfg.dir).pack()) &&
+                    !(dirs = StoresBelow(cfg.dir)).empty();
+  if (!many) dirs = {cfg.dir};
+  json stores = json::array();
+  bool failed = false;
+  for (const std::string& dir : dirs) {
+    Result<OfflineStore> store = persist::OpenOffline(DefaultEnv(), dir);
+    if (!store.ok()) {
+      std::fprintf(stderr, "rangekv inspect: %s%s\n", many ? (dir + ": ").c_str() : "",
+                   store.status().ToString().c_str());
+      failed = true;
+      continue;
+    }
+    json j = InspectJson(*store);
+    if (cfg.json) {
+      stores.push_back(std::move(j));
+    } else {
+      if (&dir != &dirs.front()) std::printf("\n");
+      PrintInspectText(j);
+      stores.push_back(nullptr);
+    }
   }
-  const json j = InspectJson(*store);
-  if (cfg.json) {
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    PrintInspectText(j);
+  if (cfg.json && !stores.empty()) {
+    const json out = many ? json{{"store_dir", cfg.dir}, {"stores", stores}} : stores[0];
+    std::printf("%s\n", out.dump(2).c_str());
   }
+  std::fflush(stdout);
+  if (failed) Exit(1);
 }
 
 void RunFsck(const Config& cfg) {
@@ -345,7 +499,11 @@ void AddInspectCommands(CLI::App& app) {
   auto inspect_cfg = std::make_shared<Config>();
   CLI::App* inspect =
       app.add_subcommand("inspect", "Show a store: identity, state, capacity, namespaces, packs");
-  inspect->add_option("--dir", inspect_cfg->dir, "Store directory (holds packs.rkv)")->required();
+  inspect
+      ->add_option("--dir", inspect_cfg->dir,
+                   "Store directory (holds packs.rkv), or a directory of stores one or two "
+                   "levels down (a connector's store_dir, a store service's root)")
+      ->required();
   inspect->add_flag("--json", inspect_cfg->json, "JSON on stdout (docs/inspect-fsck.md)");
   inspect->callback([inspect_cfg] { RunInspect(*inspect_cfg); });
 

@@ -150,6 +150,16 @@ struct Durability {
 // bits are never changed.
 enum class StoreAccess : uint8_t { kOwner, kGroup };
 
+// What Open does with an existing embedded store written for another namespace or geometry
+// (another model identity, KV dtype, paged layout, block size, TP rank, stripe size, ...).
+// kFail: Open fails with kNamespaceMismatch / kGeometryMismatch and leaves the store as it is.
+// kReplace: the store is a cache whose key no longer matches: its files are removed and a new,
+// empty store is created in their place (logged at warning with both namespaces), so the old
+// KV is never served and its space is reused. The epoch file stays (epochs only increase).
+// The vLLM connector and rangekv.hf use kReplace (docs/integrations/vllm.md "What is in the
+// key"). With store_service each namespace has a store of its own, and this does not apply.
+enum class StoreMismatch : uint8_t { kFail, kReplace };
+
 struct EngineOptions {
   // Directory holding the store (created if absent): the pack file `<store_dir>/packs.rkv`, the
   // metadata snapshot, dirty marker and epoch file (docs/pack-format.md). An existing pack file
@@ -290,6 +300,7 @@ struct EngineOptions {
   Ablations ablations;
   ChecksumPolicy checksum = ChecksumPolicy::kAlways;
   StoreAccess store_access = StoreAccess::kOwner;
+  StoreMismatch on_store_mismatch = StoreMismatch::kFail;
   Durability durability;
 
   // The cluster tier (include/rangekv/remote.h, docs/scale-out.md): off unless remote.url is

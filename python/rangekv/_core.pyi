@@ -153,6 +153,7 @@ class Engine:
         remote_capacity_bytes: int = 0,
         upload_bytes_per_s: int = 0,
         store_service_timeout_ms: int = 60000,
+        on_store_mismatch: Literal["fail", "replace"] = "fail",
     ) -> None: ...
     @property
     def geometry(self) -> dict[str, Any]: ...

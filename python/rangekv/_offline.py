@@ -46,9 +46,11 @@ def _run(args: list[str], store_dir: str | os.PathLike) -> tuple[int, Any, str]:
 
 
 def inspect(store_dir: str | os.PathLike) -> dict:
-    """What the store directory holds: pack file, state (index loaded or discarded and why),
-    capacity and records per namespace. Raises NotFound / Corruption / ... when the pack file
-    cannot be opened."""
+    """What the store directory holds: pack file, identity record, state (index loaded or
+    discarded and why), capacity and records per namespace; for a directory of stores (a
+    connector's store_dir, a store service's root) ``{"store_dir": ..., "stores": [...]}`` with
+    one such dict per store. Raises NotFound / Corruption / ... when a pack file cannot be
+    opened."""
     rc, out, err = _run(["inspect"], store_dir)
     if rc != 0 or not isinstance(out, dict):
         if "not_found" in err or "no pack file" in err:

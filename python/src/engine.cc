@@ -759,7 +759,8 @@ void RegisterEngine(nb::module_& m) {
              std::string remote_endpoint, std::string directory, bool remote_publish,
              uint64_t remote_get_bytes, uint32_t remote_lookup_timeout_ms,
              uint32_t remote_read_timeout_ms, uint64_t remote_capacity_bytes,
-             uint64_t upload_bytes_per_s, uint32_t store_service_timeout_ms) {
+             uint64_t upload_bytes_per_s, uint32_t store_service_timeout_ms,
+             std::string on_store_mismatch) {
             EngineArgs a = MakeArgs(std::move(store_dir), layers, kv_heads, head_size, dtype,
                                     block_size, std::move(layout), mla_latent_size,
                                     std::move(model_id), std::move(revision),
@@ -829,6 +830,11 @@ void RegisterEngine(nb::module_& m) {
             o.remote.capacity_bytes = remote_capacity_bytes;
             o.remote.upload_bytes_per_s = upload_bytes_per_s;
             o.store_service_timeout_ms = store_service_timeout_ms;
+            SetChoice(
+                on_store_mismatch, "on_store_mismatch",
+                {{"fail", int(StoreMismatch::kFail)}, {"replace", int(StoreMismatch::kReplace)}},
+                &v);
+            o.on_store_mismatch = static_cast<StoreMismatch>(v);
             new (self) PyEngine(std::move(a));
           },
           nb::arg("store_dir"), nb::kw_only(), nb::arg("layers"), nb::arg("kv_heads"),
@@ -854,7 +860,7 @@ void RegisterEngine(nb::module_& m) {
           nb::arg("remote_publish") = true, nb::arg("remote_get_bytes") = 0,
           nb::arg("remote_lookup_timeout_ms") = 250, nb::arg("remote_read_timeout_ms") = 10000,
           nb::arg("remote_capacity_bytes") = 0, nb::arg("upload_bytes_per_s") = 0,
-          nb::arg("store_service_timeout_ms") = 60000,
+          nb::arg("store_service_timeout_ms") = 60000, nb::arg("on_store_mismatch") = "fail",
           "Opens (or creates) the store in store_dir for this model; raises rangekv.Error. "
           "remote='s3://bucket/prefix' with remote_endpoint and directory='redis://host:port/db' "
           "turns on the cluster tier (docs/scale-out.md).")

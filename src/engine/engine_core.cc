@@ -12,6 +12,7 @@
 #include "directory/ticket.h"
 #include "engine/options.h"
 #include "io/split_probe.h"
+#include "persist/identity_record.h"
 #include "rangekv/build_info.h"
 #include "rangekv/env.h"
 #include "remote/publisher.h"
@@ -234,6 +235,8 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     return InvalidArgument("the cluster tier (remote.url) needs checksum=always: every remote "
                            "byte is verified against its publisher's digests");
   }
+  so.on_mismatch = options_.on_store_mismatch;
+  so.identity_record = persist::RenderIdentityRecord(options_.model, so.ns);
   RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();

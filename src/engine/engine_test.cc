@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
+#include "persist/identity_record.h"
+#include "persist/store_layout.h"
 #include "rangekv/build_info.h"
 #include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
@@ -1026,6 +1028,72 @@ TEST_F(EngineTest, AnotherLayoutIsAnotherNamespace) {
     EXPECT_EQ(e.status().code(), StatusCode::kNamespaceMismatch)
         << KvCacheLayoutName(l) << ": " << e.status().ToString();
   }
+}
+
+// StoreMismatch::kReplace: a store of another namespace (another model identity, here another
+// semantic config) or geometry is a cache whose key changed: the engine replaces it with an
+// empty store instead of failing, serves none of the old KV, and keeps the epoch increasing.
+TEST_F(EngineTest, AStoreOfAnotherIdentityIsReplacedNotServed) {
+  const std::string store_dir = dir_.path() + "/store";
+  const auto tokens = RandomTokens(3 * kT, 7);
+  ModelSpec first = SmallModel(4, 2, 16);
+  first.semantic_config = R"({"weights":"a"})";
+  EngineOptions o = SmallOptions(store_dir, first, kW);
+  o.on_store_mismatch = StoreMismatch::kReplace;
+  uint64_t epoch = 0;
+  {
+    Open(o);
+    auto src = Fixture();
+    auto stored = StoreAll(*engine_, *src, tokens, 3, 1);
+    ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
+    epoch = engine_->recovery().store_epoch;
+    src.reset();
+    ASSERT_TRUE(engine_->Close().ok());
+    engine_.reset();
+  }
+  // kFail (the default) refuses and leaves the store as it is.
+  ModelSpec second = first;
+  second.semantic_config = R"({"weights":"b"})";
+  EngineOptions strict = SmallOptions(store_dir, second, kW);
+  EXPECT_EQ(Engine::Open(strict).status().code(), StatusCode::kNamespaceMismatch);
+  // kReplace: a new, empty store; the lookup of the stored tokens misses.
+  EngineOptions replacing = strict;
+  replacing.on_store_mismatch = StoreMismatch::kReplace;
+  Open(replacing);
+  EXPECT_TRUE(engine_->recovery().created);
+  EXPECT_GT(engine_->recovery().store_epoch, epoch);
+  auto miss = engine_->Lookup(Envelope("after"), tokens, 16);
+  ASSERT_TRUE(miss.ok()) << miss.status().ToString();
+  EXPECT_EQ(miss->hit_tokens, 0u);
+  ASSERT_TRUE(engine_->Close().ok());
+  engine_.reset();
+  // Another geometry (more KV heads) is replaced the same way.
+  EngineOptions wider = SmallOptions(store_dir, SmallModel(4, 4, 16), kW);
+  EXPECT_EQ(Engine::Open(wider).status().code(), StatusCode::kGeometryMismatch);
+  wider.on_store_mismatch = StoreMismatch::kReplace;
+  Open(wider);
+  EXPECT_TRUE(engine_->recovery().created);
+  ASSERT_TRUE(engine_->Close().ok());
+  engine_.reset();
+  // The same identity again keeps its store (and what it holds).
+  Open(wider);
+  EXPECT_FALSE(engine_->recovery().created);
+}
+
+// The identity record (persist/identity_record.h) is written beside the pack file: the fields
+// the namespace was derived from, with that namespace.
+TEST_F(EngineTest, TheStoreKeepsItsIdentityRecord) {
+  ModelSpec m = SmallModel(4, 2, 16);
+  m.model_id = "org/model \"quoted\"";
+  m.semantic_config = R"({"rope":{"rope_theta":10000}})";
+  m.tags = {"lora:a"};
+  Open(SmallOptions(dir_.path() + "/store", m, kW));
+  const persist::StorePaths paths(dir_.path() + "/store");
+  auto text = DefaultEnv()->ReadSmallFile(paths.identity(), 1 << 20);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, persist::RenderIdentityRecord(m, engine_->namespace_id()));
+  EXPECT_NE(text->find(engine_->namespace_id().ToHex()), std::string::npos);
+  EXPECT_NE(text->find(R"("model_id":"org/model \"quoted\"")"), std::string::npos) << *text;
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ Result<int> ServiceStore::Handshake(service::HelloReply* reply) {
   h.direct = options_.direct;
   h.digest_block_tokens = options_.digest_block_tokens;
   h.pid = static_cast<uint32_t>(::getpid());
+  h.identity = options_.identity_record;
   std::vector<uint8_t> body;
   service::Encode(h, &body);
   auto fail = [&](Status s) {

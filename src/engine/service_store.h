@@ -65,6 +65,7 @@ struct ServiceStoreOptions {
   std::chrono::milliseconds call_timeout{60000};
   // Ask every session for the service's read gate (EngineOptions::read_gate).
   bool read_gate = false;
+  std::string identity_record;  // sent at Hello (service::HelloRequest::identity)
 };
 
 class ServiceStore final : public RangeIndex, public PayloadIntegrity, public GenerationView {

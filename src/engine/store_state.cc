@@ -5,11 +5,25 @@
 #include "base/log.h"
 #include "engine/service_store.h"
 #include "engine/store_integrity.h"
+#include "persist/identity_record.h"
 #include "persist/store_layout.h"
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
 
 namespace rangekv::engine_internal {
+namespace {
+
+// Every file of a store except its epoch (so epochs keep increasing across the replacement).
+Status RemoveStoreFiles(Env* env, const persist::StorePaths& paths) {
+  for (const std::string& f : {paths.pack(), paths.pack_temp(), paths.snapshot(),
+                               paths.snapshot_temp(), paths.dirty_marker(), paths.journal(),
+                               paths.journal_temp(), paths.identity(), paths.identity_temp()}) {
+    if (env->FileExists(f)) RANGEKV_RETURN_IF_ERROR(env->DeleteFile(f));
+  }
+  return env->SyncDir(paths.dir);
+}
+
+}  // namespace
 
 uint64_t StoreState::DirectoryGenerations::CurrentGeneration(uint32_t slot) const {
   if (slot >= state_->directory_->options().pack_slots) return kNoGeneration;
@@ -92,6 +106,7 @@ Result<std::unique_ptr<StoreState>> StoreState::OpenService(const StoreStateOpti
   so.reply_spin = std::chrono::microseconds(o.service_spin_us);
   so.call_timeout = std::chrono::milliseconds(o.service_timeout_ms);
   so.read_gate = o.read_gate;
+  so.identity_record = o.identity_record;
   RANGEKV_ASSIGN_OR_RETURN(auto service, ServiceStore::Connect(so));
   std::unique_ptr<StoreState> state(new StoreState(o.env, std::move(service)));
   RANGEKV_RETURN_IF_ERROR(state->ConnectRemote(o));
@@ -130,9 +145,23 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
     PackOpenOptions open;
     open.direct = o.direct;
     auto opened = PackFile::Open(o.env, path, expect, open);
-    if (!opened.ok()) return opened.status().WithContext("opening " + path);
-    pack.emplace(std::move(opened).value());
-  } else {
+    const StatusCode code = opened.status().code();
+    if (opened.ok()) {
+      pack.emplace(std::move(opened).value());
+    } else if (o.on_mismatch == StoreMismatch::kReplace &&
+               (code == StatusCode::kNamespaceMismatch || code == StatusCode::kGeometryMismatch)) {
+      Log(LogLevel::kWarning, "store " + o.dir +
+                                  " was written for another namespace or geometry (" +
+                                  opened.status().ToString() +
+                                  "); replacing it with an empty store "
+                                  "for namespace " +
+                                  o.ns.ToHex() + ": its KV is never served here");
+      RANGEKV_RETURN_IF_ERROR(RemoveStoreFiles(o.env, paths).WithContext("replacing " + o.dir));
+    } else {
+      return opened.status().WithContext("opening " + path);
+    }
+  }
+  if (!pack.has_value()) {
     // Created under a temporary name and renamed into place once its header is durable: a
     // crash during creation leaves no half-made pack file (which would never open again), at
     // worst a temporary file that the next creation replaces.
@@ -180,6 +209,16 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
       persist::OpenIndex(o.env, o.dir, *pack,
                          created ? persist::PackOrigin::kCreated : persist::PackOrigin::kOpened, p);
   if (!index.ok()) return index.status().WithContext("store " + o.dir);
+  if (!o.identity_record.empty()) {
+    // Informational (persist/identity_record.h): a failure costs only `rangekv inspect`'s
+    // listing of the identity.
+    const Status written =
+        persist::WriteIdentityRecord(o.env, paths, o.identity_record, o.permissions.file);
+    if (!written.ok()) {
+      Log(LogLevel::kWarning,
+          "store " + o.dir + ": identity record not written: " + written.ToString());
+    }
+  }
   std::unique_ptr<StoreState> state(
       new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created,
                      std::move(lock).value()));

@@ -5,13 +5,15 @@
 // docs/architecture.md "Persistence and integrity").
 //
 // Open(): opens `<dir>/packs.rkv` when it exists (validated against the expected geometry and
-// namespace: PackFile::Open's distinct errors, e.g. kTruncated for a cut payload region) and
-// creates it otherwise, then runs persist::OpenIndex: the directory is loaded from a clean,
-// intact snapshot bound to this pack file, or starts empty with a logged reason (dirty marker,
-// missing / corrupt / foreign snapshot, ...); either way the store epoch is raised durably, the
-// directory's owner epoch is that epoch and its generation floor epoch << 32. Nothing is
-// written to the pack file and no dirty marker is made here: the first store or invalidation
-// does that (integrity()->BeforeFirstWrite).
+// namespace: PackFile::Open's distinct errors, e.g. kTruncated for a cut payload region; with
+// on_mismatch kReplace a pack file of another namespace or geometry is removed with the rest of
+// its store, the epoch file excepted) and creates it otherwise, then runs persist::OpenIndex: the
+// directory is loaded from a clean, intact snapshot bound to this pack file, or starts empty with
+// a logged reason (dirty marker, missing / corrupt / foreign snapshot, ...); either way the store
+// epoch is raised durably, the directory's owner epoch is that epoch and its generation floor
+// epoch << 32. The identity record (identity.json) is written when given and absent or
+// different. Nothing is written to the pack file and no dirty marker is made here: the first
+// store or invalidation does that (integrity()->BeforeFirstWrite).
 //
 // Ownership: Open takes the store's lock (lock.rkv, Env::LockFile) before it reads anything, so
 // a second engine or store service opening the same directory fails at once with kLocked
@@ -48,6 +50,7 @@
 #include "persist/store_access.h"
 #include "rangekv/env.h"
 #include "rangekv/geometry.h"
+#include "rangekv/options.h"
 #include "rangekv/remote.h"
 #include "rangekv/status.h"
 
@@ -101,6 +104,12 @@ struct StoreStateOptions {
   // Whether the paged layout is block-opaque (embedded engines know; the service does not:
   // remote::Publisher::Options::opaque).
   std::optional<bool> block_opaque;
+  // Embedded: what to do with a pack file of another namespace or geometry
+  // (EngineOptions::on_store_mismatch).
+  StoreMismatch on_mismatch = StoreMismatch::kFail;
+  // persist/identity_record.h: written beside the pack file (embedded), or sent at Hello for
+  // the service to write (service mode). Empty: none.
+  std::string identity_record;
 };
 
 class StoreState {

@@ -42,9 +42,9 @@ uint32_t EffectiveUid() { return static_cast<uint32_t>(::geteuid()); }
 Status CheckStoreAccess(Env* env, const StorePaths& paths, uint32_t uid) {
   RANGEKV_RETURN_IF_ERROR(CheckPath(env, paths.dir, /*must_exist=*/true, uid));
   const std::vector<std::string> files = {
-      paths.pack(),   paths.pack_temp(),    paths.snapshot(), paths.snapshot_temp(),
-      paths.epoch(),  paths.epoch_temp(),   paths.dirty_marker(), paths.journal(),
-      paths.journal_temp(), paths.lock(),
+      paths.pack(),         paths.pack_temp(),  paths.snapshot(),      paths.snapshot_temp(),
+      paths.epoch(),        paths.epoch_temp(), paths.dirty_marker(),  paths.journal(),
+      paths.journal_temp(), paths.identity(),   paths.identity_temp(), paths.lock(),
   };
   for (const std::string& f : files) {
     RANGEKV_RETURN_IF_ERROR(CheckPath(env, f, /*must_exist=*/false, uid));

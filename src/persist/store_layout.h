@@ -22,6 +22,9 @@
 //                      the store open holds it, and its text says who ("pid 1234 (rangekv
 //                      engine)"); a second opener fails with kLocked. Left in place when the
 //                      store closes (deleting a lock file races the next opener)
+//   identity.json      the identity record (persist/identity_record.h): readable fields of
+//                      what the namespace was derived from, for `rangekv inspect`
+//   identity.json.tmp  an identity record being written; replaced by rename
 //
 // Thread-safety: plain values.
 #pragma once
@@ -42,6 +45,8 @@ inline constexpr std::string_view kEpochTempFileName = "epoch.rkv.tmp";
 inline constexpr std::string_view kJournalFileName = "journal.rkv";
 inline constexpr std::string_view kJournalTempFileName = "journal.rkv.tmp";
 inline constexpr std::string_view kLockFileName = "lock.rkv";
+inline constexpr std::string_view kIdentityFileName = "identity.json";
+inline constexpr std::string_view kIdentityTempFileName = "identity.json.tmp";
 
 // Full paths of a store's files. `dir` is used as given (no normalisation).
 struct StorePaths {
@@ -58,6 +63,8 @@ struct StorePaths {
   std::string journal() const { return Join(kJournalFileName); }
   std::string journal_temp() const { return Join(kJournalTempFileName); }
   std::string lock() const { return Join(kLockFileName); }
+  std::string identity() const { return Join(kIdentityFileName); }
+  std::string identity_temp() const { return Join(kIdentityTempFileName); }
 
  private:
   std::string Join(std::string_view name) const {

@@ -311,6 +311,7 @@ void Encode(const HelloRequest& m, std::vector<uint8_t>* out) {
   w.U8(m.direct ? 1 : 0);
   w.U64(m.digest_block_tokens);
   w.U32(m.pid);
+  PutString(w, m.identity);
   Append(w, out);
 }
 Status Decode(std::span<const uint8_t> body, HelloRequest* m) {
@@ -324,6 +325,7 @@ Status Decode(std::span<const uint8_t> body, HelloRequest* m) {
   r.Bool(&m->direct, "direct");
   r.U64(&m->digest_block_tokens, "digest_block_tokens");
   r.U32(&m->pid, "pid");
+  r.String(&m->identity, "identity", kMaxIdentityBytes);
   return r.Finish();
 }
 

@@ -38,13 +38,15 @@ inline constexpr uint32_t kFrameMagic = 0x53564B52;  // "RKVS" little-endian
 // 3: a shared lookup / claim names the CPU its caller ran on (client_cpu).
 // 4: lookup and claim replies say how many sessions are reading the node's stores (readers).
 // 5: the node's read gate (kAttachReadGate).
-inline constexpr uint16_t kProtocolVersion = 5;
+// 6: Hello carries the store's identity record (persist/identity_record.h).
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr uint32_t kMaxBodyBytes = 32u << 20;
 inline constexpr uint32_t kMaxTokensPerMessage = 4u << 20;     // int32 tokens of one query
 inline constexpr uint32_t kMaxRecordsPerMessage = 1u << 16;    // pack records of one reply
 inline constexpr uint32_t kMaxDigestsPerMessage = 1u << 21;    // u64 block digests
 inline constexpr uint32_t kMaxStringBytes = 4096;              // tenant, messages, paths
+inline constexpr uint32_t kMaxIdentityBytes = 256u << 10;      // Hello's identity record
 // A session's shared query buffer: one query's int32 tokens at most.
 inline constexpr uint64_t kMaxQueryBufferBytes = uint64_t{kMaxTokensPerMessage} * 4;
 inline constexpr uint16_t kReplyBit = 0x8000;
@@ -103,6 +105,9 @@ struct HelloRequest {
   bool direct = true;              // the client wants an O_DIRECT descriptor when possible
   uint64_t digest_block_tokens = 0;
   uint32_t pid = 0;                // informational; the service trusts SO_PEERCRED
+  // The identity record the service keeps beside a namespace store (identity.json, at most
+  // persist::kMaxIdentityRecordBytes); empty: none. Informational (`rangekv inspect`).
+  std::string identity;
 };
 struct HelloReply {
   uint64_t session_id = 0;

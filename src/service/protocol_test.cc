@@ -39,6 +39,7 @@ TEST(ServiceProtocolTest, EveryBodyRoundTrips) {
     h.tenant = "team-a";
     h.capacity_bytes = 123;
     h.direct = false;
+    h.identity = "{\"format\":1}\n";  // protocol 6
     std::vector<uint8_t> b;
     Encode(h, &b);
     HelloRequest m;
@@ -47,6 +48,12 @@ TEST(ServiceProtocolTest, EveryBodyRoundTrips) {
     EXPECT_EQ(m.ns, h.ns);
     EXPECT_EQ(m.tenant, "team-a");
     EXPECT_FALSE(m.direct);
+    EXPECT_EQ(m.identity, h.identity);
+    // An identity record beyond its bound is refused whole.
+    h.identity.assign(kMaxIdentityBytes + 1, 'x');
+    b.clear();
+    Encode(h, &b);
+    EXPECT_FALSE(Decode(b, &m).ok());
   }
   {
     ReserveReply r;

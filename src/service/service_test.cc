@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
+#include "persist/identity_record.h"
+#include "persist/store_layout.h"
 #include "service/service_test_shapes.h"
 #include "service/unix_socket.h"
 #include "testing/temp_dir.h"
@@ -872,6 +874,36 @@ TEST_F(ServiceTest, TenantsAreKeptApartAndQuotasBound) {
   auto tiny = Engine::Open(ClientOptions(socket_, "tiny"));
   ASSERT_FALSE(tiny.ok());
   EXPECT_EQ(tiny.status().code(), StatusCode::kResourceExhausted) << tiny.status().ToString();
+}
+
+// Each namespace store keeps the identity record its client sent at Hello (identity.json beside
+// its pack file, for `rangekv inspect`); a client whose identity differs (another semantic
+// config, e.g. rewritten weights) gets a store of its own, where the other's prefix misses.
+TEST_F(ServiceTest, AnotherIdentityIsAnotherStoreWithItsOwnRecord) {
+  EngineOptions oa = ClientOptions(socket_);
+  oa.model.semantic_config = R"({"weights":"a"})";
+  EngineOptions ob = oa;
+  ob.model.semantic_config = R"({"weights":"b"})";
+  for (const EngineOptions& o : {oa, ob}) {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engines_.push_back(std::move(e).value());
+  }
+  Engine& a = *engines_[0];
+  Engine& b = *engines_[1];
+  ASSERT_FALSE(a.namespace_id() == b.namespace_id());
+  auto src = Fixture(a);
+  const auto tokens = ClientTokens(0);
+  ASSERT_TRUE(StoreAll(a, *src, tokens, kSeed, 1).ok());
+  auto other = b.Lookup(Envelope("other"), tokens, kGranularity);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ(other->hit_tokens, 0u);
+  for (const auto& [engine, model] : {std::pair{&a, oa.model}, std::pair{&b, ob.model}}) {
+    const persist::StorePaths paths(dir_.Join("svc") + "/default/" +
+                                    engine->namespace_id().ToHex());
+    EXPECT_EQ(persist::ReadIdentityRecord(DefaultEnv(), paths),
+              persist::RenderIdentityRecord(model, engine->namespace_id()));
+  }
 }
 
 TEST_F(ServiceTest, PeersWithAnotherUidAreRefused) {

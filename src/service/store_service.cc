@@ -23,12 +23,15 @@
 #include "engine/stats.h"
 #include "engine/store_state.h"
 #include "pack/pack_layout.h"
+#include "persist/identity_record.h"
 #include "persist/payload_digests.h"
 #include "persist/store_layout.h"
 #include "rangekv/options.h"
 #include "service/unix_socket.h"
 
 namespace rangekv::service {
+
+static_assert(kMaxIdentityBytes == persist::kMaxIdentityRecordBytes);
 
 using engine_internal::StoreState;
 using engine_internal::StoreStateOptions;
@@ -636,6 +639,9 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       so.tenant = h.tenant;
       so.remote = options_.remote;
       so.holder = "rangekv serve";
+      // The first client's identity record (the namespace hashes every field of it, so every
+      // client of this namespace sends the same one).
+      so.identity_record = h.identity;
       auto opened = StoreState::Open(so);
       if (!opened.ok()) return opened.status().WithContext("store service: store " + key);
       made->state = std::move(opened).value();

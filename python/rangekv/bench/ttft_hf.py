@@ -316,7 +316,9 @@ def run(args) -> dict:
             ab, point = key.split("|")
             opts["ablations"] = ",".join([
                 ab, f"object_tokens={coarse}", "objects=chunk_layer" if point == "lw" else "objects=chunk"])
-        return engine_for_model(model.config, store_dir, block_size=B, dtype=dtype, **opts)
+        # The weights are drawn from the seed (build_model): that names them for the store.
+        return engine_for_model(model.config, store_dir, block_size=B, dtype=dtype,
+                                weights=f"random {args.shape} seed {args.seed} on {device}", **opts)
 
     results = {"workload": "ttft-hf", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),

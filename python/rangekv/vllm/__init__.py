@@ -1,4 +1,4 @@
-"""rangekv.vllm: RangeKV as an out-of-tree KV connector of vLLM 0.32.
+"""rangekv.vllm: RangeKV as an out-of-tree KV connector of vLLM (0.25.1 to 0.34, versions.py).
 
 Enable it with ``--kv-transfer-config`` naming ``"kv_connector":"RangeKVConnector"`` and
 ``"kv_connector_module_path":"rangekv.vllm"`` (docs/integrations/vllm.md).

@@ -169,6 +169,13 @@ KEYS: dict[str, _Key] = {
     "remote_lookup_timeout_ms": _Key(250, "int", "cluster tier: bound on a lookup's walk of the "
                                      "cluster directory (ms); past it the hit is the node's own",
                                      minimum=1),
+    "identity": _Key("metadata", "choice", "how the weights are pinned in the store's key: "
+                     "'metadata' (each weight file's name, size, modification time and "
+                     "safetensors header) or 'content' (every byte, digested once and cached in "
+                     "store_dir, for files copied with their times preserved)",
+                     ("metadata", "content")),
+    "allow_untested_vllm": _Key(False, "bool", "start on a vLLM version outside the tested range "
+                                "(docs/integrations/vllm.md \"Versions\") instead of refusing"),
 }
 
 
@@ -220,6 +227,8 @@ class ConnectorConfig:
     directory: str
     remote_publish: bool
     remote_lookup_timeout_ms: int
+    identity: str
+    allow_untested_vllm: bool
 
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for rangekv.Engine (the sizes and policies above)."""

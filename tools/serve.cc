@@ -116,8 +116,8 @@ void RunServe(const ServeConfig& c) {
     o.remote.directory = c.directory;
     o.remote.region = c.remote_region;
     o.remote.ca_file = c.remote_ca_file;
-    auto cap = ParseBytes(c.remote_capacity);
-    auto rate = ParseBytes(c.upload_rate);
+    auto cap = ParseByteSize(c.remote_capacity);
+    auto rate = ParseByteSize(c.upload_rate);
     if (!cap.ok() || !rate.ok()) {
       std::fprintf(stderr, "rangekv serve: --remote-capacity / --upload-bytes-per-s: %s\n",
                    (!cap.ok() ? cap.status() : rate.status()).ToString().c_str());

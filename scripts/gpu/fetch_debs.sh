@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Downloads (does not install) the Debian 12 packages that scripts/gpu/run.sh unpacks on the
-# GPU machine, into .deb/ at the repository root (ignored by git; about 1.2 MB). Run once on a
-# Debian 12 machine with apt; then carry .deb with the device call.
+# GPU machine, into .deb/ at the repository root (ignored by git; about 6.5 MB). Run once on a
+# Debian 12 machine with apt; then carry .deb with the device call. The cluster tier's libcurl,
+# hiredis and OpenSSL come with their own packages; libcurl's further dependencies (nghttp2,
+# libssh2, krb5, ...) are the machine's own (not yet tried on a GPU machine: no device time was
+# left when the cluster tier landed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .deb
@@ -17,5 +20,6 @@ apt-get download \
   nlohmann-json3-dev libcli11-dev \
   liburing-dev liburing2 \
   libbenchmark-dev libbenchmark1debian \
-  pkgconf-bin libpkgconf3
+  pkgconf-bin libpkgconf3 \
+  libcurl4-openssl-dev libcurl4 libhiredis-dev libhiredis0.14 libssl-dev libssl3
 ls -l

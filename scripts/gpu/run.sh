@@ -27,6 +27,14 @@
 #               then bench lookup --store service (the service polling 0 and 200 us)
 #   ttft        python -m rangekv.bench ttft-hf on the 8B shape from tmpfs: recompute,
 #               resident and RangeKV at every object count, REPS repetitions
+#   vllm        vLLM 0.25.1 with the connector (scripts/gpu/vllm_gpu.py), vLLM carried in parts
+#               by scripts/gpu/vllm_carry.sh: every call before the last runs only
+#               "bash scripts/gpu/vllm_carry.sh receive" with carry [".gpu/vllm/K"], the last
+#               "bash scripts/gpu/vllm_carry.sh receive && bash scripts/gpu/run.sh vllm" with
+#               carry [".deb", ".gpu/vllm/N"]. Steps: install, correctness (tokens and logprobs
+#               against vLLM's own prefix cache: NHD, HND, the cross-layer allocation), then
+#               Table 3's TTFT arms on tmpfs (VLLM_ARMS, ';'-separated; default: RangeKV at 192
+#               and 3,072 objects, layerwise, LMCache's disk tier at the same two chunkings)
 #   list        these names
 # Environment (all optional): OUT where the files come back (default ./out/gpu: gpu.tgz with
 # every log, table and JSON, and summary.txt), BUDGET (540 s), ROUNDS (3), REPS (5),
@@ -140,6 +148,24 @@ suite_ttft() {
     --device "$device" --shape 8b --tmp-dir "$shm" --buffered --check first --reps "${REPS:-5}" \
     --arms recompute,resident,rangekv --json "$work/ttft_8b.json"
   grep -A14 '^| Objects' "$work/ttft_8b.txt" | tee -a "$sum"
+  rm -rf "$shm"
+}
+
+suite_vllm() {
+  gpu_build || return
+  step vllm_install 180 bash scripts/gpu/vllm_carry.sh install || return
+  # shellcheck source=/dev/null
+  . "${RANGEKV_VLLM_ROOT:-/tmp/rangekv-vllm}/env.sh"
+  PYTHONPATH=$pkg:$PYTHONPATH PYTHONUNBUFFERED=1 step vllm_correctness 420 python3 \
+    scripts/gpu/vllm_gpu.py correctness --work "$work/corr" --timeout 150 \
+    --json "$work/vllm_correctness.json"
+  tail -12 "$work/vllm_correctness.txt" | sed 's/^/  /' | tee -a "$sum"
+  rm -rf "$shm" && mkdir -p "$shm"
+  PYTHONPATH=$pkg:$PYTHONPATH PYTHONUNBUFFERED=1 step vllm_ttft 540 python3 \
+    scripts/gpu/vllm_gpu.py ttft --work "$work/ttft" --media shm --shm-root "$shm" \
+    --arms "${VLLM_ARMS:-rangekv 192 shm;rangekv 3,072 shm;LW shm;lmcache disk 192 shm;lmcache disk 3,072 shm}" \
+    --reps "${REPS:-3}" --timeout 200 --json "$work/vllm_ttft.json"
+  tail -16 "$work/vllm_ttft.txt" | sed 's/^/  /' | tee -a "$sum"
   rm -rf "$shm"
 }
 

@@ -49,10 +49,10 @@ Result<baseline::SweepPoint> ParsePoint(const Geometry& g, const std::string& la
     shape = baseline::ObjectShape::kChunkLayerSlice;
     number.resize(number.size() - 3);
   }
-  const Result<uint64_t> count = ParseCount(number, "object count");
+  const Result<uint64_t> count = ParseCount(number, "object count", 1);
   if (!count.ok()) {
     return InvalidArgument("object count '" + label +
-                           "' is not N, N-LW (per-layer objects) or N-TP (rank slices)");
+                           "' is not N, N-LW (per-layer objects) or N-TP (rank slices), N >= 1");
   }
   const uint64_t nominal = *count;
   // A bare 327680 means the paper's TP-sliced naming.

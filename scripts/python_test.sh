@@ -64,7 +64,7 @@ set +e
 # python/tests/install (fresh venvs, builds) only through scripts/install_test.sh.
 ignore=(--ignore=vllm --ignore=install)
 [ "${RANGEKV_PY_TEST_VLLM:-0}" = 1 ] && ignore=(--ignore=install)
-"$py" -m pytest -q -rs -p no:cacheprovider "${ignore[@]}" "$@" 2>&1 | grep -v '^rangekv [IWE] ' | tee /tmp/python_test.$$.log
+"$py" -m pytest -q -rs --durations=12 -p no:cacheprovider "${ignore[@]}" "$@" 2>&1 | grep -v '^rangekv [IWE] ' | tee /tmp/python_test.$$.log
 rc=${PIPESTATUS[0]}
 set -e
 summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' /tmp/python_test.$$.log | tail -1)

@@ -18,8 +18,11 @@ cmd="${1:-}"
 dir="${2:-}"
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: servers.sh start|stop|kill-s3 DIR" >&2; exit 2; }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+free_ports() {  # $1 = how many: distinct ports, all bound at once while they are chosen
+  python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 stop_pid() {  # $1 = pid
   local pid="$1" i
@@ -45,34 +48,45 @@ start)
  "actions":["Admin","Read","Write","List","Tagging"]}]}
 JSON
   chmod 600 "$dir/s3.json"
-  rport=$(free_port)
+  rport=$(free_ports 1)
   "$redis" --bind 127.0.0.1 --port "$rport" --dir "$dir/redis" --save '' --appendonly no \
     --protected-mode yes --daemonize no >"$dir/redis.log" 2>&1 &
   echo $! > "$dir/redis.pid"
-  mport=$(free_port); vport=$(free_port); fport=$(free_port); sport=$(free_port)
-  mg=$(free_port); vg=$(free_port); fg=$(free_port); sg=$(free_port)
-  "$weed" server -dir="$dir/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-    -master.port="$mport" -master.port.grpc="$mg" -master.volumeSizeLimitMB=1024 \
-    -master.telemetry=false \
-    -volume.port="$vport" -volume.port.grpc="$vg" -volume.max=16 \
-    -filer.port="$fport" -filer.port.grpc="$fg" \
-    -s3 -s3.port="$sport" -s3.port.grpc="$sg" -s3.config="$dir/s3.json" \
-    -s3.port.iceberg=0 -s3.port.lance=0 -filer.localSocket="$dir/filer.sock" \
-    -s3.localSocket="$dir/s3.sock" \
-    >"$dir/weed.log" 2>&1 &
-  echo $! > "$dir/weed.pid"
-  endpoint="http://127.0.0.1:$sport"
+  endpoint=""
   bucket=rangekv-test
   ok=0
-  for i in $(seq 1 300); do   # 30 s
-    if curl -s -o /dev/null --max-time 1 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret" \
-        -X PUT "$endpoint/$bucket" 2>/dev/null &&
-       curl -s -f -o /dev/null --max-time 1 --aws-sigv4 "aws:amz:us-east-1:s3" \
-        --user "$key:$secret" "$endpoint/$bucket?list-type=2" 2>/dev/null; then
-      ok=1; break
-    fi
-    kill -0 "$(cat "$dir/weed.pid")" 2>/dev/null || break
-    sleep 0.1
+  # A port chosen free can be taken by another process before weed binds it (its components
+  # bind eight): weed then exits with "address already in use", and a new set of ports is tried.
+  for attempt in 1 2 3; do
+    read -r mport vport fport sport mg vg fg sg <<<"$(free_ports 8)"
+    "$weed" server -dir="$dir/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+      -master.port="$mport" -master.port.grpc="$mg" -master.volumeSizeLimitMB=1024 \
+      -master.telemetry=false \
+      -volume.port="$vport" -volume.port.grpc="$vg" -volume.max=16 \
+      -filer.port="$fport" -filer.port.grpc="$fg" \
+      -s3 -s3.port="$sport" -s3.port.grpc="$sg" -s3.config="$dir/s3.json" \
+      -s3.port.iceberg=0 -s3.port.lance=0 -filer.localSocket="$dir/filer.sock" \
+      -s3.localSocket="$dir/s3.sock" \
+      >"$dir/weed.log" 2>&1 &
+    echo $! > "$dir/weed.pid"
+    endpoint="http://127.0.0.1:$sport"
+    for i in $(seq 1 300); do   # 30 s
+      if curl -s -o /dev/null --max-time 1 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret" \
+          -X PUT "$endpoint/$bucket" 2>/dev/null &&
+         curl -s -f -o /dev/null --max-time 1 --aws-sigv4 "aws:amz:us-east-1:s3" \
+          --user "$key:$secret" "$endpoint/$bucket?list-type=2" 2>/dev/null; then
+        ok=1; break
+      fi
+      kill -0 "$(cat "$dir/weed.pid")" 2>/dev/null || break
+      if grep -q "address already in use" "$dir/weed.log" 2>/dev/null; then break; fi
+      sleep 0.1
+    done
+    [ "$ok" = 1 ] && break
+    grep -q "address already in use" "$dir/weed.log" 2>/dev/null || break
+    echo "servers.sh: a port was taken before SeaweedFS bound it (attempt $attempt); new ports" >&2
+    pid=$(cat "$dir/weed.pid"); kill -KILL "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    rm -rf "$dir/weed" "$dir/filer.sock" "$dir/s3.sock" && mkdir -p "$dir/weed"
   done
   if [ "$ok" != 1 ]; then
     echo "servers.sh: SeaweedFS S3 did not come up at $endpoint (log: $dir/weed.log)" >&2

@@ -56,6 +56,8 @@ RELIED_ON_BY_SCHEDULER = {"get_num_new_matched_tokens", "update_state_after_allo
 # because nothing in that version calls them (asserted below), with why RangeKV defines them.
 OPTIONAL_HOOKS = {
     "supports_sleep_mode": "0.33+: sleep mode remaps the KV cache the engine holds views of",
+    "prefer_cross_layer_blocks": "0.25-0.28: a cross-layer allocation (cross_layer_blocks)",
+    "register_cross_layers_kv_cache": "0.25-0.28: the cross-layer allocation's registration",
 }
 # RangeKV's own API on the class (not vLLM's): must never collide with a vLLM name.
 OWN_API = {"min_hit_tokens"}

@@ -242,7 +242,9 @@ class MisuseServiceTest : public ::testing::Test {
  protected:
   void TearDown() override {
     engines_.clear();
-    if (service_ != nullptr) EXPECT_TRUE(service_->Stop().ok());
+    if (service_ != nullptr) {
+      EXPECT_TRUE(service_->Stop().ok());
+    }
   }
   void Start(ServiceOptions o = {}) {
     o.root = dir_.Join("svc");

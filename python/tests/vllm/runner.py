@@ -32,6 +32,12 @@ def main() -> None:
     spec = json.load(open(sys.argv[1]))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    # The engine core in this process: generate() then hands a call's prompts to the scheduler
+    # before its first step. In its own process the core starts stepping as soon as the first
+    # prompt arrives, so how a call's prompts share steps (and with it the last bits of a
+    # logprob on the CPU backend) depended on timing, with and without the connector alike.
+    if spec.get("tp", 1) == 1:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams
 
     kwargs = dict(model=spec["model"], skip_tokenizer_init=True, enforce_eager=True,

@@ -349,7 +349,10 @@ Status RemoveResult(const RedisReply& r, const std::string& id) {
 }
 }  // namespace
 
-Status ClusterDirectory::Retire(const std::string& id, SteadyDeadline deadline) const {
+// Retire and Quarantine run one script (kRemoveScript); `mode` says which: "retire" only takes a
+// live, unleased run, "quarantine" takes it whatever its leases.
+Status ClusterDirectory::Remove(const std::string& id, const char* mode,
+                                SteadyDeadline deadline) const {
   const std::string ns = scope_.NsKeys();
   const std::string t = scope_.TenantKeys();
   RANGEKV_ASSIGN_OR_RETURN(RedisReply parent, redis_->RunOne({"HGET", ns + "obj:" + id, "parent"},
@@ -358,23 +361,17 @@ Status ClusterDirectory::Retire(const std::string& id, SteadyDeadline deadline) 
       RedisReply r,
       redis_->RunOne({"EVAL", kRemoveScript, "7", ns + "obj:" + id, ns + "lease:" + id,
                       ns + "run:" + parent.str, t + "lru", t + "bytes",
-                      scope_.PrefixKeys() + "bytes", t + "dead", id, Member(id), "retire"},
+                      scope_.PrefixKeys() + "bytes", t + "dead", id, Member(id), mode},
                      deadline));
   return RemoveResult(r, id);
 }
 
+Status ClusterDirectory::Retire(const std::string& id, SteadyDeadline deadline) const {
+  return Remove(id, "retire", deadline);
+}
+
 Status ClusterDirectory::Quarantine(const std::string& id, SteadyDeadline deadline) const {
-  const std::string ns = scope_.NsKeys();
-  const std::string t = scope_.TenantKeys();
-  RANGEKV_ASSIGN_OR_RETURN(RedisReply parent, redis_->RunOne({"HGET", ns + "obj:" + id, "parent"},
-                                                             deadline));
-  RANGEKV_ASSIGN_OR_RETURN(
-      RedisReply r,
-      redis_->RunOne({"EVAL", kRemoveScript, "7", ns + "obj:" + id, ns + "lease:" + id,
-                      ns + "run:" + parent.str, t + "lru", t + "bytes",
-                      scope_.PrefixKeys() + "bytes", t + "dead", id, Member(id), "quarantine"},
-                     deadline));
-  return RemoveResult(r, id);
+  return Remove(id, "quarantine", deadline);
 }
 
 Result<uint64_t> ClusterDirectory::RetireForCapacity(uint64_t tenant_bytes,

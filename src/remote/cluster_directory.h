@@ -176,6 +176,7 @@ class ClusterDirectory {
   Result<std::string> ObjectState(const std::string& object_id, SteadyDeadline deadline) const;
 
  private:
+  Status Remove(const std::string& object_id, const char* mode, SteadyDeadline deadline) const;
   std::string RunKey(const ParentKey& parent) const;
   std::string Member(const std::string& object_id) const { return scope_.NsHex() + "/" + object_id; }
 

@@ -1,4 +1,4 @@
-"""The shape of the Python package, read as source (STYLE.md "The shape is tested"): the vLLM
+"""The shape of the Python package, read as source: the vLLM
 connector's modules import one way, with no cycles, and the scheduler and worker halves never
 import each other. Needs neither vLLM nor torch: the modules are parsed, not imported."""
 

@@ -58,6 +58,7 @@ struct RemoteBenchConfig {
   uint64_t get_bytes = 0;
   bool per_object = true;
   uint64_t per_object_max = 65536;
+  std::string device = "host";  // where both nodes' paged KV lives: host, cuda or auto
   std::string json;
 };
 
@@ -134,7 +135,12 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   EngineOptions ea;
   ea.store_dir = scratch->Join("a");
   ea.model = model;
-  ea.device = DeviceSelection::kHost;
+  const DeviceKind kind = c.device == "cuda"   ? DeviceKind::kCuda
+                          : c.device == "auto" ? DeviceKind::kAuto
+                                               : DeviceKind::kHost;
+  ea.device = kind == DeviceKind::kCuda   ? DeviceSelection::kCuda
+              : kind == DeviceKind::kAuto ? DeviceSelection::kAuto
+                                          : DeviceSelection::kHost;
   ea.capacity_bytes = 4ull << 30;
   ea.max_request_tokens = std::max<uint64_t>(ea.max_request_tokens, P + 1);
   ea.remote = ro;
@@ -145,7 +151,9 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
                        "publishing from node A...\n",
                FormatBytes(bytes).c_str(), static_cast<unsigned long long>(P), g.layers,
                static_cast<unsigned long long>(g.token_bytes));
-  auto device = Must(MakeDevice(DeviceKind::kHost), "host device");
+  auto device = Must(MakeDevice(kind), "device " + c.device);
+  std::fprintf(stderr, "rangekv bench remote: paged KV on the %s device\n",
+               std::string(DeviceKindName(device->capabilities().kind)).c_str());
   auto kv = Must(PagedKvSpace::Make(*device, g, P + 1, 7), "paged KV");
   Must(kv->Fill(11, 0, P + 1), "filling paged KV");
   std::vector<int32_t> prompt(P + 1);
@@ -246,6 +254,7 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   nlohmann::json out;
   out["payload_bytes"] = bytes;
   out["tokens"] = P;
+  out["device"] = std::string(DeviceKindName(device->capabilities().kind));
   out["published_packs"] = as.packs_published;
   out["publish_s"] = publish_s;
   out["ceiling"] = {{"connections", best.conns}, {"get_bytes", best.piece}, {"gib_s", best.gib_s}};
@@ -515,6 +524,9 @@ void AddBenchRemoteCommand(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--per-object-max", c->per_object_max,
                   "Skip the per-object model at points with more objects than this")
+      ->capture_default_str();
+  cmd->add_option("--device", c->device, "Where both nodes' paged KV lives")
+      ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
   cmd->add_option("--json", c->json, "Write results as JSON");
   cmd->callback([c] { RunRemoteBench(*c); });

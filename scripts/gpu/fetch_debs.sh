@@ -21,5 +21,10 @@ apt-get download \
   liburing-dev liburing2 \
   libbenchmark-dev libbenchmark1debian \
   pkgconf-bin libpkgconf3 \
-  libcurl4-openssl-dev libcurl4 libhiredis-dev libhiredis0.14 libssl-dev libssl3
+  libcurl4-openssl-dev libcurl4 libhiredis-dev libhiredis0.14 libssl-dev libssl3 \
+  libnghttp2-14 libidn2-0 librtmp1 libssh2-1 libpsl5 libgssapi-krb5-2 libkrb5-3 libk5crypto3 \
+  libkrb5support0 libkeyutils1 libcom-err2 libldap-2.5-0 libsasl2-2 libsasl2-modules-db \
+  libbrotli1 libunistring2 libgnutls30 libhogweed6 libnettle8 libgmp10 libp11-kit0 libtasn1-6 \
+  libdb5.3 \
+  redis-server redis-tools libjemalloc2 liblzf1
 ls -l

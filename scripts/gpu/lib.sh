@@ -47,25 +47,58 @@ note() { echo "$*" | tee -a "$sum"; }
 left() { echo $((budget - ($(date +%s) - start))); }
 
 # Unpacks the .deb files (scripts/gpu/fetch_debs.sh) into $prefix and points pkg-config, CMake
-# and the dynamic loader at it; nothing is installed into the system.
+# and the dynamic loader at it; nothing is installed into the system. A shared library the
+# machine already has (same soname, per ldconfig) is taken from the machine: its copy in $prefix
+# is deleted and the development symlink (libfoo.so) repointed at the machine's, so only what
+# the machine lacks (liburing, hiredis, ...) comes from Debian. A call that carries no .deb
+# reuses the prefix an earlier call on the same warm machine unpacked.
 gpu_prefix() {
   shopt -s nullglob
-  local debs=("$repo"/.deb/*.deb) f pc
-  ((${#debs[@]})) || { note "FAILED: no .deb files in $repo/.deb (scripts/gpu/fetch_debs.sh)"; return 1; }
-  rm -rf "$prefix" && mkdir -p "$prefix"
-  for f in "${debs[@]}"; do dpkg-deb -x "$f" "$prefix" || { note "FAILED: dpkg-deb -x $f"; return 1; }; done
+  local debs=("$repo"/.deb/*.deb) f pc lib soname sys
   local libdir=$prefix/usr/lib/x86_64-linux-gnu
-  # The .pc files name /usr (as prefix=/usr, or as absolute paths): point them at $prefix.
-  for pc in "$libdir"/pkgconfig/*.pc "$prefix"/usr/share/pkgconfig/*.pc; do
-    sed -i -E "s#^([A-Za-z_]+)=/usr(/|\$)#\1=$prefix/usr\2#" "$pc"
-  done
+  if ((${#debs[@]} == 0)) && [ -f "$prefix/.unpacked" ]; then
+    note "packages: no .deb carried; reusing $prefix"
+  else
+    ((${#debs[@]})) || { note "FAILED: no .deb files in $repo/.deb (scripts/gpu/fetch_debs.sh)"; return 1; }
+    rm -rf "$prefix" && mkdir -p "$prefix"
+    for f in "${debs[@]}"; do dpkg-deb -x "$f" "$prefix" || { note "FAILED: dpkg-deb -x $f"; return 1; }; done
+    # Debian 12 keeps some libraries in /lib/x86_64-linux-gnu (usrmerge aside): one folder.
+    if [ -d "$prefix/lib/x86_64-linux-gnu" ]; then
+      mkdir -p "$libdir" && cp -a "$prefix"/lib/x86_64-linux-gnu/. "$libdir"/ && rm -rf "${prefix:?}/lib"
+    fi
+    local own=0 kept=0
+    for lib in "$libdir"/lib*.so.*; do
+      [ -L "$lib" ] && continue
+      soname=$(objdump -p "$lib" 2>/dev/null | awk '/SONAME/ {print $2}')
+      [ -n "$soname" ] || continue
+      sys=$(ldconfig -p | awk -v n="$soname" '$1 == n && $NF !~ /rangekv-prefix/ {print $NF; exit}')
+      if [ -n "$sys" ]; then
+        rm -f "$lib" "$libdir/$soname"
+        own=$((own + 1))
+      else
+        kept=$((kept + 1))
+      fi
+    done
+    # Development symlinks whose target is gone: point them at the machine's library.
+    for lib in "$libdir"/lib*.so; do
+      [ -e "$lib" ] && continue
+      sys=$(ldconfig -p | awk -v n="$(basename "$lib")" 'index($1, n ".") == 1 {print $NF; exit}')
+      if [ -n "$sys" ]; then ln -sf "$sys" "$lib"; else note "  no library behind $(basename "$lib")"; fi
+    done
+    # The .pc files name /usr (as prefix=/usr, or as absolute paths): point them at $prefix.
+    for pc in "$libdir"/pkgconfig/*.pc "$prefix"/usr/share/pkgconfig/*.pc; do
+      sed -i -E "s#^([A-Za-z_]+)=/usr(/|\$)#\1=$prefix/usr\2#" "$pc"
+    done
+    touch "$prefix/.unpacked"
+    note "packages: ${#debs[@]} .deb unpacked into $prefix; $kept libraries from Debian, $own the machine's own"
+  fi
   export PKG_CONFIG_PATH="$libdir/pkgconfig:$prefix/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$PATH:$prefix/usr/bin"  # redis-server for the remote suite; the machine's first
   pkg_config_arg=()
   if ! command -v pkg-config >/dev/null 2>&1; then
     pkg_config_arg=(-DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf")
   fi
-  note "packages: ${#debs[@]} .deb unpacked into $prefix"
 }
 
 # The targets every suite runs; one configure and one build per call.

@@ -34,7 +34,13 @@
 #               carry [".deb", ".gpu/vllm/N"]. Steps: install, correctness (tokens and logprobs
 #               against vLLM's own prefix cache: NHD, HND, the cross-layer allocation), then
 #               Table 3's TTFT arms on tmpfs (VLLM_ARMS, ';'-separated; default: RangeKV at 192
-#               and 3,072 objects, layerwise, LMCache's disk tier at the same two chunkings)
+#               and 3,072 objects, layerwise, LMCache's disk tier at the same two chunkings);
+#               VLLM_STEPS (default "correctness ttft") picks the steps after the install
+#   remote      the cluster tier (docs/scale-out.md): SeaweedFS's S3 gateway (weed, carried as
+#               .gpu/weed/weed.xz: xz -c "$(command -v weed)" > .gpu/weed/weed.xz) and Debian's
+#               redis-server (in .deb) on 127.0.0.1, then bench remote restoring into CUDA
+#               memory (REMOTE_POINTS, default 192,6144,6144-LW,327680; the per-object model up
+#               to 6,144 objects), then the same on the host device (REMOTE_DEVICES)
 #   list        these names
 # Environment (all optional): OUT where the files come back (default ./out/gpu: gpu.tgz with
 # every log, table and JSON, and summary.txt), BUDGET (540 s), ROUNDS (3), REPS (5),
@@ -156,16 +162,46 @@ suite_vllm() {
   step vllm_install 180 bash scripts/gpu/vllm_carry.sh install || return
   # shellcheck source=/dev/null
   . "${RANGEKV_VLLM_ROOT:-/tmp/rangekv-vllm}/env.sh"
-  PYTHONPATH=$pkg:$PYTHONPATH PYTHONUNBUFFERED=1 step vllm_correctness 420 python3 \
-    scripts/gpu/vllm_gpu.py correctness --work "$work/corr" --timeout 150 \
-    --json "$work/vllm_correctness.json"
-  tail -12 "$work/vllm_correctness.txt" | sed 's/^/  /' | tee -a "$sum"
+  local steps=" ${VLLM_STEPS:-correctness ttft} "
+  if [[ $steps == *" correctness "* ]]; then
+    PYTHONPATH=$pkg:$PYTHONPATH PYTHONUNBUFFERED=1 step vllm_correctness 420 python3 \
+      scripts/gpu/vllm_gpu.py correctness --work "$work/corr" --timeout 150 \
+      --json "$work/vllm_correctness.json"
+    tail -12 "$work/vllm_correctness.txt" | sed 's/^/  /' | tee -a "$sum"
+  fi
+  [[ $steps == *" ttft "* ]] || return 0
   rm -rf "$shm" && mkdir -p "$shm"
   PYTHONPATH=$pkg:$PYTHONPATH PYTHONUNBUFFERED=1 step vllm_ttft 540 python3 \
     scripts/gpu/vllm_gpu.py ttft --work "$work/ttft" --media shm --shm-root "$shm" \
     --arms "${VLLM_ARMS:-rangekv 192 shm;rangekv 3,072 shm;LW shm;lmcache disk 192 shm;lmcache disk 3,072 shm}" \
     --reps "${REPS:-3}" --timeout 200 --json "$work/vllm_ttft.json"
   tail -16 "$work/vllm_ttft.txt" | sed 's/^/  /' | tee -a "$sum"
+  rm -rf "$shm"
+}
+
+suite_remote() {
+  gpu_build || return
+  local weed=/tmp/rangekv-weed/weed servers=$work/servers dev
+  if [ ! -x "$weed" ]; then
+    [ -f .gpu/weed/weed.xz ] || { note "FAILED: no .gpu/weed/weed.xz carried"; status=1; return 1; }
+    if ! { mkdir -p "${weed%/*}" && xz -dc .gpu/weed/weed.xz >"$weed.tmp" && chmod +x "$weed.tmp" &&
+      mv "$weed.tmp" "$weed"; }; then
+      note "FAILED: unpacking weed"; status=1; return 1
+    fi
+  fi
+  RANGEKV_WEED=$weed step remote_servers 60 bash testing/remote/servers.sh start "$servers" || return
+  # shellcheck source=/dev/null
+  . "$servers/env"
+  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION
+  rm -rf "$shm" && mkdir -p "$shm"
+  for dev in ${REMOTE_DEVICES:-cuda host}; do
+    bench "remote_$dev" 240 remote --device "$dev" --dir "$shm" \
+      --remote "s3://$RANGEKV_TEST_S3_BUCKET/gpu-$dev" --remote-endpoint "$RANGEKV_TEST_S3_ENDPOINT" \
+      --directory "$RANGEKV_TEST_REDIS" --tokens 49152 --reps 3 \
+      --points "${REMOTE_POINTS:-192,6144,6144-LW,327680}" --per-object-max 6144
+    grep -E "^local hit" "$work/remote_$dev.txt" | cut -c1-170 | sed 's/^/  /' | tee -a "$sum"
+  done
+  bash testing/remote/servers.sh stop "$servers"
   rm -rf "$shm"
 }
 

@@ -33,7 +33,7 @@
 #include "engine/store_state.h"
 #include "io/io_engine.h"
 #include "rangekv/engine.h"
-#include "service/read_gate.h"
+#include "service_proto/read_gate.h"
 
 namespace rangekv::engine_internal {
 

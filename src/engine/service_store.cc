@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "engine/table_integrity.h"
 #include "env/posix_env.h"
-#include "service/unix_socket.h"
+#include "service_proto/unix_socket.h"
 
 namespace rangekv::engine_internal {
 

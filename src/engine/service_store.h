@@ -44,8 +44,8 @@
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
 #include "persist/payload_digests.h"
-#include "service/protocol.h"
-#include "service/read_gate.h"
+#include "service_proto/protocol.h"
+#include "service_proto/read_gate.h"
 
 namespace rangekv::engine_internal {
 

@@ -27,7 +27,7 @@
 #include "persist/payload_digests.h"
 #include "persist/store_layout.h"
 #include "rangekv/options.h"
-#include "service/unix_socket.h"
+#include "service_proto/unix_socket.h"
 
 namespace rangekv::service {
 

@@ -57,9 +57,9 @@
 #include "rangekv/env.h"
 #include "rangekv/remote.h"
 #include "rangekv/status.h"
-#include "service/protocol.h"
-#include "service/read_gate.h"
-#include "service/unix_socket.h"
+#include "service_proto/protocol.h"
+#include "service_proto/read_gate.h"
+#include "service_proto/unix_socket.h"
 
 namespace rangekv::service {
 

@@ -3,7 +3,8 @@
 # include/rangekv/*.h); everything under src/ stays private to the internal targets.
 #
 # Packaging: the internal static libraries (rangekv_base ... rangekv_engine) are installed and
-# exported with it (rangekv_service_proto, the store service protocol, included; as rangekv::rangekv_<part>, an implementation detail: link
+# exported with it (rangekv_service_proto, the store service protocol, and rangekv_store, one
+# open store, included; as rangekv::rangekv_<part>, an implementation detail: link
 # rangekv::rangekv), with rangekvConfig.cmake + rangekvConfigVersion.cmake so
 #   find_package(rangekv CONFIG REQUIRED)
 #   target_link_libraries(app PRIVATE rangekv::rangekv)
@@ -21,7 +22,7 @@ add_library(rangekv::rangekv ALIAS rangekv_lib)
 
 set(RANGEKV_EXPORTED_TARGETS rangekv_lib rangekv_warnings rangekv_base rangekv_env rangekv_io
     rangekv_pack rangekv_directory rangekv_kernels rangekv_device rangekv_persist
-    rangekv_service_proto rangekv_remote rangekv_engine)
+    rangekv_service_proto rangekv_remote rangekv_store rangekv_engine)
 install(TARGETS ${RANGEKV_EXPORTED_TARGETS} EXPORT rangekvTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

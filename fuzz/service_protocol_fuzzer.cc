@@ -1,5 +1,5 @@
-// Fuzzes the store service's protocol decoders (service/protocol.h): every message a client or
-// the service reads from the Unix socket.
+// Fuzzes the store service's protocol decoders (service_proto/protocol.h): every message a client
+// or the service reads from the Unix socket.
 // Properties checked:
 // - the frame header decoder and every request and reply body decoder never crash, read out of
 //   bounds or allocate beyond what the input's bytes can hold (counts are checked against the
@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "service/protocol.h"
+#include "service_proto/protocol.h"
 
 namespace {
 

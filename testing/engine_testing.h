@@ -54,7 +54,7 @@ inline PoolState StorePoolState(const Engine& engine) {
 inline Directory& EngineDirectory(const Engine& engine) {
   return EngineAccess::Core(engine).store().directory();
 }
-inline const StoreState& EngineStore(const Engine& engine) {
+inline const store::StoreState& EngineStore(const Engine& engine) {
   return EngineAccess::Core(engine).store();
 }
 // In-process crash: Close() still drains every owner, but persists nothing (no snapshot, the

@@ -1,7 +1,7 @@
 // RangeIndex: the directory operations a transfer engine performs on its store's index, and
 // nothing else. Two implementations: Directory itself (embedded mode: the index lives in the
 // serving process) and ServiceStore (the index lives in a node's store service, `rangekv
-// serve`, reached over a Unix domain socket; src/engine/service_store.h). The engine
+// serve`, reached over a Unix domain socket; src/store/service_store.h). The engine
 // holds a RangeIndex& and cannot tell them apart; each method's contract is Directory's
 // (directory.h), plus kUnavailable from the service implementation when its service is gone.
 //

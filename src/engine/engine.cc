@@ -2,7 +2,7 @@
 #include "rangekv/engine.h"
 
 #include "engine/engine_core.h"
-#include "engine/service_store.h"
+#include "store/service_store.h"
 
 namespace rangekv {
 
@@ -183,7 +183,7 @@ StoreOutcome StoreHandle::Finish(StoreWait wait) {
     return out;
   }
   StoreOutcome out = core_->stores().Finish(*job_, wait);
-  const engine_internal::ServiceStore* service = core_->store().service();
+  const store::ServiceStore* service = core_->store().service();
   const bool every_publish = service != nullptr
                                  ? service->hello().every_publish
                                  : core_->options().durability.mode == Durability::Mode::kEveryPublish;

@@ -9,12 +9,12 @@
 #include <functional>
 
 #include "device/device.h"
-#include "engine/integrity.h"
 #include "engine/stats.h"
-#include "engine/store_state.h"
 #include "io/io_engine.h"
 #include "persist/persistence.h"
 #include "rangekv/engine.h"
+#include "store/integrity.h"
+#include "store/store_state.h"
 
 namespace rangekv::engine_internal {
 
@@ -55,11 +55,11 @@ struct EngineContext {
   const EngineOptions* options = nullptr;  // resolved
   Geometry geometry;
   Device* device = nullptr;
-  StoreState* store = nullptr;
+  store::StoreState* store = nullptr;
   IoEngine* read_io = nullptr;
   IoEngine* write_io = nullptr;
   Counters* counters = nullptr;
-  PayloadIntegrity* integrity = nullptr;   // null: no digests
+  store::PayloadIntegrity* integrity = nullptr;  // null: no digests
   // The cluster tier's reader: spans with file_index kRemoteFileIndex are read through it
   // (engine/remote_tier.h). Null without a cluster tier.
   RemoteTier* remote = nullptr;

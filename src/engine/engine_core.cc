@@ -1,6 +1,6 @@
 #include "engine/engine_core.h"
 
-#include "engine/service_store.h"
+#include "store/service_store.h"
 
 #include <algorithm>
 #include <numeric>
@@ -180,7 +180,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       options_, ResolveOptions(in, geometry_, caps.kind == DeviceKind::kHost, UsableCpus()));
   if (options_.env == nullptr) options_.env = DefaultEnv();
 
-  StoreStateOptions so;
+  store::StoreStateOptions so;
   so.env = options_.env;
   so.dir = options_.store_dir;
   so.geometry = geometry_;
@@ -237,7 +237,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   }
   so.on_mismatch = options_.on_store_mismatch;
   so.identity_record = persist::RenderIdentityRecord(options_.model, so.ns);
-  RANGEKV_ASSIGN_OR_RETURN(store_, StoreState::Open(so));
+  RANGEKV_ASSIGN_OR_RETURN(store_, store::StoreState::Open(so));
   {
     const persist::RecoveryReport& r = store_->recovery();
     recovery_.loaded = r.outcome == persist::RecoveryOutcome::kLoaded;
@@ -253,7 +253,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     recovery_.journal_records = r.journal.records;
     recovery_.journal_publications_kept = r.journal.publishes_kept;
     recovery_.journal_publications_dropped = r.journal.dropped();
-    if (const ServiceStore* service = store_->service(); service != nullptr) {
+    if (const store::ServiceStore* service = store_->service(); service != nullptr) {
       recovery_.reason = recovery_.loaded ? "" : service->hello().recovery_reason;
       recovery_.detail = "index held by the store service " + options_.store_service;
     }
@@ -632,7 +632,7 @@ std::vector<RemovedRange> EngineCore::DrainRemovedRanges(size_t max) const {
 }
 
 void EngineCore::ShareReads() {
-  const ServiceStore* service = store_->service();
+  const store::ServiceStore* service = store_->service();
   if (service == nullptr || !options_.share_reads) return;
   MutexLock l(share_mu_);
   const uint32_t readers = service->readers();  // under the lock: the newest value wins
@@ -655,7 +655,7 @@ void EngineCore::ShareReads() {
 }
 
 void EngineCore::FollowReadGate() {
-  const ServiceStore* service = store_->service();
+  const store::ServiceStore* service = store_->service();
   if (service == nullptr || !options_.read_gate) return;
   MutexLock l(share_mu_);
   const uint64_t generation = service->read_gate_generation();

@@ -30,10 +30,10 @@
 #include "engine/restore_pipeline.h"
 #include "engine/stats.h"
 #include "engine/store_pipeline.h"
-#include "engine/store_state.h"
 #include "io/io_engine.h"
 #include "rangekv/engine.h"
-#include "service/read_gate.h"
+#include "service_proto/read_gate.h"
+#include "store/store_state.h"
 
 namespace rangekv::engine_internal {
 
@@ -43,7 +43,7 @@ struct EngineInternalConfig {
   Device* device = nullptr;  // borrowed, outlives the engine; overrides options.device
   EngineTestHooks hooks;
   // Borrowed; replaces the store's own (StoreIntegrity over the persistence layer).
-  PayloadIntegrity* integrity = nullptr;
+  store::PayloadIntegrity* integrity = nullptr;
   // Take the paths a CUDA device without GDS takes (pinned staging, H2D / D2H copies) even on a
   // device whose memory the host can address, so CI exercises them on HostDevice.
   bool force_staging = false;
@@ -69,7 +69,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   std::string DescribeBackends() const { return backends_; }
   const StoreRecovery& recovery() const { return recovery_; }
   Device& device() const { return *device_; }
-  StoreState& store() const { return *store_; }
+  store::StoreState& store() const { return *store_; }
   RestorePipeline& restore() const { return *restore_; }
   StorePipeline& stores() const { return *stores_; }
 
@@ -139,7 +139,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Counters counters_;
   std::unique_ptr<Device> owned_device_;
   Device* device_ = nullptr;
-  std::unique_ptr<StoreState> store_;
+  std::unique_ptr<store::StoreState> store_;
   std::unique_ptr<IoEngine> read_io_;
   std::unique_ptr<IoEngine> write_io_;
   EngineContext context_;

@@ -9,7 +9,7 @@
 #include "io/io_engine.h"
 #include "kernels/paged_kv.h"
 #include "pack/format.h"
-#include "service/protocol.h"
+#include "service_proto/protocol.h"
 
 namespace rangekv {
 

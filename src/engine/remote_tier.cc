@@ -461,7 +461,7 @@ Status RemoteTier::Read(const Span& span, uint8_t* buf, uint64_t* gets) {
   return s;
 }
 
-Result<DigestBlocks> RemoteTier::PlanVerify(const Span& span) {
+Result<store::DigestBlocks> RemoteTier::PlanVerify(const Span& span) {
   auto pack = Find(span.pack_slot);
   if (pack == nullptr) return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
   const remote::PackManifest& m = pack->manifest;
@@ -472,7 +472,7 @@ Result<DigestBlocks> RemoteTier::PlanVerify(const Span& span) {
   const uint64_t d = m.digest_block_tokens;
   const uint64_t first = span.pack_token_begin / d;
   const uint64_t last = (span.pack_token_begin + span.tokens() + d - 1) / d;
-  return DigestBlocks{first, last - first, m.stored_tokens};
+  return store::DigestBlocks{first, last - first, m.stored_tokens};
 }
 
 Status RemoteTier::Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) {

@@ -45,14 +45,14 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "engine/integrity.h"
 #include "pack/span_plan.h"
-#include "remote/manifest.h"
-#include "remote/remote_clients.h"
 #include "rangekv/geometry.h"
 #include "rangekv/remote.h"
 #include "rangekv/status.h"
 #include "rangekv/transfer.h"
+#include "remote/manifest.h"
+#include "remote/remote_clients.h"
+#include "store/integrity.h"
 
 namespace rangekv::engine_internal {
 
@@ -115,7 +115,7 @@ class RemoteTier {
   Status Read(const Span& span, uint8_t* buf, uint64_t* gets);
 
   // PayloadIntegrity's restore side for remote spans.
-  Result<DigestBlocks> PlanVerify(const Span& span);
+  Result<store::DigestBlocks> PlanVerify(const Span& span);
   Status Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out);
   Status Verify(const Span& span, uint64_t first_block, std::span<const uint64_t> computed,
                 bool* mismatch);
@@ -179,9 +179,10 @@ class RemoteTier {
 
 // The engine's PayloadIntegrity with remote spans answered by a RemoteTier and everything else
 // by the store's own (store side always local).
-class RoutingIntegrity final : public PayloadIntegrity {
+class RoutingIntegrity final : public store::PayloadIntegrity {
  public:
-  RoutingIntegrity(PayloadIntegrity* local, RemoteTier* remote) : local_(local), remote_(remote) {}
+  RoutingIntegrity(store::PayloadIntegrity* local, RemoteTier* remote)
+      : local_(local), remote_(remote) {}
   uint64_t block_tokens() const override { return local_->block_tokens(); }
   uint64_t digest_seed() const override { return local_->digest_seed(); }
   Status BeforeFirstWrite(uint64_t id) override { return local_->BeforeFirstWrite(id); }
@@ -194,7 +195,7 @@ class RoutingIntegrity final : public PayloadIntegrity {
   void OnStoreAborted(uint64_t id, std::span<const PackRecord> r) override {
     local_->OnStoreAborted(id, r);
   }
-  Result<DigestBlocks> PlanVerify(const Span& span) override {
+  Result<store::DigestBlocks> PlanVerify(const Span& span) override {
     return span.file_index == kRemoteFileIndex ? remote_->PlanVerify(span)
                                                : local_->PlanVerify(span);
   }
@@ -216,7 +217,7 @@ class RoutingIntegrity final : public PayloadIntegrity {
   }
 
  private:
-  PayloadIntegrity* local_;
+  store::PayloadIntegrity* local_;
   RemoteTier* remote_;
 };
 

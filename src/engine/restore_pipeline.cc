@@ -551,7 +551,8 @@ Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& ba
   return batch.Add({file, cur, buf + (cur - span.file_offset), end - cur, IoOp::kRead});
 }
 
-Status RestorePipeline::CheckBlocksInRead(const Span& span, const DigestBlocks& blocks) const {
+Status RestorePipeline::CheckBlocksInRead(const Span& span,
+                                          const store::DigestBlocks& blocks) const {
   const uint64_t d = context_.integrity->block_tokens();
   const uint64_t s = context_.geometry.token_bytes;
   // Stripe byte offset of the buffer's first byte (the read's file offset in its stripe).
@@ -575,7 +576,7 @@ uint64_t MismatchAt(uint64_t capacity) { return 2 * capacity * sizeof(uint64_t);
 }  // namespace
 
 kernels::DigestArgs RestorePipeline::DigestGroup(const Span& span, const Bank& bank,
-                                                 const DigestBlocks& blocks, uint64_t i,
+                                                 const store::DigestBlocks& blocks, uint64_t i,
                                                  uint64_t* digests, const uint64_t* expected,
                                                  uint32_t* mismatch) const {
   const uint64_t d = context_.integrity->block_tokens();
@@ -600,7 +601,7 @@ kernels::DigestArgs RestorePipeline::DigestGroup(const Span& span, const Bank& b
 }
 
 Status RestorePipeline::EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span,
-                                       const Bank& bank, const DigestBlocks& blocks,
+                                       const Bank& bank, const store::DigestBlocks& blocks,
                                        uint64_t* digests, const uint64_t* expected,
                                        uint32_t* mismatch) {
   for (uint64_t i = 0; i < blocks.count; i += kernels::kMaxDigestSpans) {
@@ -620,7 +621,7 @@ RestorePipeline::VerdictWords RestorePipeline::VerdictOf(Bank& bank) const {
 
 Status RestorePipeline::EnqueueVerifiedScatters(RestoreJob& job, Stream& stream, const Span& span,
                                                 Bank& bank, const kernels::ScatterArgs& scatter) {
-  const DigestBlocks& blocks = bank.verdict_blocks;
+  const store::DigestBlocks& blocks = bank.verdict_blocks;
   const VerdictWords w = VerdictOf(bank);
   const uint64_t d = context_.integrity->block_tokens();
   const uint64_t s = context_.geometry.token_bytes;
@@ -651,7 +652,7 @@ Status RestorePipeline::EnqueueVerifiedScatters(RestoreJob& job, Stream& stream,
 
 Status RestorePipeline::PlanVerdict(const Span& span, Bank& bank) {
   bank.verdict_blocks = {};
-  RANGEKV_ASSIGN_OR_RETURN(const DigestBlocks blocks, context_.integrity->PlanVerify(span));
+  RANGEKV_ASSIGN_OR_RETURN(const store::DigestBlocks blocks, context_.integrity->PlanVerify(span));
   if (blocks.count == 0 || blocks.count > verdict_capacity_) {
     return Internal("verify plan of " + std::to_string(blocks.count) + " digest blocks");
   }
@@ -681,7 +682,7 @@ Status RestorePipeline::EnqueueVerdictCopyBack(Stream& stream, Bank& bank) {
 }
 
 Status RestorePipeline::ConfirmVerdict(RestoreJob& job, const Span& span, const Bank& bank) {
-  const DigestBlocks& blocks = bank.verdict_blocks;
+  const store::DigestBlocks& blocks = bank.verdict_blocks;
   const uint8_t* host = bank.verdict_host.data();
   Count(&job, &Counters::verified_spans);
   bool mismatch_found = false;

@@ -219,7 +219,7 @@ class RestorePipeline {
     // share one layout: recorded digests (capacity u64), computed digests (capacity u64), the
     // mismatch word (u32). The recorded ones go up before the digest, the computed ones and the
     // word come back after the scatter, all before the bank's fence.
-    DigestBlocks verdict_blocks;
+    store::DigestBlocks verdict_blocks;
     PinnedHostBuffer verdict_host;
     DeviceBuffer verdict_device;
     // On a staged device (a GPU without GDS), the stream that copies the stripe up and verifies
@@ -266,12 +266,12 @@ class RestorePipeline {
   Status EnqueueVerdictCopyBack(Stream& stream, Bank& bank) REQUIRES(mu_);
   // The digest launch of blocks [i, i + kMaxDigestSpans) of `blocks` of the stripe in `bank`,
   // into `digests` (device memory), compared with `expected` into `*mismatch`.
-  kernels::DigestArgs DigestGroup(const Span& span, const Bank& bank, const DigestBlocks& blocks,
-                                  uint64_t i, uint64_t* digests, const uint64_t* expected,
-                                  uint32_t* mismatch) const;
+  kernels::DigestArgs DigestGroup(const Span& span, const Bank& bank,
+                                  const store::DigestBlocks& blocks, uint64_t i, uint64_t* digests,
+                                  const uint64_t* expected, uint32_t* mismatch) const;
   Status EnqueueDigests(RestoreJob& job, Stream& stream, const Span& span, const Bank& bank,
-                        const DigestBlocks& blocks, uint64_t* digests, const uint64_t* expected,
-                        uint32_t* mismatch);
+                        const store::DigestBlocks& blocks, uint64_t* digests,
+                        const uint64_t* expected, uint32_t* mismatch);
   // The stripe's digests and `scatter` as verified scatters (kernels/span_digest.h), one per
   // digest launch, each with the scatter's rows inside its blocks.
   Status EnqueueVerifiedScatters(RestoreJob& job, Stream& stream, const Span& span, Bank& bank,
@@ -281,7 +281,7 @@ class RestorePipeline {
   // verdict that disagrees fails the stripe too (its scatter may have been skipped).
   Status ConfirmVerdict(RestoreJob& job, const Span& span, const Bank& bank);
   // Both ends of a digest block must lie in the read buffer of `span` (the planner widened it).
-  Status CheckBlocksInRead(const Span& span, const DigestBlocks& blocks) const;
+  Status CheckBlocksInRead(const Span& span, const store::DigestBlocks& blocks) const;
   void CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) REQUIRES(mu_);
   void LaunchScatter(const std::shared_ptr<RestoreJob>& job, uint32_t stripe, uint32_t bank)
       REQUIRES(mu_);

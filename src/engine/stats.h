@@ -7,9 +7,9 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 
+#include "base/clock.h"  // SteadyNs, for the phase-time counters (*_ns)
 #include "rangekv/engine.h"
 
 namespace rangekv::engine_internal {
@@ -30,13 +30,6 @@ class Counters {
 inline void CountFor(Counters& engine, Counters* job, Counters::Field field, uint64_t n = 1) {
   engine.Add(field, n);
   if (job != nullptr) job->Add(field, n);
-}
-
-// The steady clock in ns, for the phase-time counters (*_ns).
-inline uint64_t SteadyNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
 }
 
 }  // namespace rangekv::engine_internal

@@ -19,8 +19,8 @@
 // free bank, makes its stream wait for the group's production events and the mapping upload,
 // launches one gather for the group, digests every written span's blocks in the bank on the
 // device (Stream::Digest into the bank's digest buffer; under every checksum policy, see
-// integrity.h), [D2H copy to staging], D2H of the digests, records its event and waits for it:
-// extraction of that batch and its digests are proven. It makes the dirty marker durable
+// store/integrity.h), [D2H copy to staging], D2H of the digests, records its event and waits for
+// it: extraction of that batch and its digests are proven. It makes the dirty marker durable
 // (BeforeFirstWrite), records the digests (RecordSpan), then hands the batch's spans to the
 // write engine as one IoBatch; the batch's completion callback counts the writes and releases
 // the bank (every accepted write returned). When no batch can still run: all succeeded ->

@@ -46,7 +46,7 @@ class PosixEnv final : public Env {
 uint64_t ProbeDirectAlignment(int fd);
 
 // A File over a descriptor opened elsewhere (the store service passes a pack file's; see
-// src/engine/service_store.h), which it then owns and closes. direct() reports whether the
+// src/store/service_store.h), which it then owns and closes. direct() reports whether the
 // descriptor has O_DIRECT (fcntl F_GETFL); `path` names it in messages.
 std::unique_ptr<File> AdoptFileDescriptor(int fd, std::string path);
 

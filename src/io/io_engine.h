@@ -277,9 +277,9 @@ class IoEngine {
   virtual void SetConcurrencyLimit(uint32_t limit) = 0;
   // Makes every read span or piece from now on pass `gate` (null: none): a cap on reads in
   // flight shared with other engines, a node's store service's read gate
-  // (src/service/read_gate.h). The posix and cuFile engines' threads pass it around each read
-  // call; io_uring's submissions are not gated (its reads stay within its rings x queue depth).
-  // Returns whether this engine gates. Thread-safe; reads in flight finish as they began.
+  // (src/service_proto/read_gate.h). The posix and cuFile engines' threads pass it around each
+  // read call; io_uring's submissions are not gated (its reads stay within its rings x queue
+  // depth). Returns whether this engine gates. Thread-safe; reads in flight finish as they began.
   virtual bool SetReadGate(std::shared_ptr<ReadGate> gate) {
     (void)gate;
     return false;

@@ -42,7 +42,7 @@
 #include "persist/offline.h"
 #include "service/service_test_shapes.h"
 #include "service/store_service.h"
-#include "service/unix_socket.h"
+#include "service_proto/unix_socket.h"
 #include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 

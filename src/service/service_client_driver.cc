@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
-#include "service/read_gate.h"
 #include "service/service_test_shapes.h"
 #include "service/store_service.h"
+#include "service_proto/read_gate.h"
 
 using namespace rangekv;
 using namespace rangekv::engine_testing;

@@ -23,7 +23,7 @@
 #include "persist/identity_record.h"
 #include "persist/store_layout.h"
 #include "service/service_test_shapes.h"
-#include "service/unix_socket.h"
+#include "service_proto/unix_socket.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv::service {

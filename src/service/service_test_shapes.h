@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine/engine_test_util.h"
-#include "service/protocol.h"
-#include "service/unix_socket.h"
+#include "service_proto/protocol.h"
+#include "service_proto/unix_socket.h"
 
 namespace rangekv::service_test {
 

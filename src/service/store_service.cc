@@ -17,24 +17,24 @@
 #include <cstring>
 #include <set>
 
+#include "base/clock.h"
 #include "base/coding.h"
 #include "base/log.h"
 #include "directory/ticket.h"
-#include "engine/stats.h"
-#include "engine/store_state.h"
 #include "pack/pack_layout.h"
 #include "persist/identity_record.h"
 #include "persist/payload_digests.h"
 #include "persist/store_layout.h"
 #include "rangekv/options.h"
-#include "service/unix_socket.h"
+#include "service_proto/unix_socket.h"
+#include "store/store_state.h"
 
 namespace rangekv::service {
 
 static_assert(kMaxIdentityBytes == persist::kMaxIdentityRecordBytes);
 
-using engine_internal::StoreState;
-using engine_internal::StoreStateOptions;
+using store::StoreState;
+using store::StoreStateOptions;
 using Clock = std::chrono::steady_clock;
 
 struct StoreService::Store {
@@ -78,8 +78,7 @@ struct StoreService::Session {
   // The session reads now: a reader for `window_ms` more, and while it holds claims.
   void MarkReading(uint64_t window_ms) {
     held.store(static_cast<uint32_t>(claimed.size()), std::memory_order_relaxed);
-    reading_until_ns.store(engine_internal::SteadyNs() + window_ms * 1000000,
-                           std::memory_order_relaxed);
+    reading_until_ns.store(SteadyNs() + window_ms * 1000000, std::memory_order_relaxed);
   }
   // Reused from request to request, so a large lookup, claim or reservation allocates (and
   // faults in) nothing: their token arrays are the largest bodies on the hot path.
@@ -359,7 +358,7 @@ bool StoreService::Reply(Session& s, uint16_t type, const Status& status,
 }
 
 uint32_t StoreService::CountReadersLocked() const {
-  const uint64_t now = engine_internal::SteadyNs();
+  const uint64_t now = SteadyNs();
   uint32_t readers = 0;
   for (const auto& [id, session] : sessions_) {
     const Session& s = *session;

@@ -30,7 +30,7 @@
 // of the previous one (their stores were in flight when it died). Its reservations are refused
 // (kUnavailable: the store is skipped, the request goes on) for restart_fence_ms after the
 // open; a client that lost its service reconnects only once its own in-flight stores drained
-// (src/engine/service_store.h), and payload digests catch anything later (checksum=always).
+// (src/store/service_store.h), and payload digests catch anything later (checksum=always).
 //
 // Isolation. The socket is created 0600 (0660 with group_access); every connection's peer
 // credentials (SO_PEERCRED) must be the service's uid, or its gid under group_access, or it is
@@ -57,9 +57,9 @@
 #include "rangekv/env.h"
 #include "rangekv/remote.h"
 #include "rangekv/status.h"
-#include "service/protocol.h"
-#include "service/read_gate.h"
-#include "service/unix_socket.h"
+#include "service_proto/protocol.h"
+#include "service_proto/read_gate.h"
+#include "service_proto/unix_socket.h"
 
 namespace rangekv::service {
 

@@ -1,4 +1,4 @@
-#include "engine/service_store.h"
+#include "store/service_store.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,11 +12,11 @@
 #include <cstring>
 
 #include "base/log.h"
-#include "engine/table_integrity.h"
 #include "env/posix_env.h"
-#include "service/unix_socket.h"
+#include "service_proto/unix_socket.h"
+#include "store/table_integrity.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 namespace {
 
@@ -688,4 +688,4 @@ void ServiceStore::OnCorruption(const Span& span) {
                               " failed payload verification and was dropped from the index");
 }
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

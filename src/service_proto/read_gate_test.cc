@@ -1,4 +1,4 @@
-#include "service/read_gate.h"
+#include "service_proto/read_gate.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "rangekv/status.h"
-#include "service/protocol.h"
+#include "service_proto/protocol.h"
 
 namespace rangekv::service {
 

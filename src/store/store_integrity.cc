@@ -1,11 +1,11 @@
-#include "engine/store_integrity.h"
+#include "store/store_integrity.h"
 
 #include <string>
 
 #include "base/log.h"
-#include "engine/table_integrity.h"
+#include "store/table_integrity.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 Status StoreIntegrity::BeforeFirstWrite(uint64_t) { return persistence_->MarkDirty(); }
 
@@ -75,4 +75,4 @@ void StoreIntegrity::OnCorruption(const Span& span) {
                               " failed payload verification and was dropped from the index");
 }
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

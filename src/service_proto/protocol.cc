@@ -1,4 +1,4 @@
-#include "service/protocol.h"
+#include "service_proto/protocol.h"
 
 #include <bit>
 #include <cstring>

@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "directory/directory.h"
-#include "engine/dropped_generations.h"
-#include "engine/integrity.h"
 #include "persist/payload_digests.h"
 #include "persist/persistence.h"
+#include "store/dropped_generations.h"
+#include "store/integrity.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 class StoreIntegrity final : public PayloadIntegrity {
  public:
@@ -62,4 +62,4 @@ class StoreIntegrity final : public PayloadIntegrity {
   DroppedGenerations dropped_;  // what OnCorruption dropped; a later generation is unaffected
 };
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

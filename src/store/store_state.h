@@ -1,8 +1,9 @@
 // StoreState: the persistent half of an engine: the store directory, its pack file, the range
 // directory over the pack slots, the payload digests and the persistence protocol (dirty
-// marker, clean-shutdown snapshot). The transfer pipelines borrow it. This is the only place
-// the engine opens or closes a store (docs/design.md "Persistence and recovery";
-// docs/architecture.md "Persistence and integrity").
+// marker, clean-shutdown snapshot). The transfer pipelines borrow it; the node's store service
+// (src/service) holds one per store it serves. This is the only place a store is opened or
+// closed (docs/design.md "Persistence and recovery"; docs/architecture.md "Persistence and
+// integrity").
 //
 // Open(): opens `<dir>/packs.rkv` when it exists (validated against the expected geometry and
 // namespace: PackFile::Open's distinct errors, e.g. kTruncated for a cut payload region; with
@@ -42,7 +43,6 @@
 #include "directory/directory.h"
 #include "directory/range_index.h"
 #include "directory/removal_log.h"
-#include "engine/integrity.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
 #include "persist/payload_digests.h"
@@ -53,16 +53,17 @@
 #include "rangekv/options.h"
 #include "rangekv/remote.h"
 #include "rangekv/status.h"
+#include "store/integrity.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 class ServiceStore;
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store
 namespace rangekv::remote {
 struct RemoteClients;
 class Publisher;
 }  // namespace rangekv::remote
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 struct StoreStateOptions {
   Env* env = nullptr;
@@ -210,4 +211,4 @@ class StoreState {
   Status close_status_;
 };
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

@@ -39,15 +39,15 @@
 #include "base/thread_annotations.h"
 #include "directory/directory.h"
 #include "directory/range_index.h"
-#include "engine/dropped_generations.h"
-#include "engine/integrity.h"
 #include "pack/pack_file.h"
 #include "pack/span_plan.h"
 #include "persist/payload_digests.h"
-#include "service/protocol.h"
-#include "service/read_gate.h"
+#include "service_proto/protocol.h"
+#include "service_proto/read_gate.h"
+#include "store/dropped_generations.h"
+#include "store/integrity.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 struct ServiceStoreOptions {
   std::string address;  // "unix:///run/rangekv.sock" or a socket path
@@ -199,4 +199,4 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   std::shared_ptr<service::SharedReadGate> gate_ GUARDED_BY(mu_);
 };
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

@@ -18,7 +18,7 @@
 
 #include "rangekv/status.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 class DroppedGenerations {
  public:
@@ -50,4 +50,4 @@ class DroppedGenerations {
   std::vector<std::atomic<uint64_t>> generation_;  // 0: none dropped
 };
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

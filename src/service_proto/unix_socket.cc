@@ -1,4 +1,4 @@
-#include "service/unix_socket.h"
+#include "service_proto/unix_socket.h"
 
 #include <errno.h>
 #include <poll.h>

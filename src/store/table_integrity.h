@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/dropped_generations.h"
-#include "engine/integrity.h"
 #include "persist/payload_digests.h"
+#include "store/dropped_generations.h"
+#include "store/integrity.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 // `plan`'s blocks, or why there are none: a generation dropped since the caller's check (its
 // digests are gone; see DroppedGenerations' ordering), else the plan's own error.
@@ -45,4 +45,4 @@ inline Status TableExpected(const persist::DigestTable& digests, const DroppedGe
       digests.Recorded(span.pack_slot, span.generation, span.layer, first_block, out));
 }
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

@@ -1,16 +1,16 @@
-#include "engine/store_state.h"
+#include "store/store_state.h"
 
 #include <unistd.h>
 
 #include "base/log.h"
-#include "engine/service_store.h"
-#include "engine/store_integrity.h"
 #include "persist/identity_record.h"
 #include "persist/store_layout.h"
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
+#include "store/service_store.h"
+#include "store/store_integrity.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 namespace {
 
 // Every file of a store except its epoch (so epochs keep increasing across the replacement).
@@ -266,4 +266,4 @@ Status StoreState::Close() {
   return close_status_;
 }
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

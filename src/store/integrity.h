@@ -38,7 +38,7 @@
 #include "pack/span_plan.h"
 #include "rangekv/status.h"
 
-namespace rangekv::engine_internal {
+namespace rangekv::store {
 
 // The digest blocks of one restore span to verify: blocks [first_block, first_block + count) of
 // a pack that stored `stored_tokens` tokens.
@@ -98,4 +98,4 @@ class PayloadIntegrity {
   virtual void OnCorruption(const Span& span) = 0;
 };
 
-}  // namespace rangekv::engine_internal
+}  // namespace rangekv::store

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import _errors
-from ._errors import *  # noqa: F401,F403
-from ._errors import ClosedError, Error  # noqa: F401
-from ._core import (  # noqa: F401
+from . import _core, _errors
+from ._core import (
     Engine,
     RestoreHandle,
     RestoreOutcome,
@@ -36,8 +34,11 @@ from ._core import (  # noqa: F401
     __version__,
     build_info,
 )
-from . import _core
-from ._offline import fsck, inspect  # noqa: F401
+
+# Every error class, re-exported: __all__ below adds _errors.__all__, which ruff cannot read.
+from ._errors import *  # noqa: F403
+from ._errors import ClosedError, Error  # noqa: F401
+from ._offline import fsck, inspect
 
 LAYOUTS: tuple[str, ...] = tuple(_core.layouts().split(", "))
 """Every layout name the binding knows (some may be missing from an older engine build)."""

@@ -27,7 +27,8 @@ import math
 import os
 import secrets
 import struct
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 # RangeKV's own KV format: bumped whenever what a stored block means changes (its byte order,
 # what the engine writes into it), so stores of an older meaning are never read as the new one.

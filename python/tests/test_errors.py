@@ -12,8 +12,17 @@ import pytest
 import rangekv
 from rangekv import _core
 
-from conftest import (B, L, env, physical_shape, random_layers, restore, store_all, token_rows,
-                      zero_layers)
+from conftest import (
+    B,
+    L,
+    env,
+    physical_shape,
+    random_layers,
+    restore,
+    store_all,
+    token_rows,
+    zero_layers,
+)
 
 N = 16
 LAYOUT = "flash_attn_nhd"

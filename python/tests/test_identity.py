@@ -16,7 +16,6 @@ import pytest
 from rangekv import identity as ident
 from rangekv.vllm import model_identity
 
-
 # ---- canonical form ---------------------------------------------------------------------------
 
 def test_key_order_and_spelling_do_not_matter():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import rangekv
+
 from conftest import B, L, engine_kwargs, random_layers, restore, store_all, token_rows, zero_layers
 from remote_servers import start_servers, stop_servers
 

@@ -8,8 +8,22 @@ import pytest
 
 import rangekv
 
-from conftest import (ALL_LAYOUTS, B, L, LAYOUTS, W, block_bytes, dims, env, physical_shape,
-                      random_layers, restore, store_all, token_rows, zero_layers)
+from conftest import (
+    ALL_LAYOUTS,
+    LAYOUTS,
+    B,
+    L,
+    W,
+    block_bytes,
+    dims,
+    env,
+    physical_shape,
+    random_layers,
+    restore,
+    store_all,
+    token_rows,
+    zero_layers,
+)
 
 N = 16  # blocks per layer tensor: 256 slots
 

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rangekv.bench import serve_stats as st
 from rangekv.bench import plots
+from rangekv.bench import serve_stats as st
 from rangekv.bench.serve_client import run_phases
 from rangekv.vllm import gate
 from rangekv.vllm.config import ConfigError, parse_config

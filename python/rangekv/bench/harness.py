@@ -183,7 +183,7 @@ def connector_args(args, extra: dict) -> list[str]:
     return ["--kv-transfer-config", json.dumps(cfg), *SHUTDOWN_ARGS]
 
 
-def arm_resources(server: "Server", extra: dict | None, layers: int, kv_cache_bytes: int | None,
+def arm_resources(server: Server, extra: dict | None, layers: int, kv_cache_bytes: int | None,
                   metrics: dict | None = None) -> dict:
     """What the arm's server reserves and moves (the paper's Figure 9), read before it stops:
     RSS / peak / locked bytes of its process tree, the connector's configured bank bytes,

@@ -52,8 +52,16 @@ import sys
 import tempfile
 import time
 
-from .harness import (SHUTDOWN_ARGS, Context, Progress, Server, arm_resources, connector_extra,
-                      kv_bytes_per_token, run_client)
+from .harness import (
+    SHUTDOWN_ARGS,
+    Context,
+    Progress,
+    Server,
+    arm_resources,
+    connector_extra,
+    kv_bytes_per_token,
+    run_client,
+)
 from .serve_stats import median
 
 ABLATIONS = ("index=scalar", "read_issue=object", "delivery=barrier", "prefetch=dispatch")

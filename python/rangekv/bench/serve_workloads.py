@@ -28,8 +28,15 @@ import os
 import shutil
 
 from ..vllm.gate import break_even_tokens, gate_inputs_from_short_end
-from .harness import (Context, Server, arm_resources, connector_args, connector_extra,
-                      kv_bytes_per_token, run_client)
+from .harness import (
+    Context,
+    Server,
+    arm_resources,
+    connector_args,
+    connector_extra,
+    kv_bytes_per_token,
+    run_client,
+)
 from .serve_stats import crossing, median, metrics_delta, tokens_match, workload_summary
 
 BLOCK = 32

@@ -28,7 +28,6 @@ suffix, as in the paper; the store's capacity is bounded so old suffixes are evi
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os

@@ -137,7 +137,7 @@ class _PagedLayer(CacheLayerMixin):
     is_sliding = False
     is_croppable = False
 
-    def __init__(self, cache: "RangeKVCache", layer: int):
+    def __init__(self, cache: RangeKVCache, layer: int):
         super().__init__()
         self._cache = cache
         self._layer = layer

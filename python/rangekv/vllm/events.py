@@ -131,7 +131,7 @@ class RangeKVEvents(KVConnectorKVEvents):
     def add_events(self, events: list[KVCacheEvent]) -> None:
         self._events.extend(events)
 
-    def aggregate(self) -> "RangeKVEvents":
+    def aggregate(self) -> RangeKVEvents:
         # Keep a store only when every worker reported it (each rank stores its own shard), a
         # removal when any did (a block is gone once one rank's shard of it is).
         counts = collections.Counter(self._events)

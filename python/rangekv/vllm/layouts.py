@@ -9,7 +9,6 @@ import torch
 
 import rangekv
 
-
 # vLLM hands the connector one tensor per layer (register_kv_caches), or with
 # prefer_cross_layer_blocks one tensor of every layer (register_cross_layers_kv_cache). Which
 # shape and memory order depends on the version and the attention backend (docs/integrations/

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("rangekv._core")
 
-from rangekv.bench.__main__ import main  # noqa: E402
+from rangekv.bench.__main__ import main
 
 
 def test_ttft_hf_small_cpu(tmp_path, capsys):

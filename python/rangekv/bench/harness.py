@@ -8,6 +8,7 @@ and serve_workloads.py import this module, never the other way round.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import signal
@@ -72,7 +73,7 @@ class Server:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                     if r.status == 200:
                         return None
-            except Exception:
+            except (OSError, http.client.HTTPException):  # not listening or not answering yet
                 pass
             time.sleep(1.0)
         return f"not ready after {timeout:.0f} s: {self.tail()}"
@@ -84,8 +85,9 @@ class Server:
                 text = f.read()
         except OSError:
             return ""
-        lines = [l.strip() for l in text.splitlines()
-                 if ("Error" in l or "error" in l) and "errors.pydantic.dev" not in l and "ulimit" not in l]
+        lines = [line.strip() for line in text.splitlines()
+                 if ("Error" in line or "error" in line) and "errors.pydantic.dev" not in line
+                 and "ulimit" not in line]
         return (" / ".join(lines[-3:]) if lines else text[-n:]).strip()[-n:]
 
     def stop(self) -> None:

@@ -78,7 +78,7 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
                 out["token_ids"].extend(ids)
                 out["logprobs"].extend(lp)
         out["total_s"] = time.perf_counter() - t0
-    except Exception as e:  # reported per request, the run goes on
+    except Exception as e:  # noqa: BLE001 - reported per request, the run goes on
         out["error"] = f"{type(e).__name__}: {e}"
     finally:
         conn.close()
@@ -106,7 +106,7 @@ def reset_prefix_cache(host: str, port: int, timeout: float = 30.0, tries: int =
             if status == 200 and json.loads(body).get("success"):
                 return {"reset": True, "error": None}
             err = f"HTTP {status}: {body[:200]}"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - retried, and the last one is reported
             err = f"{type(e).__name__}: {e}"
         time.sleep(0.25)
     return {"reset": False, "error": err}
@@ -117,7 +117,7 @@ def scrape(host: str, port: int, timeout: float = 10.0) -> dict | None:
     try:
         status, text = _http(host, port, "GET", "/metrics", timeout)
         return parse_prometheus(text) if status == 200 else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - unreadable, whatever the reason: the row has no metrics
         return None
 
 

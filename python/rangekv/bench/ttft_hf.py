@@ -194,7 +194,7 @@ def read_ceiling(path: str, nbytes: int, direct: bool, threads: int = 4, block: 
             next_piece = [0]
             lock = threading.Lock()
 
-            def worker():
+            def worker(fd: int, lock: threading.Lock, next_piece: list[int]) -> None:
                 buf = mmap.mmap(-1, block)
                 while True:
                     with lock:
@@ -207,7 +207,8 @@ def read_ceiling(path: str, nbytes: int, direct: bool, threads: int = 4, block: 
                 buf.close()
 
             t0 = time.perf_counter()
-            ts = [threading.Thread(target=worker) for _ in range(threads)]
+            ts = [threading.Thread(target=worker, args=(fd, lock, next_piece))
+                  for _ in range(threads)]
             for t in ts:
                 t.start()
             for t in ts:

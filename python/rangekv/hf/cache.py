@@ -218,7 +218,7 @@ class RangeKVCache(Cache):
         # Restore phase marks (ms since `t0`, set by the driver): first / last layer ready.
         self.t0: float | None = None
         self.phases: dict[str, float] = {}
-        super().__init__(layers=[_PagedLayer(self, l) for l in range(pool.layers)])
+        super().__init__(layers=[_PagedLayer(self, layer) for layer in range(pool.layers)])
 
     # ---- what transformers asks --------------------------------------------------------------
 
@@ -299,8 +299,8 @@ class RangeKVCache(Cache):
         self._produced.add(layer_idx)
 
     def produce_all(self) -> None:
-        for l in range(self.pool.layers):
-            self.produce(l)
+        for layer in range(self.pool.layers):
+            self.produce(layer)
 
     def rewind(self, tokens: int) -> None:
         """Forgets everything from token `tokens` on (the restore is dropped)."""

@@ -33,7 +33,7 @@ def _remote(servers, prefix, **extra):
                 directory=servers["RANGEKV_TEST_REDIS"], remote_lookup_timeout_ms=10000, **extra)
 
 
-def test_node_b_restores_what_node_a_stored(workdir, servers):  # noqa: F811
+def test_node_b_restores_what_node_a_stored(workdir, servers):  # noqa: F811 (the fixture)
     prefix = f"vllm-{uuid.uuid4().hex[:8]}"
     # The reference: no connector, vLLM's prefix cache serving P1's 79 blocks the second time.
     ref, _ = run_engine(workdir, "remote-ref", [[P1], [P1]], max_tokens=4, prefix_caching=True)

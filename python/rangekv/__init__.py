@@ -15,9 +15,10 @@ Quick start (README.md "Python" has the full, tested example)::
         hit, ticket = eng.lookup(range(100), rangekv.Envelope("req-2"))  # 96
 
 See ``rangekv.Engine`` and README.md "Python". ``rangekv.build_info()["cuda_kernels"]`` says
-whether this build can deliver into GPU memory (empty: built without nvcc, host device only). Tensors: torch, numpy or any DLPack array (no
-framework is linked); bf16 accepts ``torch.bfloat16`` or ``uint16`` holding the bits (numpy
-has no bfloat16). Every blocking call releases the GIL.
+whether this build can deliver into GPU memory (empty: built without nvcc, host device only).
+Tensors: torch, numpy or any DLPack array (no framework is linked); bf16 accepts
+``torch.bfloat16`` or ``uint16`` holding the bits (numpy has no bfloat16). Every blocking call
+releases the GIL.
 """
 
 from __future__ import annotations

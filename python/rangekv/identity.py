@@ -316,7 +316,8 @@ def weights_identity(model: str, *, revision: str | None = None, mode: str = "me
                 e.pop("header_sha256", None)
         _with_digest_cache(digest_cache_dir, digest_all)
     return {"kind": "files", "mode": mode, "files": len(entries),
-            "bytes": sum(e["bytes"] for e in entries), "sha256": sha256_hex(canonical_json(entries))}
+            "bytes": sum(e["bytes"] for e in entries),
+            "sha256": sha256_hex(canonical_json(entries))}
 
 
 # ---- the identity -----------------------------------------------------------------------------

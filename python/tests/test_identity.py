@@ -215,7 +215,8 @@ def test_weights_content_identity_sees_bytes_and_is_cached(tmp_path):
     first = ident.weights_identity(str(model), mode="content", digest_cache_dir=str(cache))
     assert first["mode"] == "content"
     saved = json.loads((cache / "weight-digests.json").read_text())
-    assert len(saved) == 1 and oct(os.stat(cache / "weight-digests.json").st_mode & 0o777) == "0o600"
+    assert len(saved) == 1
+    assert oct(os.stat(cache / "weight-digests.json").st_mode & 0o777) == "0o600"
     # Other bytes with the same size and the time put back: metadata cannot tell, content can.
     st = os.stat(model / "model.safetensors")
     meta = ident.weights_identity(str(model))

@@ -26,8 +26,8 @@ def servers():
 def _engine(path, servers, prefix, **kw):
     return rangekv.Engine(str(path), **engine_kwargs(
         remote=f"s3://{servers['RANGEKV_TEST_S3_BUCKET']}/{prefix}",
-        remote_endpoint=servers["RANGEKV_TEST_S3_ENDPOINT"], directory=servers["RANGEKV_TEST_REDIS"],
-        remote_lookup_timeout_ms=5000, **kw))
+        remote_endpoint=servers["RANGEKV_TEST_S3_ENDPOINT"],
+        directory=servers["RANGEKV_TEST_REDIS"], remote_lookup_timeout_ms=5000, **kw))
 
 
 def test_node_b_restores_node_a_bit_exact(tmp_path, servers):

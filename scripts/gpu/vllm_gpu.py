@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""RangeKV inside a real vLLM on the GPU machine (vLLM 0.25.1, carried by scripts/gpu/vllm_carry.sh).
+"""RangeKV inside a real vLLM on the GPU machine (vLLM 0.25.1, carried by
+scripts/gpu/vllm_carry.sh).
 
   vllm_gpu.py correctness --work DIR            the connector in vLLM: store, restart, restore
                                                  (plain, layerwise, HND, cross-layer), partial
@@ -216,7 +217,8 @@ def correctness(args) -> int:
     # HND memory order and the cross-layer allocation: store and restore in one engine,
     # vLLM's own cache emptied between them; save_mode visible publishes A's store before its
     # step returns, so the restore of C finds it.
-    for name, kind, extra in (("hnd", "hnd", {}), ("cross-layer", "v1", {"cross_layer_blocks": True})):
+    for name, kind, extra in (("hnd", "hnd", {}),
+                              ("cross-layer", "v1", {"cross_layer_blocks": True})):
         if kind not in kinds:
             continue
         runs[name] = engine(work, name, {
@@ -455,7 +457,8 @@ def main() -> int:
     t.add_argument("--shm-root", default="/dev/shm/rangekv-ttft")
     t.add_argument("--disk-root", default="/var/tmp/rangekv-ttft")
     t.add_argument("--reps", type=int, default=3)
-    t.add_argument("--arms", default="", help="keep arms whose name contains one of these (;-separated)")
+    t.add_argument("--arms", default="",
+                   help="keep arms whose name contains one of these (;-separated)")
     t.add_argument("--prefix", type=int, default=49152)
     t.add_argument("--suffix", type=int, default=16128)
     t.add_argument("--capacity-gib", type=int, default=24)

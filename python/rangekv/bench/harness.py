@@ -40,9 +40,9 @@ def _free_port() -> int:
 class Server:
     """One vLLM OpenAI server process; its log goes to `log_path`."""
 
-    def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str, max_len: int,
-                 kv_gib: float, python: str, block_size: int = 32, max_num_seqs: int = 1,
-                 num_blocks: int | None = None, dtype: str = "auto"):
+    def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str,
+                 max_len: int, kv_gib: float, python: str, block_size: int = 32,
+                 max_num_seqs: int = 1, num_blocks: int | None = None, dtype: str = "auto"):
         self.port = _free_port()
         self.log_path = log_path
         cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
@@ -56,7 +56,8 @@ class Server:
             cmd += ["--num-gpu-blocks-override", str(num_blocks)]
         cmd += extra_args
         full_env = dict(os.environ)
-        full_env.update({"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(kv_gib))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
+        full_env.update({"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(kv_gib))),
+                         "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
         full_env.update(env)
         self.cmd = cmd
         self.log = open(log_path, "w")
@@ -118,8 +119,9 @@ def run_client(port: int, requests, workdir: str, python: str):
     path = os.path.join(workdir, f"requests-{port}.json")
     with open(path, "w") as f:
         json.dump(requests, f)
-    out = subprocess.run([python, "-m", "rangekv.bench.serve_client", "--port", str(port), "--model", "bench",
-                          "--requests", path], capture_output=True, text=True, check=False)
+    out = subprocess.run([python, "-m", "rangekv.bench.serve_client", "--port", str(port),
+                          "--model", "bench", "--requests", path],
+                         capture_output=True, text=True, check=False)
     if out.returncode != 0:
         def failed(rs):
             return [{"id": r["id"], "error": f"client failed: {out.stderr[-800:]}", "ttft_s": None,

@@ -78,11 +78,13 @@ class PagedKvPool:
         self.device = torch.device(device)
         self.layout = LAYOUT
         self.kv_layers = [
-            torch.zeros(2, num_blocks, block_size, kv_heads, head_size, dtype=dtype, device=self.device)
+            torch.zeros(2, num_blocks, block_size, kv_heads, head_size, dtype=dtype,
+                        device=self.device)
             for _ in range(layers)
         ]
         # [2, num_blocks * block_size, H, D] views: slot s is row s.
-        self._flat = [t.view(2, num_blocks * block_size, kv_heads, head_size) for t in self.kv_layers]
+        self._flat = [t.view(2, num_blocks * block_size, kv_heads, head_size)
+                      for t in self.kv_layers]
         self._free: list[int] = list(range(num_blocks))
 
     @classmethod
@@ -235,7 +237,8 @@ class RangeKVCache(Cache):
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
         return self.layers[layer_idx].get_mask_sizes(query_length)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args,
+               **kwargs):
         if key_states.shape[0] != 1:
             raise ValueError("RangeKVCache holds one request (batch size 1)")
         layer = self.layers[layer_idx]

@@ -120,7 +120,8 @@ def describe_layout(t: torch.Tensor, block_size: int, *, mla: bool = False,
     if t.dim() == 4 and not cuda and shape[2] == B and t.is_contiguous():
         heads, head_size = shape[1], shape[3] // 2
         if _engine_supports("cpu_block"):
-            return _LayoutSpec("cpu [num_blocks, H, B, 2D]", "cpu_block", heads, head_size, B, False)
+            return _LayoutSpec("cpu [num_blocks, H, B, 2D]", "cpu_block", heads, head_size, B,
+                               False)
         # Engines built without the cpu_block layout: the same bytes as whole blocks.
         return _LayoutSpec("cpu [num_blocks, H, B, 2D]", "mla", heads, head_size, B, True)
     if t.dim() == 4 and cuda and shape[2] == B and shape[3] % 2 == 0:

@@ -153,7 +153,8 @@ class RangeKVScheduler:
                 hit = min(h for h, _ in answers)
                 found = _Lookup(n, hit, [t for _, t in answers], attempt)
             found_ms = (time.monotonic() - t0) * 1000
-            log.debug("rangekv: lookup %s: %d of %d tokens (%.2f ms)", req_id, found.hit, n, found_ms)
+            log.debug("rangekv: lookup %s: %d of %d tokens (%.2f ms)", req_id, found.hit, n,
+                      found_ms)
             self._lookups[req_id] = found
         hit = min(found.hit, limit)
         hit = hit // self.block_size * self.block_size

@@ -225,9 +225,9 @@ class RangeKVWorker:
                         "is stored under a namespace no other instance (nor this one after a "
                         "restart) will ever look up", model.model, identity.weights.get("why"))
         if getattr(self._vllm_config, "shutdown_timeout", None) == 0:
-            log.info("rangekv: vLLM's --shutdown-timeout is 0, so a server stopped by SIGTERM kills "
-                     "this worker without calling the connector's shutdown: the store then reopens "
-                     "from its journal (losing at most the durability window, %s). Set "
+            log.info("rangekv: vLLM's --shutdown-timeout is 0, so a server stopped by SIGTERM "
+                     "kills this worker without calling the connector's shutdown: the store then "
+                     "reopens from its journal (losing at most the durability window, %s). Set "
                      "--shutdown-timeout 30 to let it drain and save a clean snapshot.",
                      self.cfg.durability)
 

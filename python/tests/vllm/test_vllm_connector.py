@@ -351,8 +351,9 @@ def test_metrics_on_a_live_server(workdir):
     from rangekv.bench.serve import Server
     from rangekv.bench.serve_client import complete
 
-    extra = json.dumps({"kv_connector": "RangeKVConnector", "kv_connector_module_path": "rangekv.vllm",
-                        "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+    extra = json.dumps({"kv_connector": "RangeKVConnector",
+                        "kv_connector_module_path": "rangekv.vllm", "kv_role": "kv_both",
+                        "kv_load_failure_policy": "recompute",
                         "kv_connector_extra_config": connector_config(workdir / "store-server")})
     server = Server(str(workdir / "model"), ["--kv-transfer-config", extra,
                                              "--no-enable-prefix-caching",

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rangekv.hf import attention  # noqa: E402
+from rangekv.hf import attention  # noqa: E402 - after the importorskips above
 
 
 def llama(impl):

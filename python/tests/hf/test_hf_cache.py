@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 rangekv = pytest.importorskip("rangekv")
 pytest.importorskip("rangekv._core")
 
-from rangekv.hf import PagedKvPool, attention, engine_for_model, generate, reference_generate  # noqa: E402
+from rangekv.hf import PagedKvPool, attention, engine_for_model, generate, reference_generate  # noqa: E402 - after the importorskips
 
 VOCAB = 512
 BLOCK = 16

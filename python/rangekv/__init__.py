@@ -15,19 +15,18 @@ Quick start (README.md "Python" has the full, tested example)::
         hit, ticket = eng.lookup(range(100), rangekv.Envelope("req-2"))  # 96
 
 See ``rangekv.Engine`` and README.md "Python". ``rangekv.build_info()["cuda_kernels"]`` says
-whether this build can deliver into GPU memory (empty: built without nvcc, host device only). Tensors: torch, numpy or any DLPack array (no
-framework is linked); bf16 accepts ``torch.bfloat16`` or ``uint16`` holding the bits (numpy
-has no bfloat16). Every blocking call releases the GIL.
+whether this build can deliver into GPU memory (empty: built without nvcc, host device only).
+Tensors: torch, numpy or any DLPack array (no framework is linked); bf16 accepts
+``torch.bfloat16`` or ``uint16`` holding the bits (numpy has no bfloat16). Every blocking call
+releases the GIL.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from . import _errors
-from ._errors import *  # noqa: F401,F403
-from ._errors import ClosedError, Error  # noqa: F401
-from ._core import (  # noqa: F401
+from . import _core, _errors
+from ._core import (
     Engine,
     RestoreHandle,
     RestoreOutcome,
@@ -36,8 +35,11 @@ from ._core import (  # noqa: F401
     __version__,
     build_info,
 )
-from . import _core
-from ._offline import fsck, inspect  # noqa: F401
+
+# Every error class, re-exported: __all__ below adds _errors.__all__, which ruff cannot read.
+from ._errors import *  # noqa: F403
+from ._errors import ClosedError, Error  # noqa: F401
+from ._offline import fsck, inspect
 
 LAYOUTS: tuple[str, ...] = tuple(_core.layouts().split(", "))
 """Every layout name the binding knows (some may be missing from an older engine build)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from ._errors import Error
 

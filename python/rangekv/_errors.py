@@ -75,6 +75,7 @@ for _name, _code, _bases, _doc in _CODES:
     _BY_CODE[_code] = _make(_name, _code, _doc, *_bases)
 
 
+# FailedPrecondition is one of the classes _make put into globals() above.
 class ClosedError(FailedPrecondition):  # type: ignore[misc,valid-type]  # noqa: F821
     """A call on an Engine after close()."""
 

@@ -27,7 +27,8 @@ import math
 import os
 import secrets
 import struct
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 # RangeKV's own KV format: bumped whenever what a stored block means changes (its byte order,
 # what the engine writes into it), so stores of an older meaning are never read as the new one.
@@ -315,7 +316,8 @@ def weights_identity(model: str, *, revision: str | None = None, mode: str = "me
                 e.pop("header_sha256", None)
         _with_digest_cache(digest_cache_dir, digest_all)
     return {"kind": "files", "mode": mode, "files": len(entries),
-            "bytes": sum(e["bytes"] for e in entries), "sha256": sha256_hex(canonical_json(entries))}
+            "bytes": sum(e["bytes"] for e in entries),
+            "sha256": sha256_hex(canonical_json(entries))}
 
 
 # ---- the identity -----------------------------------------------------------------------------

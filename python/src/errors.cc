@@ -10,7 +10,8 @@ namespace rangekv::py {
 namespace {
 
 nb::object ErrorsModule() {
-  // Imported on first use: rangekv/__init__.py imports _errors before _core.
+  // Imported on first use (the first error raised), by which time rangekv/__init__.py has
+  // imported _errors.
   return nb::module_::import_("rangekv._errors");
 }
 

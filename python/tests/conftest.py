@@ -176,7 +176,7 @@ def restore(eng, tokens, dst, slots_fn, name="restore", granularity=B, begin_tok
 
 def pytest_report_header(config):
     try:
-        import torch  # noqa: F401
+        import torch
 
         t = f"torch {torch.__version__}"
     except ImportError:

@@ -202,7 +202,7 @@ def test_threads_drive_the_engine_at_once(make_engine):
             for layer in range(L):
                 assert np.array_equal(token_rows(LAYOUT, src[layer], store_slots[:64]),
                                       token_rows(LAYOUT, dst[layer], slots))
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001 - reported to the test (assert not errors)
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]

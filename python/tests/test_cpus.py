@@ -8,9 +8,10 @@ import threading
 import pytest
 
 import rangekv
-from conftest import engine_kwargs
 from rangekv.vllm.config import ConfigError, parse_config
 from rangekv.vllm.cpus import format_cpu_list, parse_cpu_list, resolve, threads_on
+
+from conftest import engine_kwargs
 
 
 def test_cpu_lists_parse_and_print_as_taskset_does():

@@ -12,8 +12,17 @@ import pytest
 import rangekv
 from rangekv import _core
 
-from conftest import (B, L, env, physical_shape, random_layers, restore, store_all, token_rows,
-                      zero_layers)
+from conftest import (
+    B,
+    L,
+    env,
+    physical_shape,
+    random_layers,
+    restore,
+    store_all,
+    token_rows,
+    zero_layers,
+)
 
 N = 16
 LAYOUT = "flash_attn_nhd"
@@ -65,7 +74,8 @@ class FakeCudaTensor:
 
     _Tensor._fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
                         ("dtype", _Dtype), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+                        ("strides", ctypes.POINTER(ctypes.c_int64)),
+                        ("byte_offset", ctypes.c_uint64)]
     _Managed._fields_ = [("dl_tensor", _Tensor), ("manager_ctx", ctypes.c_void_p),
                          ("deleter", ctypes.c_void_p)]
 
@@ -107,7 +117,8 @@ def test_wrong_dtype(stored):
     h.cancel()
     h.finish()
     with pytest.raises(rangekv.GeometryMismatch, match="dtype"):
-        eng.begin_store(env("s"), TOKENS, [np.zeros(a.shape, np.float16) for a in src], np.arange(100))
+        eng.begin_store(env("s"), TOKENS, [np.zeros(a.shape, np.float16) for a in src],
+                        np.arange(100))
     check()
 
 

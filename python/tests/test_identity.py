@@ -16,7 +16,6 @@ import pytest
 from rangekv import identity as ident
 from rangekv.vllm import model_identity
 
-
 # ---- canonical form ---------------------------------------------------------------------------
 
 def test_key_order_and_spelling_do_not_matter():
@@ -216,7 +215,8 @@ def test_weights_content_identity_sees_bytes_and_is_cached(tmp_path):
     first = ident.weights_identity(str(model), mode="content", digest_cache_dir=str(cache))
     assert first["mode"] == "content"
     saved = json.loads((cache / "weight-digests.json").read_text())
-    assert len(saved) == 1 and oct(os.stat(cache / "weight-digests.json").st_mode & 0o777) == "0o600"
+    assert len(saved) == 1
+    assert oct(os.stat(cache / "weight-digests.json").st_mode & 0o777) == "0o600"
     # Other bytes with the same size and the time put back: metadata cannot tell, content can.
     st = os.stat(model / "model.safetensors")
     meta = ident.weights_identity(str(model))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import rangekv
+
 from conftest import B, L, engine_kwargs, random_layers, restore, store_all, token_rows, zero_layers
 from remote_servers import start_servers, stop_servers
 
@@ -25,8 +26,8 @@ def servers():
 def _engine(path, servers, prefix, **kw):
     return rangekv.Engine(str(path), **engine_kwargs(
         remote=f"s3://{servers['RANGEKV_TEST_S3_BUCKET']}/{prefix}",
-        remote_endpoint=servers["RANGEKV_TEST_S3_ENDPOINT"], directory=servers["RANGEKV_TEST_REDIS"],
-        remote_lookup_timeout_ms=5000, **kw))
+        remote_endpoint=servers["RANGEKV_TEST_S3_ENDPOINT"],
+        directory=servers["RANGEKV_TEST_REDIS"], remote_lookup_timeout_ms=5000, **kw))
 
 
 def test_node_b_restores_node_a_bit_exact(tmp_path, servers):

@@ -8,8 +8,22 @@ import pytest
 
 import rangekv
 
-from conftest import (ALL_LAYOUTS, B, L, LAYOUTS, W, block_bytes, dims, env, physical_shape,
-                      random_layers, restore, store_all, token_rows, zero_layers)
+from conftest import (
+    ALL_LAYOUTS,
+    LAYOUTS,
+    B,
+    L,
+    W,
+    block_bytes,
+    dims,
+    env,
+    physical_shape,
+    random_layers,
+    restore,
+    store_all,
+    token_rows,
+    zero_layers,
+)
 
 N = 16  # blocks per layer tensor: 256 slots
 
@@ -226,7 +240,8 @@ def test_handles_keep_their_tensors_alive(make_engine):
 def test_engine_properties(make_engine):
     eng = make_engine("flashinfer_hnd", model_id="m", tags=("lora-1",))
     g = eng.geometry
-    assert g["layers"] == L and g["token_bytes"] == 2 * 2 * 16 * 2 and g["layout"] == "flashinfer_hnd"
+    assert g["layers"] == L and g["token_bytes"] == 2 * 2 * 16 * 2
+    assert g["layout"] == "flashinfer_hnd"
     assert g["tokens_per_stripe"] == 4096 // 128 and g["pack_bytes"] == L * 4096
     assert len(eng.namespace) == 32 and int(eng.namespace, 16) >= 0
     assert eng.backends.startswith("device=host") and eng.layout == "flashinfer_hnd"

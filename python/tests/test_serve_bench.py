@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rangekv.bench import serve_stats as st
 from rangekv.bench import plots
+from rangekv.bench import serve_stats as st
 from rangekv.bench.serve_client import run_phases
 from rangekv.vllm import gate
 from rangekv.vllm.config import ConfigError, parse_config
@@ -73,7 +73,8 @@ def test_workload_summary_throughput_and_hit_rates():
     assert s["requests"] == 3 and s["errors"] == 1
     assert s["requests_per_s"] == 1.5 and s["output_tokens_per_s"] == 2.0
     assert s["hit_rate"] == pytest.approx(96 / 300)
-    assert s["vllm_hit_rate"] == pytest.approx(0.3) and s["external_hit_rate"] == pytest.approx(6 / 7)
+    assert s["vllm_hit_rate"] == pytest.approx(0.3)
+    assert s["external_hit_rate"] == pytest.approx(6 / 7)
     assert s["ttft"]["p50"] == pytest.approx(0.2) and s["ttft"]["failed"] == 1
     # Without usage details (server without --enable-prompt-tokens-details): no hit rate.
     s = st.workload_summary([{"ttft_s": 0.1, "token_ids": [1], "prompt_tokens": 5}], 1.0)
@@ -86,7 +87,8 @@ def test_crossing_interpolates_and_reports_start_and_never():
     assert st.crossing(xs, [1.0, 2.0, 4.0], [1.5, 2.5, 3.0]) == pytest.approx(200 + 200 * 0.5 / 1.5)
     assert st.crossing(xs, [1.0, 2.0, 4.0], [0.5, 1.0, 2.0]) == 100       # below from the start
     assert st.crossing(xs, [1.0, 2.0, 4.0], [2.0, 3.0, 5.0]) is None      # never
-    assert st.crossing(xs, [1.0, None, 4.0], [1.5, 0.0, 3.0]) == pytest.approx(100 + 300 * 0.5 / 1.5)
+    assert st.crossing(xs, [1.0, None, 4.0], [1.5, 0.0, 3.0]) == pytest.approx(
+        100 + 300 * 0.5 / 1.5)
 
 
 def test_bank_bytes_match_the_documented_defaults():
@@ -95,7 +97,8 @@ def test_bank_bytes_match_the_documented_defaults():
     assert st.bank_bytes({}, layers=32, device="cuda") == 8 * (32 << 20) + 8 * 2 * 4 * (32 << 20)
     assert st.bank_bytes({"layer_group": 4}, layers=32) == 8 * (32 << 20) + 8 * 2 * 4 * (32 << 20)
     # Shallow model: the layer group is capped at the layer count; sizes as strings.
-    assert st.bank_bytes({"stripe_bytes": "4MiB"}, layers=1) == 8 * (4 << 20) + 8 * 2 * 1 * (4 << 20)
+    assert st.bank_bytes({"stripe_bytes": "4MiB"}, layers=1) == (
+        8 * (4 << 20) + 8 * 2 * 1 * (4 << 20))
     assert st.bank_bytes({"layer_group": 4, "stripe_bytes": "4MiB"}, layers=2) == (
         8 * (4 << 20) + 8 * 2 * 2 * (4 << 20))
     assert st.bank_bytes({"read_bank_bytes": 1 << 20, "store_bank_bytes": "2MiB",
@@ -125,8 +128,9 @@ def single_results():
                  "tokens_match": [True, False], "exact_resident": [True, False],
                  "median_minus_resident_ms": 40.0})
     # The tmpfs arm, with resident runs paired in its own server.
-    arms.append({"name": "rangekv 32 shm", "kind": "rangekv", "granularity": 256, "layerwise": False,
-                 "medium": "shm", "ttft_s": [0.43, 0.43], "median_s": 0.43, "error": None,
+    arms.append({"name": "rangekv 32 shm", "kind": "rangekv", "granularity": 256,
+                 "layerwise": False, "medium": "shm", "ttft_s": [0.43, 0.43], "median_s": 0.43,
+                 "error": None,
                  "paired_resident_s": [0.39, 0.40], "tokens_match": [True, True],
                  "median_minus_resident_ms": 20.0, "minus_resident_over_ceiling_read": 0.25,
                  "speedup_kept": 0.953})
@@ -139,7 +143,8 @@ def test_table3_has_the_papers_rows_one_column_per_object_count():
     t = st.table3(single_results()).splitlines()
     # Coarse first, then layerwise, then the tmpfs point.
     assert t[0] == "| Objects | 32 | 256 | 128 LW | 32 shm |"
-    assert t[2] == "| Object size | 4 MiB | 512 KiB | 1 MiB | 4 MiB |"  # G x 4 KiB x 4 layers; LW: G x 4 KiB
+    # G x 4 KiB x 4 layers; LW: G x 4 KiB
+    assert t[2] == "| Object size | 4 MiB | 512 KiB | 1 MiB | 4 MiB |"
     assert t[3] == "| Recompute | 1.100 | 1.100 | 1.100 | 1.100 |"
     # Paired resident runs where an arm has them, else the unpaired resident arm.
     assert t[4] == "| Resident (paired, same server) | 0.410 | 0.410 | 0.410 | 0.395 |"
@@ -198,7 +203,8 @@ def test_breakeven_and_resources_tables():
                              "bank_bytes": 288 << 20, "kv_cache_bytes": 512 << 20,
                              "payload": {"vllm:rangekv_bytes_read_total": 64 << 20,
                                          "vllm:rangekv_bytes_written_total": 32 << 20}}])
-    assert "| docqa: rangekv | 3.00 GiB | 4.00 GiB |" in r and "| 288 MiB | 512 MiB | 64 MiB | 32 MiB |" in r
+    assert "| docqa: rangekv | 3.00 GiB | 4.00 GiB |" in r
+    assert "| 288 MiB | 512 MiB | 64 MiB | 32 MiB |" in r
 
 
 # ---- the break-even gate --------------------------------------------------------------------
@@ -314,7 +320,8 @@ def test_docqa_requests_are_round_robin_fresh_questions_per_level():
     questions = [tuple(r["prompt"][96:]) for p in phases for r in p["requests"]]
     assert len(set(questions)) == len(questions)  # every question fresh
     # vLLM's cache: 1.5 documents, but never below one full-length request.
-    assert meta["num_gpu_blocks"] == docqa_blocks(a) == max(-(-int(1.5 * 106) // 32), -(-170 // 32)) + 1
+    assert meta["num_gpu_blocks"] == docqa_blocks(a) == (
+        max(-(-int(1.5 * 106) // 32), -(-170 // 32)) + 1)
 
 
 def test_breakeven_requests_store_then_measure_each_length():
@@ -411,7 +418,8 @@ def test_plot_series_and_pngs(tmp_path):
     assert s["arms"]["rangekv LW"][0][0] == 128 and set(s["refs"]) == {"recompute", "resident"}
     d = plots.docqa_series(res["docqa"])
     assert d[1]["recompute"] == [0.3, 0.4] and set(d[4]) == {"rangekv + prefix cache"}
-    assert plots.breakeven_series(res["breakeven"])["arms"]["rangekv shm"]["median_s"] == [0.12, 0.15]
+    series = plots.breakeven_series(res["breakeven"])
+    assert series["arms"]["rangekv shm"]["median_s"] == [0.12, 0.15]
     pytest.importorskip("matplotlib")
     paths = plots.plot_all(res, str(tmp_path / "plots"))
     assert [os.path.basename(p) for p in paths] == ["ttft_vs_objects.png", "docqa_ttft.png",
@@ -428,7 +436,8 @@ def test_store_capacity_is_bounded_by_the_workload_in_whole_packs():
     assert store_capacity(a, 100) == 8 * 2 * (1 << 20)                # at least 8 packs
     tokens = 100_000                                                 # 2 x 100k x 16 KiB = 3.05 GiB
     cap = store_capacity(a, tokens)
-    assert cap % (2 << 20) == 0 and 2 * tokens * 2 * 8 * 128 * 2 * 2 <= cap < 2 * tokens * 16384 + (2 << 20)
+    assert cap % (2 << 20) == 0
+    assert 2 * tokens * 2 * 8 * 128 * 2 * 2 <= cap < 2 * tokens * 16384 + (2 << 20)
 
 
 def test_both_dtypes_keep_the_8b_kv_bytes_per_token_layer():
@@ -440,7 +449,8 @@ def test_both_dtypes_keep_the_8b_kv_bytes_per_token_layer():
         a = SimpleNamespace(dtype=dtype, layers=4)
         serve.resolve_dtype(a)
         assert (a.dtype, a.kv_heads) == (dtype, heads)
-        assert serve.kv_bytes_per_token(a) == 4 * 4096  # 4 KiB per token per layer, like Llama-3.1-8B
+        # 4 KiB per token per layer, like Llama-3.1-8B
+        assert serve.kv_bytes_per_token(a) == 4 * 4096
     pytest.importorskip("torch", reason="dtype auto probes bf16 speed with torch")
     a = SimpleNamespace(dtype="auto", layers=1)
     serve.resolve_dtype(a)
@@ -487,8 +497,9 @@ def test_gate_fitted_at_the_short_end_finds_the_crossing_of_a_superlinear_prefil
         cfg = gate_config(inputs, lengths)
         return gate.break_even_tokens(prefill_tokens_per_s=cfg["gate_prefill_tokens_per_s"],
                                       restore_bytes_per_s=cfg["gate_restore_bandwidth"],
-                                      bytes_per_token=bpt, overhead_s=cfg["gate_overhead_us"] * 1e-6,
-                                      block_size=32, never=10**6)
+                                      bytes_per_token=bpt,
+                                      overhead_s=cfg["gate_overhead_us"] * 1e-6, block_size=32,
+                                      never=10**6)
 
     whole = gate.gate_inputs_from_fits(gate.fit_line(lengths, rec), gate.fit_line(lengths, rk), bpt)
     assert threshold(whole) > 4 * crossed  # what the full-range fit did
@@ -497,7 +508,8 @@ def test_gate_fitted_at_the_short_end_finds_the_crossing_of_a_superlinear_prefil
     h = threshold(short)
     assert crossed - 32 <= h <= crossed + 32
     # Lengths with a missing median are skipped; fewer than two usable ones cannot be fitted.
-    assert gate.gate_inputs_from_short_end(lengths, [None] + rec[1:], rk, bpt)["fit_lengths"] == [64, 128, 256]
+    fitted = gate.gate_inputs_from_short_end(lengths, [None] + rec[1:], rk, bpt)
+    assert fitted["fit_lengths"] == [64, 128, 256]
     with pytest.raises(ValueError):
         gate.gate_inputs_from_short_end([32, 64], [None, 1.0], [1.0, 1.0], bpt)
 
@@ -511,7 +523,8 @@ def test_phase_means_come_from_the_connector_counters():
         'vllm:rangekv_last_layer_ready_s_count_total{engine="0",model_name="m"} 4.0',
         'vllm:rangekv_claim_s_count_total{engine="0",model_name="m"} 0.0'])
     means = st.phase_means_ms(st.parse_prometheus(text))
-    assert means == pytest.approx({"lookup": 5.0, "last_layer_ready": 300.0})  # claim: never observed
+    # The claim phase was never observed: no mean.
+    assert means == pytest.approx({"lookup": 5.0, "last_layer_ready": 300.0})
     assert st.phase_means_ms(None) == {}
 
 

@@ -30,10 +30,10 @@ def cross_layer(hnd: bool, device: str, fill: int | None = None, seed: int = 0):
     whole = (torch.full(shape, fill, dtype=torch.int16) if fill is not None else
              torch.randint(-(1 << 15), 1 << 15, shape, dtype=torch.int16, generator=g))
     whole = whole.to(device).view(torch.bfloat16)
-    if hnd:  # [N, H, L, 2, B, D] -> layer l: [N, 2, B, H, D]
-        layers = [whole[:, :, l].permute(0, 2, 3, 1, 4) for l in range(L)]
+    if hnd:  # [N, H, L, 2, B, D] -> layer i: [N, 2, B, H, D]
+        layers = [whole[:, :, i].permute(0, 2, 3, 1, 4) for i in range(L)]
     else:
-        layers = [whole[:, l] for l in range(L)]
+        layers = [whole[:, i] for i in range(L)]
     return whole, layers
 
 
@@ -188,7 +188,8 @@ def test_connector_refusal_names_shape_and_strides(shape, order):
     t = _as(shape, order)
     with pytest.raises(ValueError) as e:
         _layouts().describe_layout(t, B, cuda=True)
-    assert f"shape {tuple(t.shape)}" in str(e.value) and f"strides {tuple(t.stride())}" in str(e.value)
+    assert f"shape {tuple(t.shape)}" in str(e.value)
+    assert f"strides {tuple(t.stride())}" in str(e.value)
 
 
 @pytest.mark.parametrize("shape", [(64, B, 576), (64, 1, B, 576)])

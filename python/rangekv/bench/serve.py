@@ -52,8 +52,16 @@ import sys
 import tempfile
 import time
 
-from .harness import (SHUTDOWN_ARGS, Context, Progress, Server, arm_resources, connector_extra,
-                      kv_bytes_per_token, run_client)
+from .harness import (
+    SHUTDOWN_ARGS,
+    Context,
+    Progress,
+    Server,
+    arm_resources,
+    connector_extra,
+    kv_bytes_per_token,
+    run_client,
+)
 from .serve_stats import median
 
 ABLATIONS = ("index=scalar", "read_issue=object", "delivery=barrier", "prefetch=dispatch")
@@ -124,13 +132,15 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
         tokens = args.prefix + (args.suffix + 64) * (2 * args.reps + 3)
         # The shm arm's store lives on tmpfs (RAM), outside the work dir, under a name of this
         # run's own: run_single removes it.
+        run_name = os.path.basename(os.path.dirname(store_root))
         root = store_root if medium == "disk" else (
-            shm_root or os.path.join(args.shm_dir, os.path.basename(os.path.dirname(store_root)) + "-single"))
+            shm_root or os.path.join(args.shm_dir, run_name + "-single"))
         by_block = args.granularity_by == "block"
         if not by_block:
             extra = {"reuse_granularity": gran, **extra}
-        cfg = {"kv_connector": args.connector_class, "kv_connector_module_path": args.connector_module,
-               "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+        cfg = {"kv_connector": args.connector_class,
+               "kv_connector_module_path": args.connector_module, "kv_role": "kv_both",
+               "kv_load_failure_policy": "recompute",
                "kv_connector_extra_config": connector_extra(
                    args, os.path.join(root, name.replace(" ", "_").replace("=", "-")), tokens,
                    **extra)}
@@ -145,7 +155,8 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
         # the LW arm is the connector's default delivery.
         for g in grans:
             connector(f"rangekv {args.prefix // g}", {"layerwise": False}, gran=g)
-        lw_grans = [int(g) for g in args.lw_granularities.split(",")] if args.lw_granularities else grans[:1]
+        lw_grans = ([int(g) for g in args.lw_granularities.split(",")]
+                    if args.lw_granularities else grans[:1])
         for g in lw_grans:
             connector(f"rangekv {args.prefix // g * args.layers} LW", {"layerwise": True}, gran=g,
                       layerwise=True)
@@ -169,7 +180,8 @@ def arm_configs(args, store_root: str, shm_root: str | None = None) -> list[dict
         keep = set(args.arms.split(","))
         arms = [a for a in arms if a["kind"] in keep or a["name"] in keep]
     if not any(a["kind"] == "recompute" for a in arms):
-        arms.insert(0, {"name": "recompute", "kind": "recompute", "args": ["--no-enable-prefix-caching"]})
+        arms.insert(0, {"name": "recompute", "kind": "recompute",
+                        "args": ["--no-enable-prefix-caching"]})
     return arms
 
 
@@ -184,7 +196,8 @@ def run(args) -> dict:
                                                                           "breakeven"]
     bad = set(workloads) - {"single", "docqa", "breakeven"}
     if bad:
-        raise SystemExit(f"--workload: unknown {', '.join(sorted(bad))} (single, docqa, breakeven, all)")
+        raise SystemExit(
+            f"--workload: unknown {', '.join(sorted(bad))} (single, docqa, breakeven, all)")
     resolve_dtype(args)
     shm_root = os.path.join(args.shm_dir, os.path.basename(work) + "-single")
     arms = arm_configs(args, store_root, shm_root) if "single" in workloads else []
@@ -199,14 +212,15 @@ def run(args) -> dict:
                   ([serve_workloads.docqa_max_len(args)] if "docqa" in workloads else []) +
                   ([serve_workloads.breakeven_max_len(args)] if "breakeven" in workloads else []))
     model_dir = os.path.join(work, "model")
-    log(f"[serve] writing a random {args.layers}-layer {args.dtype} model ({args.kv_heads} KV heads x 128) "
-        f"to {model_dir}")
+    log(f"[serve] writing a random {args.layers}-layer {args.dtype} model "
+        f"({args.kv_heads} KV heads x 128) to {model_dir}")
     write_model(model_dir, layers=args.layers, vocab=args.vocab, hidden=args.hidden,
                 intermediate=args.intermediate, max_len=max_len, seed=args.seed, dtype=args.dtype,
                 kv_heads=args.kv_heads)
     results = {"workload": "serve", "workloads": workloads,
                "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-               "machine": {"node": os.uname().nodename, "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+               "machine": {"node": os.uname().nodename, "cpus": os.cpu_count(),
+                           "load_avg": os.getloadavg()},
                "config": {"layers": args.layers, "hidden": args.hidden, "kv_heads": args.kv_heads,
                           "head_size": 128, "dtype": args.dtype, "dtype_bytes": args.dtype_bytes,
                           "kv_bytes_per_token_layer": kv_bytes_per_token(args) // args.layers,
@@ -253,10 +267,12 @@ def single_requests(kind: str, prefix: list[int], prompts: list[list[int]], othe
         if not paired:
             reqs.append({"id": f"measure-{r}", "prompt": p, "max_tokens": output_tokens})
             continue
-        res_req = {"id": f"resident-{r}", "prompt": prefix + resident_suffixes[r], "max_tokens": output_tokens}
+        res_req = {"id": f"resident-{r}", "prompt": prefix + resident_suffixes[r],
+                   "max_tokens": output_tokens}
         if r % 2:
             reqs += [{"id": f"reset-{r}a", "action": "reset"},
-                     {"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1}, res_req]
+                     {"id": f"prime-{r}", "prompt": prefix + other[r][:32], "max_tokens": 1},
+                     res_req]
         reqs += [{"id": f"reset-{r}", "action": "reset"},
                  {"id": f"measure-{r}", "prompt": p, "max_tokens": output_tokens}]
         if not r % 2:
@@ -285,8 +301,10 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
     args, log = ctx.args, ctx.progress.log
     g = torch.Generator().manual_seed(args.seed)
     prefix = torch.randint(0, args.vocab, (args.prefix,), generator=g).tolist()
-    suffixes = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist() for _ in range(args.reps)]
-    other = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist() for _ in range(args.reps + 1)]
+    suffixes = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist()
+                for _ in range(args.reps)]
+    other = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist()
+             for _ in range(args.reps + 1)]
     # The paired resident measurement's own suffixes (same length, never stored before).
     resident_suffixes = [torch.randint(0, args.vocab, (args.suffix,), generator=g).tolist()
                          for _ in range(args.reps)]
@@ -298,9 +316,9 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
         ctx.progress.step(f"single: {arm['name']}")
         row = {"name": arm["name"], "kind": arm["kind"], "granularity": arm.get("granularity"),
                "layerwise": arm.get("layerwise", False), "ttft_s": [], "error": None}
-        server = Server(ctx.model_dir, arm["args"], arm.get("env", {}), os.path.join(ctx.work, f"server-{ai}.log"),
-                        ctx.max_len, args.kv_cache_gib, ctx.python, block_size=arm.get("block_size", 32),
-                        dtype=args.dtype)
+        server = Server(ctx.model_dir, arm["args"], arm.get("env", {}),
+                        os.path.join(ctx.work, f"server-{ai}.log"), ctx.max_len, args.kv_cache_gib,
+                        ctx.python, block_size=arm.get("block_size", 32), dtype=args.dtype)
         paired = arm["kind"] in ("rangekv", "ablation")
         try:
             err = server.wait_ready(args.start_timeout)
@@ -309,7 +327,8 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
                 results["arms"].append(row)
                 log(f"[serve]   {arm['name']} did not start: {err}")
                 continue
-            reqs = single_requests(arm["kind"], prefix, prompts, other, resident_suffixes, args.output_tokens)
+            reqs = single_requests(arm["kind"], prefix, prompts, other, resident_suffixes,
+                                   args.output_tokens)
             out = run_client(server.port, reqs, ctx.work, ctx.python)
             scraped = server.scrape()
             res = arm_resources(server, arm.get("extra"), args.layers, kv_cache_bytes,
@@ -325,10 +344,12 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
                 # after its server stopped (nothing else reading or writing).
                 pack = os.path.join(arm["extra"]["store_dir"], "rank-0", "packs.rkv")
                 try:
-                    ceilings[medium] = best_read_ceiling(pack, args.prefix * kv_bytes_per_token(args),
-                                                         direct=medium == "disk", prefix_tokens=args.prefix)
-                    log(f"[serve]   {medium} ceiling for the prefix: {ceilings[medium]['seconds'] * 1e3:.1f} ms "
-                        f"({ceilings[medium]['threads']} threads x {ceilings[medium]['block_bytes'] >> 20} MiB)")
+                    ceiling = best_read_ceiling(pack, args.prefix * kv_bytes_per_token(args),
+                                                direct=medium == "disk", prefix_tokens=args.prefix)
+                    ceilings[medium] = ceiling
+                    log(f"[serve]   {medium} ceiling for the prefix: "
+                        f"{ceiling['seconds'] * 1e3:.1f} ms ({ceiling['threads']} threads x "
+                        f"{ceiling['block_bytes'] >> 20} MiB)")
                 except (OSError, rangekv.Error) as e:  # no ceiling, and the row says why
                     ceilings[medium] = {"error": str(e)}
         finally:
@@ -340,7 +361,8 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
         for o in measured:
             if o["id"].removeprefix("measure-") in failed_resets:
                 o["ttft_s"] = None
-                o["error"] = o.get("error") or "vLLM's prefix cache could not be emptied before this run"
+                o["error"] = (o.get("error")
+                              or "vLLM's prefix cache could not be emptied before this run")
         row["ttft_s"] = [o["ttft_s"] for o in measured]
         row["token_ids"] = [o["token_ids"] for o in measured]
         row["logprobs"] = [o["logprobs"] for o in measured]
@@ -358,7 +380,8 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
         elif reference is not None:
             row["tokens_match"] = [a == b for a, b in zip(row["token_ids"], reference["token_ids"])]
             row["max_logprob_diff"] = [
-                max((abs(x - y) for x, y in zip(a, b) if x is not None and y is not None), default=None)
+                max((abs(x - y) for x, y in zip(a, b) if x is not None and y is not None),
+                    default=None)
                 for a, b in zip(row["logprobs"], reference["logprobs"])]
         # The exact reference for a restored prefix: vLLM serving the same prompts with the prefix
         # in its own cache (a cold prefill splits the attention differently; its logprobs differ
@@ -366,8 +389,9 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
         resident_row = next((r for r in results["arms"] if r["kind"] == "resident"), None)
         if arm["kind"] in ("rangekv", "ablation", "peer") and resident_row is not None:
             row["exact_resident"] = [
-                a == b and la == lb for a, b, la, lb in zip(row["token_ids"], resident_row["token_ids"],
-                                                          row["logprobs"], resident_row["logprobs"])]
+                a == b and la == lb
+                for a, b, la, lb in zip(row["token_ids"], resident_row["token_ids"],
+                                        row["logprobs"], resident_row["logprobs"])]
         results["arms"].append(row)
         log(f"[serve]   {arm['name']}: median {row['median_s']} s, samples {row['ttft_s']}")
     resident = next((r for r in results["arms"] if r["kind"] == "resident"), None)
@@ -378,7 +402,8 @@ def _run_single(ctx, arms: list[dict], results: dict) -> None:
         # Paired arms: the resident run of the same server, back to back; peers: the resident
         # arm's repetition of the same index (another server).
         base = r.get("paired_resident_s") or (resident or {}).get("ttft_s") or []
-        diffs = [(a - b) * 1e3 for a, b in zip(r["ttft_s"], base) if a is not None and b is not None]
+        diffs = [(a - b) * 1e3 for a, b in zip(r["ttft_s"], base)
+                 if a is not None and b is not None]
         r["minus_resident_ms"] = diffs
         r["median_minus_resident_ms"] = median(diffs)
         ceil = ceilings.get(r.get("medium") or "disk", {}).get("seconds")
@@ -402,13 +427,14 @@ def best_read_ceiling(path: str, nbytes: int, direct: bool, prefix_tokens: int) 
     cells = [read_ceiling(path, nbytes, direct, threads=t, block=b << 20, reps=3, extents=extents)
              for t in (1, 2, 4, 8, 16) for b in (1, 4, 8, 32)]
     best = min(cells, key=lambda c: c["seconds"])
-    return {**best, "grid": [{"threads": c["threads"], "block_bytes": c["block_bytes"], "seconds": c["seconds"]}
-                             for c in cells]}
+    return {**best, "grid": [{"threads": c["threads"], "block_bytes": c["block_bytes"],
+                              "seconds": c["seconds"]} for c in cells]}
 
 
 def table(results: dict) -> str:
     rows = results["arms"]
-    lines = ["| Arm | Median TTFT (s) | minus resident (ms) | tokens = recompute | samples (s) / error |",
+    lines = ["| Arm | Median TTFT (s) | minus resident (ms) | tokens = recompute "
+             "| samples (s) / error |",
              "| --- | --- | --- | --- | --- |"]
     for r in rows:
         med = "-" if r.get("median_s") is None else f"{r['median_s']:.3f}"
@@ -424,35 +450,43 @@ def table(results: dict) -> str:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("serve", help="client TTFT through vLLM's OpenAI server with the RangeKV connector")
+    p = sub.add_parser("serve",
+                       help="client TTFT through vLLM's OpenAI server with the RangeKV connector")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--intermediate", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
-                   help="model and KV dtype: bfloat16 (8 KV heads x 128) or float32 (4 KV heads x 128), the "
-                        "same 4 KiB per token per layer; auto: bfloat16 unless this CPU computes it at under "
-                        "a quarter of fp32's speed")
+                   help="model and KV dtype: bfloat16 (8 KV heads x 128) or float32 (4 KV heads x "
+                        "128), the same 4 KiB per token per layer; auto: bfloat16 unless this CPU "
+                        "computes it at under a quarter of fp32's speed")
     p.add_argument("--prefix", type=int, default=8192, help="cached prefix tokens (multiple of 32)")
-    p.add_argument("--suffix", type=int, default=2720, help="new tokens (about a third of the prefix)")
+    p.add_argument("--suffix", type=int, default=2720,
+                   help="new tokens (about a third of the prefix)")
     p.add_argument("--output-tokens", type=int, default=2)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--granularities", default="256,128,64,32",
-                   help="vLLM block sizes of the RangeKV arms (the connector's reuse granularity), coarse first")
+                   help="vLLM block sizes of the RangeKV arms (the connector's reuse "
+                        "granularity), coarse first")
     p.add_argument("--lw-granularities", default="",
-                   help="granularities of the layerwise arms (default: the first of --granularities only)")
+                   help="granularities of the layerwise arms (default: the first of "
+                        "--granularities only)")
     p.add_argument("--granularity-by", choices=("connector", "block"), default="connector",
-                   help="connector: servers of block size 32, the connector's reuse_granularity set per "
-                        "arm; block: the server's --block-size is the granularity (runs before 2026-12-04)")
+                   help="connector: servers of block size 32, the connector's reuse_granularity "
+                        "set per arm; block: the server's --block-size is the granularity (runs "
+                        "before 2026-12-04)")
     p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep")
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--no-shm-arm", dest="shm_arm", action="store_false",
                    help="leave out the coarse RangeKV arm with its store on --shm-dir (tmpfs)")
-    p.add_argument("--skip-rangekv", action="store_true", help="only the recompute and resident arms")
-    p.add_argument("--peers", action="store_true", help="also try LMCache's and vLLM's offloading connectors")
+    p.add_argument("--skip-rangekv", action="store_true",
+                   help="only the recompute and resident arms")
+    p.add_argument("--peers", action="store_true",
+                   help="also try LMCache's and vLLM's offloading connectors")
     p.add_argument("--connector-module", default="rangekv.vllm")
     p.add_argument("--connector-class", default="RangeKVConnector")
-    p.add_argument("--connector-extra", default="{}", help="JSON merged into kv_connector_extra_config")
+    p.add_argument("--connector-extra", default="{}",
+                   help="JSON merged into kv_connector_extra_config")
     p.add_argument("--kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE")
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--store-root", help="where the connector's stores go (default: the work dir)")
@@ -460,30 +494,36 @@ def add_parser(sub) -> None:
     p.add_argument("--keep", action="store_true", help="keep the work dir (model, logs, stores)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--workload", default="single",
-                   help="comma list of single (the fixed request, arms above), docqa, breakeven; or all")
+                   help="comma list of single (the fixed request, arms above), docqa, breakeven; "
+                        "or all")
     w = p.add_argument_group("docqa (multi-request workload)")
     w.add_argument("--docs", type=int, default=8, help="documents N")
     w.add_argument("--doc-tokens", type=int, default=8192, help="tokens per document D")
-    w.add_argument("--questions", type=int, default=4, help="questions per document Q, per concurrency level")
+    w.add_argument("--questions", type=int, default=4,
+                   help="questions per document Q, per concurrency level")
     w.add_argument("--question-tokens", type=int, default=64)
     w.add_argument("--answer-tokens", type=int, default=16, help="output tokens per question")
     w.add_argument("--concurrency", default="1,4,8", help="concurrency levels")
     w.add_argument("--cache-docs", type=float, default=4.0,
                    help="documents vLLM's KV cache holds (--num-gpu-blocks-override); < --docs")
-    w.add_argument("--docqa-arms", default="", help="comma list of arm kinds to keep (prefix, rangekv)")
+    w.add_argument("--docqa-arms", default="",
+                   help="comma list of arm kinds to keep (prefix, rangekv)")
     b = p.add_argument_group("breakeven")
-    b.add_argument("--be-lengths", default="32,64,128,256,512,1024,2048,4096,8192", help="prefix lengths")
+    b.add_argument("--be-lengths", default="32,64,128,256,512,1024,2048,4096,8192",
+                   help="prefix lengths")
     b.add_argument("--be-fit-points", type=int, default=3,
                    help="the gate's lines are fitted to this many shortest lengths (gate.py "
                         "gate_inputs_from_short_end)")
     b.add_argument("--be-suffix", type=int, default=32, help="new tokens after each prefix")
     b.add_argument("--be-reps", type=int, default=5)
-    b.add_argument("--be-media", default="shm,disk", help="store media: shm (buffered), disk (O_DIRECT)")
+    b.add_argument("--be-media", default="shm,disk",
+                   help="store media: shm (buffered), disk (O_DIRECT)")
     b.add_argument("--be-gate-medium", default="disk", help="the medium the gate arm runs on")
     b.add_argument("--shm-dir", default="/dev/shm")
     b.add_argument("--disk-dir", default="/var/tmp")
     b.add_argument("--be-tolerance-ms", type=float, default=10.0,
-                   help="gate check: slower than both lines by more than this (or the fraction) is 'worse'")
+                   help="gate check: slower than both lines by more than this (or the fraction) "
+                        "is 'worse'")
     b.add_argument("--be-tolerance-frac", type=float, default=0.05)
     p.add_argument("--plot", metavar="DIR", help="write PNG plots here (needs matplotlib)")
     p.add_argument("--json")
@@ -496,7 +536,8 @@ def main(args) -> int:
         raise SystemExit("--prefix must be a multiple of the block size (32)")
     if "docqa" in args.workload or args.workload == "all":
         if args.cache_docs >= args.docs:
-            raise SystemExit("--cache-docs must be < --docs (vLLM's cache must not hold every document)")
+            raise SystemExit(
+                "--cache-docs must be < --docs (vLLM's cache must not hold every document)")
     results = run(args)
     report = render(results)
     results["table"] = report
@@ -508,9 +549,9 @@ def main(args) -> int:
             from .plots import plot_all
             results["plots"] = plot_all(results, args.plot)
         except ImportError as e:
+            plots_py = os.path.join(os.path.dirname(__file__), "plots.py")
             print(f"[serve] no plots ({e}); make them later with: python "
-                  f"{os.path.join(os.path.dirname(__file__), 'plots.py')} {args.json or 'RESULTS.json'} "
-                  f"{args.plot}", file=sys.stderr)
+                  f"{plots_py} {args.json or 'RESULTS.json'} {args.plot}", file=sys.stderr)
     print(report)
     return 0
 
@@ -527,9 +568,10 @@ def render(results: dict) -> str:
         parts += ["Every arm of the fixed request:", table(results), ""]
     if results.get("docqa"):
         d = results["docqa"]
-        parts += [f"docqa: {d['docs']} documents x {d['doc_tokens']} tokens, {d['questions']} questions "
-                  f"x {d['question_tokens']} tokens, {d['answer_tokens']} output tokens; vLLM KV cache "
-                  f"{d['kv_cache_tokens']} tokens ({d['cache_docs']} documents):", docqa_table(d), ""]
+        parts += [f"docqa: {d['docs']} documents x {d['doc_tokens']} tokens, {d['questions']} "
+                  f"questions x {d['question_tokens']} tokens, {d['answer_tokens']} output tokens; "
+                  f"vLLM KV cache {d['kv_cache_tokens']} tokens ({d['cache_docs']} documents):",
+                  docqa_table(d), ""]
     if results.get("breakeven"):
         parts += ["Break-even (median TTFT, s):", breakeven_table(results["breakeven"]), ""]
     if results.get("resources"):

@@ -5,10 +5,11 @@
 FILE is JSON, either a list of {"id": str, "prompt": [token ids], "max_tokens": int}, sent one
 at a time (an entry {"id": str, "action": "reset"} instead empties vLLM's own prefix cache
 through ``POST /reset_prefix_cache``, which a server started with VLLM_SERVER_DEV_MODE=1 has;
-its result is {"id", "reset": bool, "error"}), or {"phases": [{"name": str, "concurrency": int, "metrics": bool, "requests": [...]},
-...]}: each phase's requests are sent in order by `concurrency` threads (each takes the next
-request when its previous one finished), and with "metrics" the server's /metrics is read before
-and after the phase. Every request goes to ``/v1/completions`` with streaming; TTFT is the time
+its result is {"id", "reset": bool, "error"}), or
+{"phases": [{"name": str, "concurrency": int, "metrics": bool, "requests": [...]}, ...]}: each
+phase's requests are sent in order by `concurrency` threads (each takes the next request when
+its previous one finished), and with "metrics" the server's /metrics is read before and after
+the phase. Every request goes to ``/v1/completions`` with streaming; TTFT is the time
 from just before the request is written to the arrival of the first streamed chunk that carries
 a token. Prints on stdout, for a list: a JSON list of {"id", "ttft_s", "total_s", "start_s",
 "token_ids", "logprobs", "prompt_tokens", "cached_tokens", "error"}; for phases: {"phases":
@@ -33,7 +34,8 @@ except ImportError:  # run as a plain script
     from serve_stats import parse_prometheus  # type: ignore
 
 
-def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: int, timeout: float) -> dict:
+def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: int,
+             timeout: float) -> dict:
     body = json.dumps({
         "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
         "stream": True, "logprobs": 1, "ignore_eos": True, "return_token_ids": True,
@@ -47,7 +49,8 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
         conn.connect()
         t0 = time.perf_counter()
         out["start_s"] = t0
-        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        conn.request("POST", "/v1/completions", body=body,
+                     headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:
             out["error"] = f"HTTP {resp.status}: {resp.read()[:500].decode(errors='replace')}"
@@ -78,7 +81,7 @@ def complete(host: str, port: int, model: str, prompt: list[int], max_tokens: in
                 out["token_ids"].extend(ids)
                 out["logprobs"].extend(lp)
         out["total_s"] = time.perf_counter() - t0
-    except Exception as e:  # reported per request, the run goes on
+    except Exception as e:  # noqa: BLE001 - reported per request, the run goes on
         out["error"] = f"{type(e).__name__}: {e}"
     finally:
         conn.close()
@@ -106,7 +109,7 @@ def reset_prefix_cache(host: str, port: int, timeout: float = 30.0, tries: int =
             if status == 200 and json.loads(body).get("success"):
                 return {"reset": True, "error": None}
             err = f"HTTP {status}: {body[:200]}"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - retried, and the last one is reported
             err = f"{type(e).__name__}: {e}"
         time.sleep(0.25)
     return {"reset": False, "error": err}
@@ -117,7 +120,7 @@ def scrape(host: str, port: int, timeout: float = 10.0) -> dict | None:
     try:
         status, text = _http(host, port, "GET", "/metrics", timeout)
         return parse_prometheus(text) if status == 200 else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - unreadable, whatever the reason: the row has no metrics
         return None
 
 

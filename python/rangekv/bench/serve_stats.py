@@ -230,7 +230,8 @@ def table3(results: dict) -> str:
     rows = results.get("arms", [])
     cfg = results.get("config", {})
     layers = cfg.get("layers", 1)
-    per_token_layer = 2 * cfg.get("kv_heads", 8) * cfg.get("head_size", 128) * cfg.get("dtype_bytes", 2)
+    per_token_layer = (2 * cfg.get("kv_heads", 8) * cfg.get("head_size", 128)
+                       * cfg.get("dtype_bytes", 2))
     rk_rows = [r for r in rows if r["kind"] == "rangekv"]
     cols = [r for r in rk_rows if not r.get("layerwise") and r.get("medium", "disk") == "disk"]
     cols.sort(key=lambda r: -(r.get("granularity") or 0))
@@ -245,7 +246,8 @@ def table3(results: dict) -> str:
     for r in cols:
         g = r.get("granularity") or 32
         n = prefix // g * (layers if r.get("layerwise") else 1)
-        heads.append(f"{n:,}" + (" LW" if r.get("layerwise") else "") + (" shm" if r.get("medium") == "shm" else ""))
+        heads.append(f"{n:,}" + (" LW" if r.get("layerwise") else "")
+                     + (" shm" if r.get("medium") == "shm" else ""))
         sizes.append(_mib(g * per_token_layer * (1 if r.get("layerwise") else layers)))
         paired = [x for x in r.get("paired_resident_s") or [] if x is not None]
         resid.append(_f(statistics.median(paired) if paired else res.get("median_s")))
@@ -272,7 +274,8 @@ def table3(results: dict) -> str:
     for name in PHASE_NAMES:
         vals = [(r.get("phases_ms") or {}).get(name) for r in cols]
         if any(v is not None for v in vals):
-            lines.append(f"| phase: {name.replace('_', ' ')} (ms) | " + " | ".join(_f(v, "{:.1f}") for v in vals) + " |")
+            lines.append(f"| phase: {name.replace('_', ' ')} (ms) | "
+                         + " | ".join(_f(v, "{:.1f}") for v in vals) + " |")
     ceil = results.get("prefix_read_ceiling") or {}
     notes = []
     for medium in ("disk", "shm"):
@@ -282,7 +285,8 @@ def table3(results: dict) -> str:
                          f"{c['block_bytes'] >> 20} MiB{', O_DIRECT' if c.get('direct') else ''})")
     if notes:
         lines.append("")
-        lines.append("Prefix read at the medium's best ceiling (plain preads, same run): " + "; ".join(notes) + ".")
+        lines.append("Prefix read at the medium's best ceiling (plain preads, same run): "
+                     + "; ".join(notes) + ".")
     if res.get("median_s") is not None:
         lines.append(f"vLLM alone (no connector), prefix resident: median {res['median_s']:.3f} s.")
     return "\n".join(lines)
@@ -360,10 +364,11 @@ def resources_table(rows: list[dict]) -> str:
     for r in rows:
         mem = r.get("memory") or {}
         m = r.get("payload") or {}
+        locked_bytes = (mem.get("locked_bytes") or 0) + (mem.get("pinned_bytes") or 0)
         lines.append(
             f"| {r.get('workload', '') + ': ' if r.get('workload') else ''}{r['name']} | "
             f"{_mib(mem.get('rss_bytes'))} | {_mib(mem.get('hwm_bytes'))} | "
-            f"{_mib((mem.get('locked_bytes') or 0) + (mem.get('pinned_bytes') or 0)) if mem else '-'} | "
+            f"{_mib(locked_bytes) if mem else '-'} | "
             f"{_mib(r.get('bank_bytes')) if r.get('bank_bytes') else '0'} | "
             f"{_mib(r.get('kv_cache_bytes'))} | {_mib(m.get('vllm:rangekv_bytes_read_total'))} | "
             f"{_mib(m.get('vllm:rangekv_bytes_written_total'))} |")

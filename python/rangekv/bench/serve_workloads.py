@@ -28,8 +28,15 @@ import os
 import shutil
 
 from ..vllm.gate import break_even_tokens, gate_inputs_from_short_end
-from .harness import (Context, Server, arm_resources, connector_args, connector_extra,
-                      kv_bytes_per_token, run_client)
+from .harness import (
+    Context,
+    Server,
+    arm_resources,
+    connector_args,
+    connector_extra,
+    kv_bytes_per_token,
+    run_client,
+)
 from .serve_stats import crossing, median, metrics_delta, tokens_match, workload_summary
 
 BLOCK = 32
@@ -43,8 +50,9 @@ def _tokens(gen, vocab: int, n: int) -> list[int]:
 
 def _start(ctx: Context, name: str, args: list[str], max_len: int, **kw):
     a = ctx.args
-    server = Server(ctx.model_dir, args, {}, os.path.join(ctx.work, f"server-{name.replace(' ', '_').replace('+', '')}.log"),
-                    max_len, a.kv_cache_gib, ctx.python, dtype=getattr(a, "dtype", "auto"), **kw)
+    log_name = f"server-{name.replace(' ', '_').replace('+', '')}.log"
+    server = Server(ctx.model_dir, args, {}, os.path.join(ctx.work, log_name), max_len,
+                    a.kv_cache_gib, ctx.python, dtype=getattr(a, "dtype", "auto"), **kw)
     err = server.wait_ready(a.start_timeout)
     if err:
         server.stop()
@@ -188,7 +196,8 @@ def breakeven_arms(args, work: str) -> list[dict]:
     for m in args.be_media.split(","):
         extra = connector_extra(args, media[m], breakeven_tokens(args), direct_io=(m == "disk"))
         arms.append({"name": f"rangekv {m}", "kind": "rangekv", "medium": m, "store_dir": media[m],
-                     "extra": extra, "args": ["--no-enable-prefix-caching"] + connector_args(args, extra)})
+                     "extra": extra,
+                     "args": ["--no-enable-prefix-caching"] + connector_args(args, extra)})
     return arms
 
 
@@ -221,7 +230,8 @@ def _per_length(results: list[dict], lengths: list[int], key: str) -> list[list]
     return [by[n] for n in lengths]
 
 
-def _run_be_arm(ctx: Context, arm: dict, reqs: list[dict], meta: dict, resources: list[dict]) -> dict:
+def _run_be_arm(ctx: Context, arm: dict, reqs: list[dict], meta: dict,
+                resources: list[dict]) -> dict:
     args = ctx.args
     row = {"name": arm["name"], "kind": arm["kind"], "medium": arm.get("medium"), "error": None}
     server, err = _start(ctx, f"breakeven {arm['name']}", arm["args"], breakeven_max_len(args))
@@ -305,7 +315,8 @@ def _breakeven(ctx: Context, resources: list[dict], arms: list[dict], reqs: list
     extra = connector_extra(args, base["store_dir"] + "-gate", breakeven_tokens(args),
                             direct_io=(medium == "disk"), **gate_cfg)
     gate_arm = {"name": f"rangekv {medium} + gate", "kind": "gate", "medium": medium,
-                "extra": extra, "args": ["--no-enable-prefix-caching"] + connector_args(args, extra)}
+                "extra": extra,
+                "args": ["--no-enable-prefix-caching"] + connector_args(args, extra)}
     row = _run_be_arm(ctx, gate_arm, reqs, meta, resources)
     _check_tokens(row, rec)
     out["arms"].append(row)

@@ -28,7 +28,6 @@ suffix, as in the paper; the store's capacity is bounded so old suffixes are evi
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -46,7 +45,8 @@ SHAPES = {
     # CPU/CI: 4 KiB per token per layer like the 8B shape (4 KV heads x 128 x fp32).
     "small": dict(layers=4, hidden=512, heads=4, kv_heads=4, head_size=128, intermediate=1024,
                   vocab=1024, prefix=1024, suffix=352, dtype="float32", block_size=16,
-                  stripe_mib=4),  # 1,024 tokens per stripe; banks of 32 MiB stripes cost 2.3 GiB per engine
+                  # 1,024 tokens per stripe; banks of 32 MiB stripes cost 2.3 GiB per engine.
+                  stripe_mib=4),
     # Llama-3.1-8B's shape (random weights), the paper's request: 49,152 cached + 16,128 new.
     "8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_size=128, intermediate=14336,
                vocab=128256, prefix=49152, suffix=16128, dtype="bfloat16", block_size=16,
@@ -83,7 +83,8 @@ def build_model(shape: dict, device: str, seed: int):
 
     dtype = getattr(torch, shape["dtype"])
     cfg = LlamaConfig(
-        vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=shape["intermediate"],
+        vocab_size=shape["vocab"], hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"],
         num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
         num_key_value_heads=shape["kv_heads"], head_dim=shape["head_size"],
         max_position_embeddings=max(4096, shape["prefix"] + shape["suffix"] + 16),
@@ -94,7 +95,8 @@ def build_model(shape: dict, device: str, seed: int):
     # for every arm, so restored and resident runs stay bitwise comparable.
     from rangekv.hf import attention
 
-    cfg._attn_implementation = attention.register() if shape.get("attention", "rangekv") == "rangekv" else "sdpa"
+    cfg._attn_implementation = (attention.register()
+                                if shape.get("attention", "rangekv") == "rangekv" else "sdpa")
     torch.manual_seed(seed)
     with torch.device(device):
         model = LlamaForCausalLM(cfg)  # random weights initialised where they will run
@@ -142,7 +144,8 @@ def prefix_extents(store_dir: str, prefix_tokens: int) -> list[tuple[int, int]]:
             cur = max((r for r in recs if r["parent_slot"] == cur["slot"]
                        and r["path_token_begin"] == cur["path_token_end"]),
                       key=lambda r: r["tokens"], default=None)
-        if (path[-1]["path_token_end"] if path else 0) > (best[-1]["path_token_end"] if best else 0):
+        path_end = path[-1]["path_token_end"] if path else 0
+        if path_end > (best[-1]["path_token_end"] if best else 0):
             best = path
     if not best:
         raise OSError(f"{store_dir}: no cached path to read")
@@ -195,7 +198,7 @@ def read_ceiling(path: str, nbytes: int, direct: bool, threads: int = 4, block: 
             next_piece = [0]
             lock = threading.Lock()
 
-            def worker():
+            def worker(fd: int, lock: threading.Lock, next_piece: list[int]) -> None:
                 buf = mmap.mmap(-1, block)
                 while True:
                     with lock:
@@ -208,7 +211,8 @@ def read_ceiling(path: str, nbytes: int, direct: bool, threads: int = 4, block: 
                 buf.close()
 
             t0 = time.perf_counter()
-            ts = [threading.Thread(target=worker) for _ in range(threads)]
+            ts = [threading.Thread(target=worker, args=(fd, lock, next_piece))
+                  for _ in range(threads)]
             for t in ts:
                 t.start()
             for t in ts:
@@ -244,11 +248,15 @@ def run(args) -> dict:
     grans = [int(g) for g in args.granularities.split(",")]
     prefix_n, suffix_n, B = shape["prefix"], shape["suffix"], shape["block_size"]
     if prefix_n % B or any(prefix_n % g for g in grans):
-        raise SystemExit("prefix tokens must be a multiple of the block size and of every granularity")
+        raise SystemExit(
+            "prefix tokens must be a multiple of the block size and of every granularity")
     out_tokens = args.output_tokens
     t_start = time.time()
 
-    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not args.quiet else (lambda *a: None)
+    def log(*a) -> None:
+        if not args.quiet:
+            print(*a, file=sys.stderr, flush=True)
+
     log(f"[ttft-hf] building model ({args.shape}: {shape['layers']} layers) on {device}")
     model = build_model(shape, device, args.seed)
     dtype = getattr(torch, shape["dtype"])
@@ -263,17 +271,19 @@ def run(args) -> dict:
     coarse = grans[0]
     for g in grans:
         arms.append(Arm(f"rangekv {prefix_n // g}", "rangekv", granularity=g, engine_key="full"))
-    arms.append(Arm(f"rangekv {prefix_n // coarse * shape['layers']} LW", "rangekv", granularity=coarse,
-                    layerwise=True, engine_key="full"))
+    arms.append(Arm(f"rangekv {prefix_n // coarse * shape['layers']} LW", "rangekv",
+                    granularity=coarse, layerwise=True, engine_key="full"))
     if not args.no_ablations:
         for ab in ABLATIONS:
             for lw in (False, True):
                 objs = prefix_n // coarse * (shape["layers"] if lw else 1)
-                arms.append(Arm(f"{ab} @ {objs}{' LW' if lw else ''}", "ablation", granularity=coarse,
-                                layerwise=lw, ablation=ab, engine_key=f"{ab}|{'lw' if lw else 'plain'}"))
+                arms.append(Arm(f"{ab} @ {objs}{' LW' if lw else ''}", "ablation",
+                                granularity=coarse, layerwise=lw, ablation=ab,
+                                engine_key=f"{ab}|{'lw' if lw else 'plain'}"))
     if not args.no_per_object:
         for g in grans:
-            arms.append(Arm(f"per-object {prefix_n // g}", "per_object", granularity=g, engine_key="per_object"))
+            arms.append(Arm(f"per-object {prefix_n // g}", "per_object", granularity=g,
+                            engine_key="per_object"))
     if args.arms:
         keep = set(args.arms.split(","))
         arms = [a for a in arms if a.kind in keep or a.name in keep]
@@ -299,7 +309,8 @@ def run(args) -> dict:
         os.makedirs(po_dir, exist_ok=True)
         size = geometry_bytes * prefix_n + most * (64 << 10)
         po = _baseline.PerObjectStore(
-            po_dir, layers=shape["layers"], kv_heads=shape["kv_heads"], head_size=shape["head_size"],
+            po_dir, layers=shape["layers"], kv_heads=shape["kv_heads"],
+            head_size=shape["head_size"],
             dtype=dtype, block_size=B, device="cuda" if device == "cuda" else "host",
             direct_io=not args.buffered, file_bytes=size, pool_bytes=size, max_tokens=total + 16)
         need = max(po.footprint("chunk", prefix_n, prefix_n // g) for g in grans)
@@ -315,22 +326,26 @@ def run(args) -> dict:
         if key != "full":
             ab, point = key.split("|")
             opts["ablations"] = ",".join([
-                ab, f"object_tokens={coarse}", "objects=chunk_layer" if point == "lw" else "objects=chunk"])
+                ab, f"object_tokens={coarse}",
+                "objects=chunk_layer" if point == "lw" else "objects=chunk"])
         # The weights are drawn from the seed (build_model): that names them for the store.
         return engine_for_model(model.config, store_dir, block_size=B, dtype=dtype,
                                 weights=f"random {args.shape} seed {args.seed} on {device}", **opts)
 
     results = {"workload": "ttft-hf", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-               "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+               "machine": {"node": platform.node(), "cpus": os.cpu_count(),
+                           "python": platform.python_version(),
                            "torch": torch.__version__, "load_avg": os.getloadavg(),
                            "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
                "config": {**shape, "device": device, "reps": args.reps, "output_tokens": out_tokens,
                           "granularities": grans, "checksum": args.checksum, "store_dir": store_dir,
                           "capacity_bytes": capacity, "direct_io": not args.buffered,
-                          "check": args.check, "stripe_bytes": engine_opts["stripe_bytes"], "prefix_bytes": geometry_bytes * prefix_n},
-               "per_object_baseline": "plain (chunk) objects at every granularity, restored by one "
-                                      "synchronous get before the forward; no layerwise per-object arm "
-                                      "(the model's layerwise delivery is not exposed to Python)"}
+                          "check": args.check, "stripe_bytes": engine_opts["stripe_bytes"],
+                          "prefix_bytes": geometry_bytes * prefix_n},
+               "per_object_baseline": "plain (chunk) objects at every granularity, restored by "
+                                      "one synchronous get before the forward; no layerwise "
+                                      "per-object arm (the model's layerwise delivery is not "
+                                      "exposed to Python)"}
     try:
         with torch.no_grad():
             # Setup: compute the prefix once; its KV stays resident in the pool (the resident
@@ -350,15 +365,18 @@ def run(args) -> dict:
             def one(arm: Arm, prompt, eng, rid: str):
                 if arm.kind == "per_object":
                     chunks = prefix_n // arm.granularity
-                    return generate(model, prompt, pool=pool, max_new_tokens=out_tokens, load_prefix=(
-                        prefix_n, lambda toks, sl: eng.get(toks, "chunk", chunks, pool.kv_layers, sl)))
+                    return generate(
+                        model, prompt, pool=pool, max_new_tokens=out_tokens,
+                        load_prefix=(prefix_n, lambda toks, sl: eng.get(toks, "chunk", chunks,
+                                                                        pool.kv_layers, sl)))
                 if arm.kind == "recompute":
                     return generate(model, prompt, pool=pool, max_new_tokens=out_tokens)
                 if arm.kind == "resident":
                     return generate(model, prompt, pool=pool, max_new_tokens=out_tokens,
                                     resident_blocks=resident_blocks, resident_tokens=prefix_n)
                 return generate(model, prompt, pool=pool, engine=eng, request_id=rid,
-                                granularity=arm.granularity, store_mode="layer" if arm.layerwise else "forward",
+                                granularity=arm.granularity,
+                                store_mode="layer" if arm.layerwise else "forward",
                                 max_new_tokens=out_tokens, wait_store=not args.detach_store)
 
             # Warm-up (allocator, kernels): one resident and one recompute run.
@@ -367,13 +385,15 @@ def run(args) -> dict:
             one(Arm("", "resident"), warm, None, "warm")
             if args.profile:
                 results["profile"] = profile_runs(
-                    {k: (lambda k=k: one(Arm("", k), warm, None, "profile")) for k in ("recompute", "resident")},
+                    {k: (lambda k=k: one(Arm("", k), warm, None, "profile"))
+                     for k in ("recompute", "resident")},
                     device, log)
 
             by_engine: dict[str, list[Arm]] = {}
             for a in arms:
                 by_engine.setdefault(a.engine_key, []).append(a)
-            total_runs = sum((3 if a.kind in ("rangekv", "ablation", "per_object") else 1) for a in arms) * args.reps
+            total_runs = args.reps * sum(
+                (3 if a.kind in ("rangekv", "ablation", "per_object") else 1) for a in arms)
             done = 0
             t_loop = time.time()
 
@@ -397,8 +417,8 @@ def run(args) -> dict:
                     for rep, arm, first in schedule(key, group):
                         if first:
                             eng.clear()
-                            put = eng.put(prefix, "chunk", prefix_n // arm.granularity, pool.kv_layers,
-                                          resident_slots)
+                            put = eng.put(prefix, "chunk", prefix_n // arm.granularity,
+                                          pool.kv_layers, resident_slots)
                             arm.store_work = put["work"]
                             log(f"[ttft-hf] {arm.name}: {put['objects']} objects stored in "
                                 f"{put['elapsed_s']:.2f} s ({eng.backends})")
@@ -433,9 +453,10 @@ def run(args) -> dict:
                         if ref is not None:
                             arm.tokens_match.append(g.tokens == ref.tokens)
                             arm.max_logit_diff.append(_logit_diff(g, ref))
-                        if g.hit_tokens != prefix_n or (arm.kind != "per_object" and not g.restore_ok):
-                            arm.errors.append(f"rep {rep}: hit {g.hit_tokens}, restore_ok {g.restore_ok}, "
-                                              f"{g.restore_error}")
+                        if (g.hit_tokens != prefix_n
+                                or (arm.kind != "per_object" and not g.restore_ok)):
+                            arm.errors.append(f"rep {rep}: hit {g.hit_tokens}, "
+                                              f"restore_ok {g.restore_ok}, {g.restore_error}")
                         if g.store_ok is False:
                             arm.errors.append(f"rep {rep}: store {g.store_error}")
                         progress(f"{arm.name}: {g.ttft_s * 1e3:.1f} ms "
@@ -445,7 +466,8 @@ def run(args) -> dict:
                         eng.close()
             try:
                 results["prefix_read_ceiling"] = read_ceiling(
-                    os.path.join(store_dir, "packs.rkv"), geometry_bytes * prefix_n, not args.buffered,
+                    os.path.join(store_dir, "packs.rkv"), geometry_bytes * prefix_n,
+                    not args.buffered,
                     block=engine_opts["stripe_bytes"], extents=prefix_extents(store_dir, prefix_n))
             except (OSError, rangekv.Error) as e:
                 results["prefix_read_ceiling"] = {"error": str(e)}
@@ -456,11 +478,13 @@ def run(args) -> dict:
     rows = []
     for a in arms:
         diffs = [(s - r) * 1e3 for s, r in zip(a.samples, a.paired_resident)]
-        row = {"arm": a.name, "kind": a.kind, "granularity": a.granularity, "layerwise": a.layerwise,
-               "ablation": a.ablation, "objects": (prefix_n // a.granularity * (shape["layers"] if a.layerwise else 1))
-               if a.granularity else None,
-               "object_bytes": (geometry_bytes // (1 if not a.layerwise else shape["layers"])) * a.granularity
-               if a.granularity else None,
+        layers_per_object = shape["layers"] if a.layerwise else 1
+        row = {"arm": a.name, "kind": a.kind, "granularity": a.granularity,
+               "layerwise": a.layerwise, "ablation": a.ablation,
+               "objects": (prefix_n // a.granularity * layers_per_object
+                           if a.granularity else None),
+               "object_bytes": (geometry_bytes // layers_per_object * a.granularity
+                                if a.granularity else None),
                "median_s": median(a.samples), "samples_s": a.samples,
                "paired_resident_s": a.paired_resident, "minus_resident_ms": diffs,
                "median_minus_resident_ms": median(diffs), "recompute_s": a.recompute,
@@ -478,10 +502,12 @@ def run(args) -> dict:
         if row["kind"] not in ("rangekv", "ablation", "per_object") or row["median_s"] is None:
             continue
         res_med = median(row["paired_resident_s"])
-        rec_med = row["median_recompute_s"] or median(next((a.samples for a in arms if a.kind == "recompute"), []))
+        rec_med = row["median_recompute_s"] or median(
+            next((a.samples for a in arms if a.kind == "recompute"), []))
         if ceiling and row["median_minus_resident_ms"] is not None:
             # Acceptance: RangeKV - resident <= 30% of the prefix's read time at the ceiling.
-            row["minus_resident_over_ceiling_read"] = row["median_minus_resident_ms"] / 1e3 / ceiling
+            row["minus_resident_over_ceiling_read"] = (
+                row["median_minus_resident_ms"] / 1e3 / ceiling)
         if rec_med and res_med:
             # recompute / RangeKV as a fraction of recompute / resident (acceptance: >= 0.9).
             row["speedup_kept"] = (rec_med / row["median_s"]) / (rec_med / res_med)
@@ -515,7 +541,8 @@ def profile_runs(runs: dict, device: str, log, top: int = 15) -> dict:
         rows.sort(key=lambda r: -r["ms"])
         total = sum(r["ms"] for r in rows)
         out[name] = {"total_ms": total, "top": rows[:top]}
-        log(f"[ttft-hf] profile {name}: {total:.1f} ms of {'device' if device == 'cuda' else 'CPU'} time")
+        log(f"[ttft-hf] profile {name}: {total:.1f} ms of "
+            f"{'device' if device == 'cuda' else 'CPU'} time")
         for r in rows[:top]:
             log(f"[ttft-hf]   {r['ms']:9.1f} ms {r['calls']:6d}x  {r['name']}")
     return out
@@ -561,9 +588,11 @@ def table(results: dict) -> str:
     line("Resident", [_fmt_s(median(c["paired_resident_s"])) for c in cols])
     line("RangeKV", [_fmt_s(c["median_s"]) for c in cols])
     line("RangeKV - resident (ms)", [_fmt_ms(c["median_minus_resident_ms"]) for c in cols])
-    line("(RangeKV - resident) / ceiling read", [_fmt_ratio(c.get("minus_resident_over_ceiling_read")) for c in cols])
+    line("(RangeKV - resident) / ceiling read",
+         [_fmt_ratio(c.get("minus_resident_over_ceiling_read")) for c in cols])
     line("Speedup kept vs resident", [_fmt_ratio(c.get("speedup_kept")) for c in cols])
-    line("Bit-exact vs resident", [f"{sum(c['exact_vs_resident'])}/{len(c['exact_vs_resident'])}" for c in cols])
+    line("Bit-exact vs resident",
+         [f"{sum(c['exact_vs_resident'])}/{len(c['exact_vs_resident'])}" for c in cols])
     line("Tokens = recompute", [f"{sum(c['tokens_match'])}/{len(c['tokens_match'])}" for c in cols])
     # The per-object model at the same object counts (plain columns only).
     po = {r["granularity"]: r for r in rows if r["kind"] == "per_object"}
@@ -573,25 +602,30 @@ def table(results: dict) -> str:
             return fmt(r[key]) if r else "-"
 
         line("Per-object model", [po_val(c, "median_s", _fmt_s) for c in cols])
-        line("Per-object - resident (ms)", [po_val(c, "median_minus_resident_ms", _fmt_ms) for c in cols])
+        line("Per-object - resident (ms)",
+             [po_val(c, "median_minus_resident_ms", _fmt_ms) for c in cols])
     out = "\n".join(lines)
     extra = [f"Unpaired arms: recompute median {_fmt_s(rec and rec['median_s'])} s, "
              f"resident median {_fmt_s(resident and resident['median_s'])} s."]
     ceil = results.get("prefix_read_ceiling") or {}
     if "seconds" in ceil:
-        extra.append(f"Prefix read at the medium's ceiling ({_fmt_bytes(ceil['bytes'])}, {ceil['threads']} threads, "
+        extra.append(f"Prefix read at the medium's ceiling ({_fmt_bytes(ceil['bytes'])}, "
+                     f"{ceil['threads']} threads, "
                      f"{'O_DIRECT' if ceil['direct'] else 'buffered, page cache dropped'}): "
                      f"{ceil['seconds'] * 1e3:.1f} ms.")
     abl = [r for r in rows if r["kind"] == "ablation"]
     if abl:
         full = {(c["granularity"], c["layerwise"]): c for c in cols}
         extra.append("")
-        extra.append("| Ablation | Median TTFT (s) | minus resident (ms) | minus RangeKV (ms) | tokens |")
+        extra.append("| Ablation | Median TTFT (s) | minus resident (ms) | minus RangeKV (ms) "
+                     "| tokens |")
         extra.append("| --- | --- | --- | --- | --- |")
         for r in abl:
             ref = full.get((r["granularity"], r["layerwise"]))
-            d = None if ref is None or r["median_s"] is None else (r["median_s"] - ref["median_s"]) * 1e3
-            extra.append(f"| {r['arm']} | {_fmt_s(r['median_s'])} | {_fmt_ms(r['median_minus_resident_ms'])} | "
+            d = (None if ref is None or r["median_s"] is None
+                 else (r["median_s"] - ref["median_s"]) * 1e3)
+            extra.append(f"| {r['arm']} | {_fmt_s(r['median_s'])} | "
+                         f"{_fmt_ms(r['median_minus_resident_ms'])} | "
                          f"{_fmt_ms(d)} | {sum(r['tokens_match'])}/{len(r['tokens_match'])} |")
     extra.append("")
     extra.append("Per-object model: " + results["per_object_baseline"] + ".")
@@ -602,7 +636,8 @@ def table(results: dict) -> str:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("ttft-hf", help="TTFT of one prefix+suffix request through rangekv.hf (paper Table 3)")
+    p = sub.add_parser("ttft-hf",
+                       help="TTFT of one prefix+suffix request through rangekv.hf (paper Table 3)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--shape", choices=tuple(SHAPES), default=None,
                    help="model and request shape (default: small on cpu, 8b on cuda)")
@@ -614,29 +649,37 @@ def add_parser(sub) -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--output-tokens", type=int, default=2)
     p.add_argument("--attention", choices=("rangekv", "sdpa"), default="rangekv",
-                   help="the model's attention: rangekv_sdpa (a suffix over the cached prefix without a "
-                        "materialised mask; rangekv.hf.attention) or transformers' sdpa")
+                   help="the model's attention: rangekv_sdpa (a suffix over the cached prefix "
+                        "without a materialised mask; rangekv.hf.attention) or transformers' sdpa")
     p.add_argument("--attention-split", choices=("auto", "on", "off"), default="auto",
-                   help="rangekv_sdpa's suffix over a cached prefix as two attentions merged by log-sum-exp "
-                        "(prefix keys unmasked + square causal; cuDNN's kernels on CUDA): auto = on CUDA with "
-                        "cuDNN attention enabled")
-    p.add_argument("--arms", default="", help="comma list of arm kinds or names to keep (default all)")
+                   help="rangekv_sdpa's suffix over a cached prefix as two attentions merged by "
+                        "log-sum-exp (prefix keys unmasked + square causal; cuDNN's kernels on "
+                        "CUDA): auto = on CUDA with cuDNN attention enabled")
+    p.add_argument("--arms", default="",
+                   help="comma list of arm kinds or names to keep (default all)")
     p.add_argument("--no-ablations", action="store_true")
-    p.add_argument("--no-per-object", action="store_true", help="leave out the per-object model's arms")
+    p.add_argument("--no-per-object", action="store_true",
+                   help="leave out the per-object model's arms")
     p.add_argument("--check", choices=("all", "first"), default="all",
-                   help="recompute every RangeKV run's prompt to check its tokens (all), or only at rep 0 "
-                        "(first; later reps are checked against the paired resident run)")
-    p.add_argument("--store-dir", help="store directory (default: a fresh temporary one, removed after)")
-    p.add_argument("--tmp-dir", default=None, help="where the temporary store goes (default /var/tmp)")
+                   help="recompute every RangeKV run's prompt to check its tokens (all), or only "
+                        "at rep 0 (first; later reps are checked against the paired resident run)")
+    p.add_argument("--store-dir",
+                   help="store directory (default: a fresh temporary one, removed after)")
+    p.add_argument("--tmp-dir", default=None,
+                   help="where the temporary store goes (default /var/tmp)")
     p.add_argument("--keep-store", action="store_true")
-    p.add_argument("--capacity-gib", type=float, default=0.0, help="store capacity (default: what the run needs)")
-    p.add_argument("--stripe-mib", type=float, default=0.0, help="stripe bytes W in MiB (default: the engine's)")
+    p.add_argument("--capacity-gib", type=float, default=0.0,
+                   help="store capacity (default: what the run needs)")
+    p.add_argument("--stripe-mib", type=float, default=0.0,
+                   help="stripe bytes W in MiB (default: the engine's)")
     p.add_argument("--checksum", choices=("always", "off"), default="always")
     p.add_argument("--buffered", action="store_true", help="no O_DIRECT")
-    p.add_argument("--detach-store", action="store_true", help="do not wait for stores to become visible")
+    p.add_argument("--detach-store", action="store_true",
+                   help="do not wait for stores to become visible")
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--profile", action="store_true",
-                   help="profile one recompute and one resident run (torch.profiler): top kernels by device time")
+                   help="profile one recompute and one resident run (torch.profiler): top "
+                        "kernels by device time")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=main)

@@ -14,9 +14,9 @@ without a mask, for the resident control and for every restored request alike.
 PyTorch's reference path elsewhere), ``is_causal`` when ``q == kv``, no mask for one query,
 and grouped-query heads passed as they are (``enable_gqa``). On CUDA with cuDNN attention
 enabled the lower-right case instead runs as two cuDNN attentions merged by log-sum-exp
-(``split_attention``; ``SPLIT``), 1.75x faster on the 8B shape on an H200. Whatever needs a real mask
-(padding, batches with different lengths, sliding windows) goes to transformers' ``sdpa``
-unchanged: the mask function answers ``None`` only for an unpadded batch, and the attention
+(``split_attention``; ``SPLIT``), 1.75x faster on the 8B shape on an H200. Whatever needs a
+real mask (padding, batches with different lengths, sliding windows) goes to transformers'
+``sdpa`` unchanged: the mask function answers ``None`` only for an unpadded batch, and the attention
 function hands any mask it is given to ``sdpa``.
 
     from rangekv.hf import attention
@@ -46,13 +46,15 @@ def _mask(*, batch_size, q_length, kv_length, q_offset=0, kv_offset=0, attention
     the caller asked for a real mask (allow_is_causal_skip=False)."""
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
-    plain = (allow_is_causal_skip and kwargs.get("mask_function", causal_mask_function) is causal_mask_function
+    plain = (allow_is_causal_skip
+             and kwargs.get("mask_function", causal_mask_function) is causal_mask_function
              and local_size is None and kv_offset == 0 and kv_length == q_offset + q_length
              and _unpadded(attention_mask))
     if plain:
         return None
-    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                     kv_offset=kv_offset, attention_mask=attention_mask, local_size=local_size,
+    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                     q_offset=q_offset, kv_offset=kv_offset, attention_mask=attention_mask,
+                     local_size=local_size,
                      allow_is_causal_skip=allow_is_causal_skip, **kwargs)
 
 
@@ -73,12 +75,14 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         # Square: start and end alignment agree. One query: it sees every key.
         PATHS["causal" if q_len > 1 else "one query"] += 1
         out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, dropout_p=dropout, scale=scaling, is_causal=q_len > 1, enable_gqa=gqa)
+            query, key, value, dropout_p=dropout, scale=scaling, is_causal=q_len > 1,
+            enable_gqa=gqa)
     else:
         from torch.nn.attention.bias import causal_lower_right
 
         if q_len > kv_len:
-            raise ValueError(f"{q_len} queries over {kv_len} keys: the keys must include the queries")
+            raise ValueError(
+                f"{q_len} queries over {kv_len} keys: the keys must include the queries")
         if _split_wanted(query):
             try:
                 out = split_attention(query, key, value, scale=scaling)
@@ -99,8 +103,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         else:
             PATHS["lower-right" + (" (grouped heads)" if gqa else "")] += 1
         out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=causal_lower_right(q_len, kv_len), dropout_p=dropout, scale=scaling,
-            enable_gqa=gqa)
+            query, key, value, attn_mask=causal_lower_right(q_len, kv_len), dropout_p=dropout,
+            scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -154,12 +158,15 @@ def _attend_with_lse(query, key, value, causal: bool, scale):
                 return r[0], r[1]
             except RuntimeError:
                 pass
-        r = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, causal, False, scale=scale)
+        r = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, causal,
+                                                                False, scale=scale)
         return r[0], r[1]
     groups = query.shape[1] // key.shape[1]
     k = key.float().repeat_interleave(groups, dim=1)
     v = value.float().repeat_interleave(groups, dim=1)
-    scores = query.float() @ k.transpose(-1, -2) * (scale if scale is not None else query.shape[-1] ** -0.5)
+    if scale is None:
+        scale = query.shape[-1] ** -0.5
+    scores = query.float() @ k.transpose(-1, -2) * scale
     if causal:
         n = scores.shape[-1]
         scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
@@ -173,7 +180,8 @@ def _fused_lower_right_takes_gqa(query, key, value, dropout) -> bool:
     try:
         from torch.backends.cuda import SDPAParams, can_use_flash_attention
 
-        return bool(can_use_flash_attention(SDPAParams(query, key, value, None, dropout, False, True)))
+        params = SDPAParams(query, key, value, None, dropout, False, True)
+        return bool(can_use_flash_attention(params))
     except (ImportError, TypeError, RuntimeError):
         return False
 

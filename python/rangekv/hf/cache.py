@@ -78,11 +78,13 @@ class PagedKvPool:
         self.device = torch.device(device)
         self.layout = LAYOUT
         self.kv_layers = [
-            torch.zeros(2, num_blocks, block_size, kv_heads, head_size, dtype=dtype, device=self.device)
+            torch.zeros(2, num_blocks, block_size, kv_heads, head_size, dtype=dtype,
+                        device=self.device)
             for _ in range(layers)
         ]
         # [2, num_blocks * block_size, H, D] views: slot s is row s.
-        self._flat = [t.view(2, num_blocks * block_size, kv_heads, head_size) for t in self.kv_layers]
+        self._flat = [t.view(2, num_blocks * block_size, kv_heads, head_size)
+                      for t in self.kv_layers]
         self._free: list[int] = list(range(num_blocks))
 
     @classmethod
@@ -137,7 +139,7 @@ class _PagedLayer(CacheLayerMixin):
     is_sliding = False
     is_croppable = False
 
-    def __init__(self, cache: "RangeKVCache", layer: int):
+    def __init__(self, cache: RangeKVCache, layer: int):
         super().__init__()
         self._cache = cache
         self._layer = layer
@@ -218,7 +220,7 @@ class RangeKVCache(Cache):
         # Restore phase marks (ms since `t0`, set by the driver): first / last layer ready.
         self.t0: float | None = None
         self.phases: dict[str, float] = {}
-        super().__init__(layers=[_PagedLayer(self, l) for l in range(pool.layers)])
+        super().__init__(layers=[_PagedLayer(self, layer) for layer in range(pool.layers)])
 
     # ---- what transformers asks --------------------------------------------------------------
 
@@ -235,7 +237,8 @@ class RangeKVCache(Cache):
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
         return self.layers[layer_idx].get_mask_sizes(query_length)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args,
+               **kwargs):
         if key_states.shape[0] != 1:
             raise ValueError("RangeKVCache holds one request (batch size 1)")
         layer = self.layers[layer_idx]
@@ -299,8 +302,8 @@ class RangeKVCache(Cache):
         self._produced.add(layer_idx)
 
     def produce_all(self) -> None:
-        for l in range(self.pool.layers):
-            self.produce(l)
+        for layer in range(self.pool.layers):
+            self.produce(layer)
 
     def rewind(self, tokens: int) -> None:
         """Forgets everything from token `tokens` on (the restore is dropped)."""

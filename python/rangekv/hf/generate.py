@@ -132,7 +132,8 @@ def generate(
         own = pool.allocate(pool.blocks_for(total))
         blocks = own
     slots = pool.slot_mapping(blocks, total)
-    gen = Generation(tokens=[], logits=[], ttft_s=0.0, prompt_tokens=n, resident_tokens=resident_tokens)
+    gen = Generation(tokens=[], logits=[], ttft_s=0.0, prompt_tokens=n,
+                     resident_tokens=resident_tokens)
 
     env = rangekv.Envelope(request_id) if engine is not None else None
     handle = None
@@ -271,8 +272,8 @@ def reference_generate(model, prompt, *, max_new_tokens: int = 2, device="cpu") 
     gen = Generation(tokens=[nxt], logits=[logits.float().cpu()], ttft_s=time.perf_counter() - t0,
                      prompt_tokens=prompt_t.shape[1])
     for _ in range(max_new_tokens - 1):
-        out = model(input_ids=torch.tensor([[nxt]], device=dev), past_key_values=cache, use_cache=True,
-                    logits_to_keep=1)
+        out = model(input_ids=torch.tensor([[nxt]], device=dev), past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
         logits = out.logits[0, -1]
         nxt = int(torch.argmax(logits).item())
         gen.tokens.append(nxt)

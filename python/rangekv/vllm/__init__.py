@@ -7,7 +7,7 @@ The connector classes load on first use (vLLM reads them with ``getattr`` on thi
 the pure-Python parts (``config``, ``gate``) import without vLLM or torch.
 """
 
-from .config import KEYS, ConfigError, ConnectorConfig, parse_config, parse_size  # noqa: F401
+from .config import KEYS, ConfigError, ConnectorConfig, parse_config, parse_size
 
 __all__ = ["RangeKVConnector", "RangeKVMetadata", "ConnectorConfig", "ConfigError",
            "parse_config", "parse_size", "KEYS"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .cpus import parse_cpu_list
 
@@ -92,7 +93,8 @@ KEYS: dict[str, _Key] = {
     "read_gate": _Key(True, "bool", "with a store service that runs a read gate (rangekv serve "
                       "does by default): every read of this instance takes one of the node's "
                       "read slots, shared with the other instances as their reads come"),
-    "capacity": _Key(16 << 30, "size", "capacity bound of each rank's pack file (bytes or '512GiB')"),
+    "capacity": _Key(16 << 30, "size",
+                     "capacity bound of each rank's pack file (bytes or '512GiB')"),
     "stripe_bytes": _Key(32 << 20, "size", "stripe size W (bytes); a pack is layers x W"),
     "io_engine": _Key("auto", "choice", "I/O engine", ("auto", "posix", "uring")),
     "direct_io": _Key(True, "bool", "O_DIRECT where the file system supports it"),
@@ -139,7 +141,8 @@ KEYS: dict[str, _Key] = {
     "read_io_threads": _Key(0, "int", "threads of the read I/O engine (0 = auto: 4 per read "
                             "worker on O_DIRECT, the usable CPUs up to 16 on a buffered file)"),
     "prefetch_banks": _Key(7, "int", "read banks lookup-time prefetch may hold (< read_banks)"),
-    "lookahead_layers": _Key(4, "int", "layers read ahead of the lowest unfinished layer", minimum=1),
+    "lookahead_layers": _Key(4, "int", "layers read ahead of the lowest unfinished layer",
+                             minimum=1),
     "store_banks": _Key(8, "int", "store banks", minimum=1),
     "store_bank_bytes": _Key(0, "int", "store bank bytes (0 = 2 x layer_group x stripe_bytes)"),
     "group_workers": _Key(0, "int", "store gather worker threads (0 = auto: 8 on CUDA, min(8, "
@@ -303,7 +306,8 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
                     raise ConfigError(f"{name}: {e}") from None
         elif key.kind == "choice":
             if value not in key.choices:
-                raise ConfigError(f"{name}: expected one of {', '.join(key.choices)}, got {value!r}")
+                raise ConfigError(
+                    f"{name}: expected one of {', '.join(key.choices)}, got {value!r}")
         values[name] = value
     if not values["store_dir"] and values["store"] == "embedded":
         raise ConfigError("store_dir: required (the directory of the store)")

@@ -55,7 +55,8 @@ def stored_event(tokens: np.ndarray, block_size: int, begin: int, end: int) -> B
     first = begin // block_size
     return BlockStored(block_hashes=hashes[first:],
                        parent_block_hash=hashes[first - 1] if first else None,
-                       token_ids=[int(t) for t in tokens[first * block_size:len(hashes) * block_size]],
+                       token_ids=[int(t)
+                                  for t in tokens[first * block_size:len(hashes) * block_size]],
                        block_size=block_size, lora_id=None, medium=MEDIUM, lora_name=None,
                        ownership=OWNERSHIP)
 
@@ -74,7 +75,8 @@ class AnnouncedBlocks:
 
     def __init__(self, block_size: int) -> None:
         self._B = block_size
-        self._packs: dict[int, tuple[int, int, list[int]]] = {}  # slot -> (gen, first block, hashes)
+        # slot -> (gen, first block, hashes)
+        self._packs: dict[int, tuple[int, int, list[int]]] = {}
         self._live: set[int] = set()  # announced and not yet reported removed
 
     def __len__(self) -> int:
@@ -131,7 +133,7 @@ class RangeKVEvents(KVConnectorKVEvents):
     def add_events(self, events: list[KVCacheEvent]) -> None:
         self._events.extend(events)
 
-    def aggregate(self) -> "RangeKVEvents":
+    def aggregate(self) -> RangeKVEvents:
         # Keep a store only when every worker reported it (each rank stores its own shard), a
         # removal when any did (a block is gone once one rank's shard of it is).
         counts = collections.Counter(self._events)

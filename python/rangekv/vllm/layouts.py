@@ -9,7 +9,6 @@ import torch
 
 import rangekv
 
-
 # vLLM hands the connector one tensor per layer (register_kv_caches), or with
 # prefer_cross_layer_blocks one tensor of every layer (register_cross_layers_kv_cache). Which
 # shape and memory order depends on the version and the attention backend (docs/integrations/
@@ -121,7 +120,8 @@ def describe_layout(t: torch.Tensor, block_size: int, *, mla: bool = False,
     if t.dim() == 4 and not cuda and shape[2] == B and t.is_contiguous():
         heads, head_size = shape[1], shape[3] // 2
         if _engine_supports("cpu_block"):
-            return _LayoutSpec("cpu [num_blocks, H, B, 2D]", "cpu_block", heads, head_size, B, False)
+            return _LayoutSpec("cpu [num_blocks, H, B, 2D]", "cpu_block", heads, head_size, B,
+                               False)
         # Engines built without the cpu_block layout: the same bytes as whole blocks.
         return _LayoutSpec("cpu [num_blocks, H, B, 2D]", "mla", heads, head_size, B, True)
     if t.dim() == 4 and cuda and shape[2] == B and shape[3] % 2 == 0:

@@ -23,7 +23,8 @@ class LoadSpec:
 
 @dataclasses.dataclass
 class StoreSpec:
-    """Store the request's full prompt blocks [0, len(tokens)) (only the uncached rest is written)."""
+    """Store the request's full prompt blocks [0, len(tokens)) (only the uncached rest is
+    written)."""
     req_id: str
     tokens: bytes            # int32 little-endian
     block_ids: list[int]

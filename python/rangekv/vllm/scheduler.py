@@ -64,7 +64,7 @@ def not_keyed_by_tokens(request) -> str | None:
 class RangeKVScheduler:
     """The scheduler-side half of RangeKVConnector (one per serving instance)."""
 
-    def __init__(self, vllm_config: "VllmConfig", cfg: ConnectorConfig, *, block_size: int,
+    def __init__(self, vllm_config: VllmConfig, cfg: ConnectorConfig, *, block_size: int,
                  granularity: int, tp_size: int, engine_id: str) -> None:
         self._vllm_config = vllm_config
         self.cfg = cfg
@@ -127,7 +127,7 @@ class RangeKVScheduler:
         """The break-even gate's threshold in effect (tokens beyond vLLM's own hit)."""
         return self._min_hit_tokens
 
-    def get_num_new_matched_tokens(self, request: "Request",
+    def get_num_new_matched_tokens(self, request: Request,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         req_id = request.request_id
         if self._bypassed(request):
@@ -153,7 +153,8 @@ class RangeKVScheduler:
                 hit = min(h for h, _ in answers)
                 found = _Lookup(n, hit, [t for _, t in answers], attempt)
             found_ms = (time.monotonic() - t0) * 1000
-            log.debug("rangekv: lookup %s: %d of %d tokens (%.2f ms)", req_id, found.hit, n, found_ms)
+            log.debug("rangekv: lookup %s: %d of %d tokens (%.2f ms)", req_id, found.hit, n,
+                      found_ms)
             self._lookups[req_id] = found
         hit = min(found.hit, limit)
         hit = hit // self.block_size * self.block_size
@@ -164,7 +165,7 @@ class RangeKVScheduler:
         self._local_hit[req_id] = num_computed_tokens
         return external, False
 
-    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int) -> None:
         req_id = request.request_id
         if num_external_tokens <= 0:
@@ -184,7 +185,7 @@ class RangeKVScheduler:
         del self._lookups[req_id]
         self._attempts[req_id] = found.attempt + 1
 
-    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> RangeKVMetadata:
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> RangeKVMetadata:
         meta = RangeKVMetadata()
         B = self.block_size
         num_sched = scheduler_output.num_scheduled_tokens
@@ -242,7 +243,7 @@ class RangeKVScheduler:
                      "not keyed by token ids alone)", why)
         return why is not None
 
-    def request_finished(self, request: "Request",
+    def request_finished(self, request: Request,
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         req_id = request.request_id
         self._requests.pop(req_id, None)

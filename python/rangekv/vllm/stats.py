@@ -62,7 +62,7 @@ class RangeKVStats(KVConnectorStats):
         self.add(key, seconds)
         self.add(key + "_count", 1)
 
-    def aggregate(self, other: KVConnectorStats) -> "RangeKVStats":
+    def aggregate(self, other: KVConnectorStats) -> RangeKVStats:
         for k, v in other.data.items():
             self.data[k] = self.data.get(k, 0) + v
         return self

@@ -24,12 +24,12 @@ import torch
 
 import rangekv
 
+from ..identity import difference
 from . import cpus as cpu_placement
 from .channel import LookupServer, socket_path
 from .config import ConnectorConfig, bank_host_bytes
 from .events import AnnouncedBlocks, RangeKVEvents, block_hashes, removed_event, stored_event
 from .layouts import describe_layout
-from ..identity import difference
 from .metadata import LoadSpec, RangeKVMetadata, StoreSpec
 from .model_identity import kv_cache_dtype, vllm_identity
 from .stats import RangeKVStats
@@ -115,7 +115,7 @@ def _log_identity_change(store_dir: str, identity, rank: int) -> None:
 class RangeKVWorker:
     """The worker-side half of RangeKVConnector (one per TP rank)."""
 
-    def __init__(self, vllm_config: "VllmConfig", cfg: ConnectorConfig, *, block_size: int,
+    def __init__(self, vllm_config: VllmConfig, cfg: ConnectorConfig, *, block_size: int,
                  tp_size: int, engine_id: str, events_on: bool) -> None:
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
@@ -225,9 +225,9 @@ class RangeKVWorker:
                         "is stored under a namespace no other instance (nor this one after a "
                         "restart) will ever look up", model.model, identity.weights.get("why"))
         if getattr(self._vllm_config, "shutdown_timeout", None) == 0:
-            log.info("rangekv: vLLM's --shutdown-timeout is 0, so a server stopped by SIGTERM kills "
-                     "this worker without calling the connector's shutdown: the store then reopens "
-                     "from its journal (losing at most the durability window, %s). Set "
+            log.info("rangekv: vLLM's --shutdown-timeout is 0, so a server stopped by SIGTERM "
+                     "kills this worker without calling the connector's shutdown: the store then "
+                     "reopens from its journal (losing at most the durability window, %s). Set "
                      "--shutdown-timeout 30 to let it drain and save a clean snapshot.",
                      self.cfg.durability)
 

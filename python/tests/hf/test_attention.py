@@ -13,14 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rangekv.hf import attention  # noqa: E402
+from rangekv.hf import attention  # noqa: E402 - after the importorskips above
 
 
 def llama(impl):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                      num_attention_heads=8, num_key_value_heads=2, head_dim=32, initializer_range=0.05)
+                      num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                      initializer_range=0.05)
     cfg._attn_implementation = impl
     torch.manual_seed(7)
     return LlamaForCausalLM(cfg).eval()
@@ -78,7 +79,8 @@ def test_split_attention_is_lower_right_causal_attention(heads, kv_heads, past, 
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     # A wrong weighting of the two parts (here: the prefix alone) is far off.
     prefix_only = torch.nn.functional.scaled_dot_product_attention(
-        query, key[:, :, :past].repeat_interleave(rep, 1), value[:, :, :past].repeat_interleave(rep, 1))
+        query, key[:, :, :past].repeat_interleave(rep, 1),
+        value[:, :, :past].repeat_interleave(rep, 1))
     assert (prefix_only - ref).abs().max() > 1e-2
 
 

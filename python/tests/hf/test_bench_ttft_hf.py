@@ -11,14 +11,14 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("rangekv._core")
 
-from rangekv.bench.__main__ import main  # noqa: E402
+from rangekv.bench.__main__ import main
 
 
 def test_ttft_hf_small_cpu(tmp_path, capsys):
     out = tmp_path / "ttft.json"
     rc = main(["ttft-hf", "--device", "cpu", "--layers", "2", "--prefix", "256", "--suffix", "96",
-               "--granularities", "64,32,16,8", "--reps", "1", "--stripe-mib", "1", "--tmp-dir", str(tmp_path),
-               "--json", str(out), "--quiet"])
+               "--granularities", "64,32,16,8", "--reps", "1", "--stripe-mib", "1",
+               "--tmp-dir", str(tmp_path), "--json", str(out), "--quiet"])
     assert rc == 0
     r = json.loads(out.read_text())
     assert r["all_exact"] and r["all_tokens_match"]

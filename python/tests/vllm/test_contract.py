@@ -182,8 +182,10 @@ def _params(f: ast.FunctionDef) -> tuple[list[str], set[str], bool]:
 
 def _compatible(ours: ast.FunctionDef, theirs: ast.FunctionDef) -> str | None:
     """None when `ours` accepts every call `theirs` allows; else what differs."""
-    kind = lambda f: ("classmethod" if "classmethod" in _decorators(f) else
-                      "property" if "property" in _decorators(f) else "method")
+    def kind(f: ast.FunctionDef) -> str:
+        return ("classmethod" if "classmethod" in _decorators(f) else
+                "property" if "property" in _decorators(f) else "method")
+
     if kind(ours) != kind(theirs):
         return f"{kind(ours)} here, {kind(theirs)} in vLLM"
     o_names, o_defaults, o_kwargs = _params(ours)

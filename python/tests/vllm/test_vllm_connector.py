@@ -148,7 +148,8 @@ def test_store_then_restore_identical_tokens_and_logprobs(main_run, reference):
             assert_same(r, reference[i][j], f"call {i} prompt {j} ({len(call[j])} tokens)")
     # RangeKV's own counters prove the restores: the worker's summary line after the last
     # request (stats_log_every=1) shows bytes read and scatter launches.
-    summary = [l for l in log.splitlines() if "rangekv: " in l and "requests finished" in l]
+    summary = [line for line in log.splitlines()
+               if "rangekv: " in line and "requests finished" in line]
     assert summary, log[-3000:]
     last = summary[-1]
     assert "'restores_started'" in last and "'scatter_launches'" in last, last
@@ -350,8 +351,9 @@ def test_metrics_on_a_live_server(workdir):
     from rangekv.bench.serve import Server
     from rangekv.bench.serve_client import complete
 
-    extra = json.dumps({"kv_connector": "RangeKVConnector", "kv_connector_module_path": "rangekv.vllm",
-                        "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+    extra = json.dumps({"kv_connector": "RangeKVConnector",
+                        "kv_connector_module_path": "rangekv.vllm", "kv_role": "kv_both",
+                        "kv_load_failure_policy": "recompute",
                         "kv_connector_extra_config": connector_config(workdir / "store-server")})
     server = Server(str(workdir / "model"), ["--kv-transfer-config", extra,
                                              "--no-enable-prefix-caching",
@@ -375,7 +377,7 @@ def test_metrics_on_a_live_server(workdir):
                 break
             time.sleep(1)
         assert re.search(r"^vllm:rangekv_restored_tokens_total\{[^}]*\} 2304", text, re.M), (
-            "\n".join(l for l in text.splitlines() if "rangekv" in l) or text[-3000:])
+            "\n".join(line for line in text.splitlines() if "rangekv" in line) or text[-3000:])
         assert re.search(r"^vllm:rangekv_stored_tokens_total\{[^}]*\} [1-9]", text, re.M)
     finally:
         server.stop()  # SIGTERM to the server's process group

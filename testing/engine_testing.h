@@ -31,8 +31,7 @@ inline Result<void*> AllocateDeviceMemory(Engine& engine, uint64_t bytes) {
   return EngineAccess::Core(engine).AllocateDeviceMemory(bytes);
 }
 // Synchronous copies between host memory and the engine's device memory.
-inline Status CopyToDevice(Engine& engine, void* device_dst, const void* host_src,
-                           uint64_t bytes) {
+inline Status CopyToDevice(Engine& engine, void* device_dst, const void* host_src, uint64_t bytes) {
   return EngineAccess::Core(engine).CopyToDevice(device_dst, host_src, bytes);
 }
 inline Status CopyToHost(Engine& engine, void* host_dst, const void* device_src, uint64_t bytes) {

@@ -26,8 +26,8 @@ void WriteCounts(const std::string& binary, const ::testing::UnitTest& u) {
   const char* dir = std::getenv("RANGEKV_TEST_COUNTS_DIR");
   if (dir == nullptr || *dir == '\0') return;
   const char* tag = std::getenv("RANGEKV_TEST_COUNTS_TAG");
-  const std::string path = std::string(dir) + "/" + (tag != nullptr && *tag ? tag : "run") + "-" +
-                           binary + ".txt";
+  const std::string path =
+      std::string(dir) + "/" + (tag != nullptr && *tag ? tag : "run") + "-" + binary + ".txt";
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
     std::fprintf(stderr, "cannot write test counts to %s\n", path.c_str());

@@ -201,7 +201,8 @@ def self_test():
         "high/h_test.cc": '#include "testing/temp_dir.h"\n',
     }
     expect("clean tree", clean, [], small)
-    expect("upward include", {**clean, "low/l.cc": '// x\n#include "low/l.h"\n#include "high/h.h"\n'},
+    upward = '// x\n#include "low/l.h"\n#include "high/h.h"\n'
+    expect("upward include", {**clean, "low/l.cc": upward},
            ["low/l.cc:3: upward include: low (layer 1) includes high/h.h (high is layer 2)"], small)
     expect("upward include from a test", {**clean, "low/l_test.cc": '#include "high/h.h"\n'},
            ["low/l_test.cc:1: upward include"], small)

@@ -41,8 +41,8 @@ RemoteServers* RemoteServers::Shared(std::string* skip_reason, std::string* erro
 bool RemoteServers::Start(std::string* skip_reason, std::string* error) {
   dir_ = std::make_unique<TempDir>();
   const std::string cmd = "RANGEKV_SERVERS_OWNER_PID=" + std::to_string(getpid()) + " bash " +
-                          std::string(RANGEKV_REMOTE_SERVERS_SH) + " start " +
-                          dir_->path() + " >" + dir_->Join("start.log") + " 2>&1";
+                          std::string(RANGEKV_REMOTE_SERVERS_SH) + " start " + dir_->path() + " >" +
+                          dir_->Join("start.log") + " 2>&1";
   const int rc = Run(cmd);
   if (rc == 77) {
     std::ifstream log(dir_->Join("start.log"));
@@ -81,6 +81,5 @@ RemoteServers::~RemoteServers() {
     (void)Run(std::string("bash ") + RANGEKV_REMOTE_SERVERS_SH + " stop " + dir_->path());
   }
 }
-
 
 }  // namespace rangekv::testing

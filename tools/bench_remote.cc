@@ -29,9 +29,9 @@
 #include "commands.h"
 #include "device/device.h"
 #include "engine/engine_core.h"
+#include "rangekv/engine.h"
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
-#include "rangekv/engine.h"
 #include "tools/bench/paged_kv.h"
 #include "tools/bench/scratch.h"
 #include "tools/bench/stats.h"
@@ -121,8 +121,8 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   model.tp_rank = 0;
   const uint64_t P = c.tokens;
   auto scratch = Must(ScratchDir::Make(c.dir, "rangekv-bench-remote-"), "scratch directory");
-  const std::string run = std::to_string(
-      std::chrono::system_clock::now().time_since_epoch().count());
+  const std::string run =
+      std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
   RemoteTierOptions ro;
   ro.url = c.remote + "/run-" + run;
   ro.endpoint = c.endpoint;
@@ -147,8 +147,9 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   auto a = Must(Engine::Open(ea), "opening node A");
   const Geometry g = a->geometry();
   const uint64_t bytes = P * g.layers * g.token_bytes;
-  std::fprintf(stderr, "rangekv bench remote: %s prefix (%llu tokens x %u layers x %llu B), "
-                       "publishing from node A...\n",
+  std::fprintf(stderr,
+               "rangekv bench remote: %s prefix (%llu tokens x %u layers x %llu B), "
+               "publishing from node A...\n",
                FormatBytes(bytes).c_str(), static_cast<unsigned long long>(P), g.layers,
                static_cast<unsigned long long>(g.token_bytes));
   auto device = Must(MakeDevice(kind), "device " + c.device);
@@ -186,10 +187,10 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   {
     std::string token, next;
     do {
-      auto listed = Must(clients->s3->ListObjects(clients->scope.bucket,
-                                                  clients->scope.PacksPrefix(), token, &next,
-                                                  remote::DeadlineIn(std::chrono::seconds(30))),
-                         "listing");
+      auto listed =
+          Must(clients->s3->ListObjects(clients->scope.bucket, clients->scope.PacksPrefix(), token,
+                                        &next, remote::DeadlineIn(std::chrono::seconds(30))),
+               "listing");
       for (const auto& o : listed) {
         if (!o.key.ends_with(".manifest")) objects.emplace_back(o.key, o.size);
       }
@@ -243,8 +244,8 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
                    FormatBytes(piece).c_str(), grid.back().gib_s);
     }
   }
-  const Cell best = *std::max_element(grid.begin(), grid.end(),
-                                      [](const Cell& x, const Cell& y) { return x.gib_s < y.gib_s; });
+  const Cell best = *std::max_element(
+      grid.begin(), grid.end(), [](const Cell& x, const Cell& y) { return x.gib_s < y.gib_s; });
 
   // Node B: nothing local, reads from the cluster tier.
   EngineOptions eb = ea;
@@ -259,12 +260,11 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   out["publish_s"] = publish_s;
   out["ceiling"] = {{"connections", best.conns}, {"get_bytes", best.piece}, {"gib_s", best.gib_s}};
   for (const Cell& cell : grid) {
-    out["grid"].push_back({{"connections", cell.conns}, {"get_bytes", cell.piece},
-                           {"gib_s", cell.gib_s}});
+    out["grid"].push_back(
+        {{"connections", cell.conns}, {"get_bytes", cell.piece}, {"gib_s", cell.gib_s}});
   }
-  std::printf("%-9s %9s %-10s %6s %9s %6s %6s %9s %9s %7s %11s %7s\n", "point", "objects",
-              "engine", "GETs", "bytes", "dirRT", "mfst", "median_s", "GiB/s", "x ceil",
-              "lookups", "verify");
+  std::printf("%-9s %9s %-10s %6s %9s %6s %6s %9s %9s %7s %11s %7s\n", "point", "objects", "engine",
+              "GETs", "bytes", "dirRT", "mfst", "median_s", "GiB/s", "x ceil", "lookups", "verify");
   uint32_t n = 0;
   for (size_t pos = 0; pos <= c.points.size();) {
     size_t comma = c.points.find(',', pos);
@@ -295,8 +295,7 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
       rq.tokens = prompt;
       rq.endpoint_tokens = lr.hit_tokens;
       RestoreHandle h = Must(b->StartRestore(rq), "restore");
-      Must(h.BindSlots(kv->engine_kv(),
-                       std::span<const int64_t>(kv->slots()).first(lr.hit_tokens)),
+      Must(h.BindSlots(kv->engine_kv(), std::span<const int64_t>(kv->slots()).first(lr.hit_tokens)),
            "bind");
       for (uint32_t l = 0; l < g.layers; ++l) Must(h.WaitLayer(l), "layer");
       const double sec = Now() - t0;
@@ -321,27 +320,35 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
     std::printf("%-9s %9llu %-10s %6llu %9s %6llu %6llu %9.3f %9.2f %7.2f %11s %7s\n",
                 label.c_str(), static_cast<unsigned long long>(p.objects), "rangekv",
                 static_cast<unsigned long long>(gets), FormatBytes(got).c_str(),
-                static_cast<unsigned long long>(rts), static_cast<unsigned long long>(mf), med,
-                gib, ratio, "1", mismatches == 0 ? "ok" : "FAILED");
+                static_cast<unsigned long long>(rts), static_cast<unsigned long long>(mf), med, gib,
+                ratio, "1", mismatches == 0 ? "ok" : "FAILED");
     std::printf("%-9s  ratio to the ceiling rep by rep: %.2f-%.2f (ceiling %.2f-%.2f GiB/s)\n",
                 label.c_str(), *std::min_element(ratios.begin(), ratios.end()),
                 *std::max_element(ratios.begin(), ratios.end()),
                 *std::min_element(ceilings.begin(), ceilings.end()),
                 *std::max_element(ceilings.begin(), ceilings.end()));
-    nlohmann::json pj = {{"point", label},          {"objects", p.objects},
-                         {"engine", "rangekv"},     {"gets", gets},
-                         {"get_bytes", got},        {"directory_round_trips", rts},
-                         {"manifest_reads", mf},    {"samples_s", times},
-                         {"median_s", med},         {"gib_s", gib},
-                         {"ceilings_gib_s", ceilings}, {"of_ceiling", ratio},
-                         {"of_ceiling_samples", ratios}, {"mismatches", mismatches}};
+    nlohmann::json pj = {{"point", label},
+                         {"objects", p.objects},
+                         {"engine", "rangekv"},
+                         {"gets", gets},
+                         {"get_bytes", got},
+                         {"directory_round_trips", rts},
+                         {"manifest_reads", mf},
+                         {"samples_s", times},
+                         {"median_s", med},
+                         {"gib_s", gib},
+                         {"ceilings_gib_s", ceilings},
+                         {"of_ceiling", ratio},
+                         {"of_ceiling_samples", ratios},
+                         {"mismatches", mismatches}};
     out["results"].push_back(pj);
     if (!c.per_object) continue;
     if (p.objects > c.per_object_max) {
-      std::printf("%-9s %9llu %-10s skipped: more objects than --per-object-max %llu (its setup "
-                  "alone is one PUT and one key per object)\n",
-                  label.c_str(), static_cast<unsigned long long>(p.objects), "per-object",
-                  static_cast<unsigned long long>(c.per_object_max));
+      std::printf(
+          "%-9s %9llu %-10s skipped: more objects than --per-object-max %llu (its setup "
+          "alone is one PUT and one key per object)\n",
+          label.c_str(), static_cast<unsigned long long>(p.objects), "per-object",
+          static_cast<unsigned long long>(c.per_object_max));
       continue;
     }
     // The per-object model: one object and one Redis key per logical object.
@@ -411,7 +418,8 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
       for (size_t k = 0; k < sets.size(); ++k) {
         get_reqs[k].bucket = clients->scope.bucket;
         get_reqs[k].key = sets[k][1].substr(keys.size());
-        get_reqs[k].into = std::span<uint8_t>(sink.data() + at, std::min<uint64_t>(per_obj, sink.size() - at));
+        get_reqs[k].into =
+            std::span<uint8_t>(sink.data() + at, std::min<uint64_t>(per_obj, sink.size() - at));
         at += per_obj;
         if (at > sink.size()) at = 0;  // the model keeps no order; bytes are checked below
       }
@@ -429,16 +437,21 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
     }
     const double po_med = Median(po_times);
     const double po_gib = static_cast<double>(bytes) / (1u << 30) / po_med;
-    std::printf("%-9s %9llu %-10s %6llu %9s %6llu %6s %9.3f %9.2f %7.2f %11s %7s\n",
-                label.c_str(), static_cast<unsigned long long>(p.objects), "per-object",
+    std::printf("%-9s %9llu %-10s %6llu %9s %6llu %6s %9.3f %9.2f %7.2f %11s %7s\n", label.c_str(),
+                static_cast<unsigned long long>(p.objects), "per-object",
                 static_cast<unsigned long long>(po_gets), FormatBytes(bytes).c_str(),
                 static_cast<unsigned long long>(po_rts), "-", po_med, po_gib, po_gib / best.gib_s,
                 std::to_string(sets.size()).c_str(), "n/a");
     std::printf("%-9s  per-object / rangekv time: %.1fx\n", label.c_str(), po_med / med);
-    out["results"].push_back({{"point", label}, {"objects", p.objects}, {"engine", "per-object"},
-                              {"gets", po_gets}, {"redis_round_trips", po_rts},
-                              {"redis_keys", sets.size()}, {"samples_s", po_times},
-                              {"median_s", po_med}, {"gib_s", po_gib},
+    out["results"].push_back({{"point", label},
+                              {"objects", p.objects},
+                              {"engine", "per-object"},
+                              {"gets", po_gets},
+                              {"redis_round_trips", po_rts},
+                              {"redis_keys", sets.size()},
+                              {"samples_s", po_times},
+                              {"median_s", po_med},
+                              {"gib_s", po_gib},
                               {"slower_than_rangekv", po_med / med}});
     std::fflush(stdout);
   }
@@ -477,14 +490,15 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
       if (r > 0) (arm == 0 ? with_tier : without_tier).push_back(sec);
     }
   }
-  std::printf("local hit, %s: with the cluster tier %.3f s (%.3f-%.3f), without %.3f s "
-              "(%.3f-%.3f), ratio %.2f\n",
-              FormatBytes(bytes).c_str(), Median(with_tier),
-              *std::min_element(with_tier.begin(), with_tier.end()),
-              *std::max_element(with_tier.begin(), with_tier.end()), Median(without_tier),
-              *std::min_element(without_tier.begin(), without_tier.end()),
-              *std::max_element(without_tier.begin(), without_tier.end()),
-              Median(with_tier) / Median(without_tier));
+  std::printf(
+      "local hit, %s: with the cluster tier %.3f s (%.3f-%.3f), without %.3f s "
+      "(%.3f-%.3f), ratio %.2f\n",
+      FormatBytes(bytes).c_str(), Median(with_tier),
+      *std::min_element(with_tier.begin(), with_tier.end()),
+      *std::max_element(with_tier.begin(), with_tier.end()), Median(without_tier),
+      *std::min_element(without_tier.begin(), without_tier.end()),
+      *std::max_element(without_tier.begin(), without_tier.end()),
+      Median(with_tier) / Median(without_tier));
   out["local_hit"] = {{"with_tier_s", with_tier}, {"without_tier_s", without_tier}};
   std::printf("ceiling: %u connections x %s GETs, %.2f GiB/s (grid of %zu cells)\n", best.conns,
               FormatBytes(best.piece).c_str(), best.gib_s, grid.size());
@@ -503,8 +517,9 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
 void AddBenchRemoteCommand(CLI::App& bench) {
   auto c = std::make_shared<RemoteBenchConfig>();
   CLI::App* cmd = bench.add_subcommand(
-      "remote", "Restore sweep from the cluster tier (S3 + Redis) against the same server's "
-                "ranged-GET ceiling and a per-object remote model");
+      "remote",
+      "Restore sweep from the cluster tier (S3 + Redis) against the same server's "
+      "ranged-GET ceiling and a per-object remote model");
   cmd->add_option("--remote", c->remote, "s3://BUCKET[/PREFIX] (a run prefix is added)")
       ->required();
   cmd->add_option("--remote-endpoint", c->endpoint, "S3 endpoint URL")->required();

@@ -134,8 +134,8 @@ json InspectJson(const OfflineStore& s) {
   state["epoch_problem"] =
       index.epoch_file_problem.empty() ? json(nullptr) : json(index.epoch_file_problem);
   state["index"] = r.outcome != persist::RecoveryOutcome::kLoaded ? "discarded"
-                   : r.journal.used                                ? "replayed"
-                                                                   : "loaded";
+                   : r.journal.used                               ? "replayed"
+                                                                  : "loaded";
   state["in_use_by"] = s.holder ? json(*s.holder) : json(nullptr);
   state["reason"] = std::string(persist::DiscardReasonName(r.reason));
   state["detail"] = r.detail;
@@ -307,20 +307,21 @@ void PrintInspectText(const json& j) {
               st["epoch_problem"].is_null()
                   ? ""
                   : (" (epoch file: " + st["epoch_problem"].get<std::string>() + ")").c_str());
-  std::printf("dirty      %s\n", st["dirty"].get<bool>() ? "yes (the journal is replayed, or the index discarded)" : "no");
+  std::printf("dirty      %s\n", st["dirty"].get<bool>()
+                                     ? "yes (the journal is replayed, or the index discarded)"
+                                     : "no");
   if (st["journal"].is_null()) {
     std::printf("journal    none\n");
   } else {
     const json& jj = st["journal"];
-    std::printf("journal    %llu records (%llu publish, %llu remove, %llu epoch), %llu bytes "
-                "(%llu intact), last checkpoint epoch %llu, tail %s%s\n",
-                jj["records"].get<unsigned long long>(), jj["publishes"].get<unsigned long long>(),
-                jj["removes"].get<unsigned long long>(), jj["epochs"].get<unsigned long long>(),
-                jj["bytes"].get<unsigned long long>(),
-                jj["intact_bytes"].get<unsigned long long>(),
-                jj["base_epoch"].get<unsigned long long>(), jj["tail"].get<std::string>().c_str(),
-                jj["problem"].is_null() ? ""
-                                        : (" (" + jj["problem"].get<std::string>() + ")").c_str());
+    std::printf(
+        "journal    %llu records (%llu publish, %llu remove, %llu epoch), %llu bytes "
+        "(%llu intact), last checkpoint epoch %llu, tail %s%s\n",
+        jj["records"].get<unsigned long long>(), jj["publishes"].get<unsigned long long>(),
+        jj["removes"].get<unsigned long long>(), jj["epochs"].get<unsigned long long>(),
+        jj["bytes"].get<unsigned long long>(), jj["intact_bytes"].get<unsigned long long>(),
+        jj["base_epoch"].get<unsigned long long>(), jj["tail"].get<std::string>().c_str(),
+        jj["problem"].is_null() ? "" : (" (" + jj["problem"].get<std::string>() + ")").c_str());
     if (!jj["replay"].get<std::string>().empty()) {
       std::printf("           a dirty open would: %s\n", jj["replay"].get<std::string>().c_str());
     }
@@ -470,9 +471,10 @@ void RunFsck(const Config& cfg) {
     }
     const persist::FsckRecovery& rec = report->recovery;
     if (rec.in_use_by) {
-      std::printf("in use          by %s: a running store is dirty and its payload may be ahead "
-                  "of its snapshot; what follows is what the files say now\n",
-                  rec.in_use_by->c_str());
+      std::printf(
+          "in use          by %s: a running store is dirty and its payload may be ahead "
+          "of its snapshot; what follows is what the files say now\n",
+          rec.in_use_by->c_str());
     }
     if (!rec.index.empty()) {
       std::printf("next open       %s; index %s: %s\n",

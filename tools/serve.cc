@@ -13,8 +13,8 @@
 #include "base/parse.h"
 #include "commands.h"
 #include "engine/options.h"
-#include "remote/redis_client.h"
 #include "rangekv/options.h"
+#include "remote/redis_client.h"
 #include "service/store_service.h"
 
 namespace rangekv::tools {
@@ -106,9 +106,10 @@ void RunServe(const ServeConfig& c) {
     std::fprintf(stderr, "rangekv serve: --durability: %s\n", s.ToString().c_str());
     Exit(2);
   }
-  o.journal.mode = d.mode == Durability::Mode::kEveryPublish ? persist::DurabilityMode::kEveryPublish
-                   : d.mode == Durability::Mode::kNone       ? persist::DurabilityMode::kNone
-                                                             : persist::DurabilityMode::kPeriodic;
+  o.journal.mode = d.mode == Durability::Mode::kEveryPublish
+                       ? persist::DurabilityMode::kEveryPublish
+                   : d.mode == Durability::Mode::kNone ? persist::DurabilityMode::kNone
+                                                       : persist::DurabilityMode::kPeriodic;
   o.journal.period_ms = d.period_ms;
   if (!c.remote.empty()) {
     o.remote.url = c.remote;
@@ -144,8 +145,7 @@ void RunServe(const ServeConfig& c) {
   }
   if (!c.remote.empty()) {
     std::fprintf(stderr, "rangekv serve: publishing sealed packs to %s (%s), directory %s\n",
-                 c.remote.c_str(),
-                 c.remote_endpoint.empty() ? "AWS S3" : c.remote_endpoint.c_str(),
+                 c.remote.c_str(), c.remote_endpoint.empty() ? "AWS S3" : c.remote_endpoint.c_str(),
                  [&] {
                    auto a = remote::ParseRedisUrl(c.directory);  // never prints a password
                    return a.ok() ? a->Describe() : std::string("?");
@@ -223,8 +223,9 @@ void AddServeCommand(CLI::App& app) {
   serve->add_option("--max-sessions", cfg->max_sessions, "Connections at once")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
-  serve->add_option("--max-sessions-per-pid", cfg->max_sessions_per_pid,
-                    "Connections one client process may hold at once (0: no bound of its own)")
+  serve
+      ->add_option("--max-sessions-per-pid", cfg->max_sessions_per_pid,
+                   "Connections one client process may hold at once (0: no bound of its own)")
       ->capture_default_str();
   serve
       ->add_option("--max-sessions-per-uid", cfg->max_sessions_per_uid,
@@ -243,8 +244,9 @@ void AddServeCommand(CLI::App& app) {
                    "hello within this; else the session is closed")
       ->check(CLI::Range(uint64_t{1}, uint64_t{3600} * 1000))
       ->capture_default_str();
-  serve->add_option("--restart-fence-ms", cfg->fence_ms,
-                    "After reopening a store, refuse stores this long (late writes of old clients)")
+  serve
+      ->add_option("--restart-fence-ms", cfg->fence_ms,
+                   "After reopening a store, refuse stores this long (late writes of old clients)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{3600} * 1000))
       ->capture_default_str();
   serve
@@ -267,16 +269,19 @@ void AddServeCommand(CLI::App& app) {
       ->transform(ReadSlotsAuto())
       ->check(CLI::Range(0u, service::kMaxGateSlots))
       ->default_str("auto");
-  serve->add_option("--remote", cfg->remote,
-                    "Cluster tier: publish sealed packs to s3://BUCKET[/PREFIX] (docs/scale-out.md)");
+  serve->add_option(
+      "--remote", cfg->remote,
+      "Cluster tier: publish sealed packs to s3://BUCKET[/PREFIX] (docs/scale-out.md)");
   serve->add_option("--remote-endpoint", cfg->remote_endpoint,
                     "S3 endpoint URL (http(s)://host:port; default AWS S3)");
-  serve->add_option("--directory", cfg->directory,
-                    "Cluster directory: redis://[[user]:password@]host:port[/db] (Redis or Valkey)");
+  serve->add_option(
+      "--directory", cfg->directory,
+      "Cluster directory: redis://[[user]:password@]host:port[/db] (Redis or Valkey)");
   serve->add_option("--remote-region", cfg->remote_region, "SigV4 region (default: AWS chain)");
   serve->add_option("--remote-ca-file", cfg->remote_ca_file, "CA bundle for an https endpoint");
-  serve->add_option("--remote-capacity", cfg->remote_capacity,
-                    "Bytes per tenant in the bucket prefix before LRU runs are retired (0: none)")
+  serve
+      ->add_option("--remote-capacity", cfg->remote_capacity,
+                   "Bytes per tenant in the bucket prefix before LRU runs are retired (0: none)")
       ->capture_default_str();
   serve->add_option("--upload-bytes-per-s", cfg->upload_rate, "Upload bandwidth cap (0: none)")
       ->capture_default_str();

@@ -107,11 +107,12 @@ class RestoreHandle {
   // Makes `model_stream` wait for layer `layer` without the host waiting for the data. On
   // CUDA it blocks only until the layer's readiness event was recorded (its last scatter
   // launched, not completed), enqueues a wait on it and returns the layer's status as
-  // WaitLayer does (also its kFailedPrecondition before BindSlots). (A wait on a device flag queued before those launches could deadlock:
-  // streams beyond CUDA_DEVICE_MAX_CONNECTIONS share hardware queues.) On the host device it
-  // enqueues a wait on the layer's readiness flag and returns at once with OK, even before the
-  // layer's reads were issued; the flag is written after the layer's last scatter (also for
-  // failed or cancelled layers, so the stream never hangs), and failures surface in Finish().
+  // WaitLayer does (also its kFailedPrecondition before BindSlots). (A wait on a device flag queued
+  // before those launches could deadlock: streams beyond CUDA_DEVICE_MAX_CONNECTIONS share hardware
+  // queues.) On the host device it enqueues a wait on the layer's readiness flag and returns at
+  // once with OK, even before the layer's reads were issued; the flag is written after the layer's
+  // last scatter (also for failed or cancelled layers, so the stream never hangs), and failures
+  // surface in Finish().
   Status StreamWaitLayer(uint32_t layer, DeviceStreamRef model_stream);
 
   // Waits until every read and scatter of this restore drained, releases the ticket's leases and
@@ -198,7 +199,7 @@ struct StoreRecovery {
   // Packs found beyond this open's capacity (EngineOptions::capacity_bytes lowered since they
   // were stored), evicted least recently used first; the packs that fit stay.
   uint64_t packs_evicted_for_capacity = 0;
-  uint64_t store_epoch = 0;   // this session's store epoch (raised at every open)
+  uint64_t store_epoch = 0;  // this session's store epoch (raised at every open)
   // The journal at a dirty open (docs/fault-model.md "Publication journal"): whether it was
   // replayed, why it was ignored ("" or "foreign_store", "newer_than_snapshot",
   // "older_than_snapshot", "base_snapshot_unusable", "unusable", "unreadable"), its tail

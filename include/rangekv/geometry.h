@@ -33,8 +33,8 @@ struct ModelSpec {
   std::string kv_dtype = "bf16";
   uint32_t dtype_bytes = 2;
   uint32_t layers = 0;
-  uint32_t kv_heads = 0;   // total KV heads of the model (ignored for MLA)
-  uint32_t head_size = 0;  // ignored for MLA
+  uint32_t kv_heads = 0;         // total KV heads of the model (ignored for MLA)
+  uint32_t head_size = 0;        // ignored for MLA
   uint32_t mla_latent_size = 0;  // 0: not MLA; else elements per token per layer (e.g. 576)
   uint32_t block_size = 16;      // paged-KV block size in tokens
   // How the serving engine lays out paged KV (rangekv/layout.h). Part of the namespace: a

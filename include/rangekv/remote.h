@@ -58,9 +58,9 @@ struct RemoteTierOptions {
 // Counters of an engine's cluster tier (Engine::remote_stats()).
 struct RemoteTierStats {
   bool enabled = false;
-  uint64_t lookups = 0;           // lookups that consulted the cluster directory
-  uint64_t lookup_hits = 0;       // of them, lookups whose hit grew by remote runs
-  uint64_t lookup_timeouts = 0;   // walks that ran out of time or failed (answered locally)
+  uint64_t lookups = 0;          // lookups that consulted the cluster directory
+  uint64_t lookup_hits = 0;      // of them, lookups whose hit grew by remote runs
+  uint64_t lookup_timeouts = 0;  // walks that ran out of time or failed (answered locally)
   uint64_t directory_round_trips = 0;
   uint64_t runs_selected = 0;
   uint64_t manifest_fetches = 0;  // manifests read from the bucket (cached after)
@@ -68,12 +68,12 @@ struct RemoteTierStats {
   uint64_t get_bytes = 0;
   uint64_t failed_gets = 0;
   uint64_t verified_spans = 0;
-  uint64_t quarantined = 0;       // objects whose bytes failed their digests
+  uint64_t quarantined = 0;  // objects whose bytes failed their digests
   uint64_t packs_published = 0;
   uint64_t packs_deduplicated = 0;  // not uploaded: the same run was published already
   uint64_t publish_failures = 0;
   uint64_t bytes_uploaded = 0;
-  uint64_t objects_deleted = 0;   // by capacity or after quarantine
+  uint64_t objects_deleted = 0;  // by capacity or after quarantine
   uint64_t directory_rebuilds = 0;
 };
 

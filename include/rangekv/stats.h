@@ -39,19 +39,19 @@ namespace rangekv {
   X(payload_allocations, "payload buffers allocated after Open (the data path allocates none)") \
   X(rejected_requests, "restores or stores refused because their job slots were all in use")    \
   X(journal_commits, "journal group commits (one pack fsync and one journal fsync each)")       \
-  X(journal_records, "journal records made durable")                                           \
-  X(journal_durable_publications, "publish records made durable (one per new pack)")           \
-  X(journal_checkpoints, "journal checkpoints folded into a new snapshot mid-session")         \
+  X(journal_records, "journal records made durable")                                            \
+  X(journal_durable_publications, "publish records made durable (one per new pack)")            \
+  X(journal_checkpoints, "journal checkpoints folded into a new snapshot mid-session")          \
   X(journal_failures, "journal appends or fsyncs that failed (journaling ended)")               \
   X(journal_wait_ns, "ns stores waited on the journal (durable publish, slot reuse)")           \
   X(native_read_calls, "read syscalls/SQEs issued by the I/O engine (engine-wide)")             \
   X(native_write_calls, "write syscalls/SQEs issued by the I/O engine (engine-wide)")           \
   X(store_gather_ns, "store: ns in gather + digest + copy-out per batch, summed over batches")  \
   X(store_integrity_ns, "store: ns recording digests and the dirty marker, summed")             \
-  X(store_write_ns, "store: ns from write submit to the batch's last completion, summed")     \
-  X(restore_read_ns, "restore: ns from read submit to completion, summed over stripes")      \
-  X(restore_verify_ns, "restore: host ns verifying (planning, confirming device verdicts)")   \
-  X(restore_deliver_ns, "restore: ns from scatter enqueue to its proven fence, summed")       \
+  X(store_write_ns, "store: ns from write submit to the batch's last completion, summed")       \
+  X(restore_read_ns, "restore: ns from read submit to completion, summed over stripes")         \
+  X(restore_verify_ns, "restore: host ns verifying (planning, confirming device verdicts)")     \
+  X(restore_deliver_ns, "restore: ns from scatter enqueue to its proven fence, summed")         \
   X(removed_events_dropped, "removed ranges dropped undrained (max_removed_ranges was full)")
 
 struct EngineStats {

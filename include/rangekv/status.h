@@ -27,32 +27,32 @@ enum class StatusCode : uint8_t {
   kAlreadyExists,
   kNotFound,
   // Tickets and claims (Directory).
-  kStaleGeneration,     // a pack generation named by a ticket/record was reclaimed
-  kForeignOwner,        // envelope (request/session/attempt/rank) or owner epoch differs
-  kTokenMismatch,       // claimed tokens differ from the ticket's
-  kEndpointBeyondTicket,// claim asks for more tokens than the ticket promised
-  kTicketReplaced,      // a second lookup tried to replace an outstanding ticket's query
-  kCorruptTicket,       // undecodable or forged ticket bytes
+  kStaleGeneration,       // a pack generation named by a ticket/record was reclaimed
+  kForeignOwner,          // envelope (request/session/attempt/rank) or owner epoch differs
+  kTokenMismatch,         // claimed tokens differ from the ticket's
+  kEndpointBeyondTicket,  // claim asks for more tokens than the ticket promised
+  kTicketReplaced,        // a second lookup tried to replace an outstanding ticket's query
+  kCorruptTicket,         // undecodable or forged ticket bytes
   // Capacity.
-  kResourceExhausted,   // a bounded table, arena, pool or queue is full
-  kNoSpace,             // ENOSPC from the file system
+  kResourceExhausted,  // a bounded table, arena, pool or queue is full
+  kNoSpace,            // ENOSPC from the file system
   // Storage.
-  kIoError,             // EIO and other failed system calls
-  kShortTransfer,       // a completion moved fewer bytes than requested
-  kWrongStore,          // pack file / snapshot of another store (UUID differs)
-  kWrongVersion,        // on-disk format version not understood
-  kTruncated,           // a file shorter than its header says
-  kCorruption,          // checksum failure, impossible field values
-  kUnsafePermissions,   // a store directory or file owned by another user or writable by others
+  kIoError,            // EIO and other failed system calls
+  kShortTransfer,      // a completion moved fewer bytes than requested
+  kWrongStore,         // pack file / snapshot of another store (UUID differs)
+  kWrongVersion,       // on-disk format version not understood
+  kTruncated,          // a file shorter than its header says
+  kCorruption,         // checksum failure, impossible field values
+  kUnsafePermissions,  // a store directory or file owned by another user or writable by others
   // Lifecycle.
   kCancelled,
   kAborted,
-  kUnavailable,         // an optional backend (io_uring, CUDA, cuFile) is not usable here
+  kUnavailable,  // an optional backend (io_uring, CUDA, cuFile) is not usable here
   kUnimplemented,
   kInternal,
   // Added after kInternal so the numbers above (the store service's wire status) stay put.
-  kLocked,             // the store directory is held by another engine or store service
-  kDeadlineExceeded,   // a wait ran past its deadline (nothing changed; it may be retried)
+  kLocked,            // the store directory is held by another engine or store service
+  kDeadlineExceeded,  // a wait ran past its deadline (nothing changed; it may be retried)
 };
 // The highest code (loops over every code end here).
 inline constexpr StatusCode kLastStatusCode = StatusCode::kDeadlineExceeded;
@@ -88,7 +88,9 @@ class [[nodiscard]] Status {
 };
 
 inline Status OkStatus() { return Status(); }
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
@@ -111,7 +113,7 @@ Status ErrnoStatus(int err, std::string_view what);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result from OK status");
   }
@@ -138,10 +140,10 @@ class [[nodiscard]] Result {
 }  // namespace rangekv
 
 // Returns early from the enclosing function when `expr` (a Status) is not OK.
-#define RANGEKV_RETURN_IF_ERROR(expr)                         \
-  do {                                                        \
-    ::rangekv::Status rangekv_status_ = (expr);               \
-    if (!rangekv_status_.ok()) return rangekv_status_;        \
+#define RANGEKV_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::rangekv::Status rangekv_status_ = (expr);        \
+    if (!rangekv_status_.ok()) return rangekv_status_; \
   } while (0)
 
 #define RANGEKV_CONCAT_INNER_(a, b) a##b

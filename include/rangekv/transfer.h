@@ -18,7 +18,6 @@
 
 namespace rangekv {
 
-
 // Who a request is. Tickets are bound to it; a claim with another envelope fails kForeignOwner.
 struct RequestEnvelope {
   std::string request_id;  // the serving engine's request id: 1..256 bytes

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "tools/bench/baseline/object_naming.h"
-#include "tools/bench/baseline/per_object_store.h"
 #include "binding.h"
 #include "device/device.h"
 #include "engine/paged_views.h"
+#include "tools/bench/baseline/object_naming.h"
+#include "tools/bench/baseline/per_object_store.h"
 
 namespace rangekv::py {
 namespace {

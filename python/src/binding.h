@@ -65,8 +65,8 @@ std::string LayoutNames();
 struct EngineInfo {
   Geometry geometry;
   const LayoutInfo* layout = nullptr;
-  std::string dtype;       // the canonical kv dtype: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2
-  bool cuda = false;       // the engine's device is CUDA (else the host device)
+  std::string dtype;  // the canonical kv dtype: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2
+  bool cuda = false;  // the engine's device is CUDA (else the host device)
   int32_t cuda_device = 0;
 };
 
@@ -96,8 +96,8 @@ std::string ToTicket(nb::handle obj);
 // device: the PagedKv to hand the engine and the arrays that keep the memory alive.
 struct BoundLayers {
   PagedKv kv;
-  std::vector<nb::object> keep;             // the caller's objects
-  std::vector<nb::ndarray<nb::ro>> views;   // their imported DLPack views (own the memory)
+  std::vector<nb::object> keep;            // the caller's objects
+  std::vector<nb::ndarray<nb::ro>> views;  // their imported DLPack views (own the memory)
 };
 // `writable`: the engine writes into them (restore): read-only arrays are refused and the
 // layers must not overlap each other.

@@ -16,8 +16,8 @@ namespace {
 namespace dl = nb::dlpack;
 
 std::string TypeName(nb::handle obj) {
-  return nb::cast<std::string>(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))
-                                   .attr("__name__"));
+  return nb::cast<std::string>(
+      nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__name__"));
 }
 
 std::string Repr(nb::handle obj) { return nb::cast<std::string>(nb::repr(obj)); }
@@ -114,8 +114,8 @@ std::vector<Out> ToInts(nb::handle obj, std::string_view what, int64_t lo, int64
   };
   nb::ndarray<nb::ro> arr;
   const bool is_array = !IsSequence(obj) && nb::try_cast(obj, arr, /*convert=*/false);
-  const bool is_text = PyUnicode_Check(obj.ptr()) || PyBytes_Check(obj.ptr()) ||
-                       PyByteArray_Check(obj.ptr());
+  const bool is_text =
+      PyUnicode_Check(obj.ptr()) || PyBytes_Check(obj.ptr()) || PyByteArray_Check(obj.ptr());
   if (!is_array && !is_text && PySequence_Check(obj.ptr())) {  // list, tuple, range, ...
     nb::sequence seq = nb::borrow<nb::sequence>(obj);
     const size_t n = nb::len(seq);
@@ -140,13 +140,15 @@ std::vector<Out> ToInts(nb::handle obj, std::string_view what, int64_t lo, int64
   }
   if (!is_array) {
     Throw(StatusCode::kInvalidArgument,
-          std::string(what) + " must be a 1-D sequence of ints (list, range, numpy array or "
-                              "CPU tensor), got " + TypeName(obj));
+          std::string(what) +
+              " must be a 1-D sequence of ints (list, range, numpy array or "
+              "CPU tensor), got " +
+              TypeName(obj));
   }
   if (!OnHost(arr.device_type())) {
-    Throw(StatusCode::kInvalidArgument,
-          std::string(what) + " is on " + DeviceName(arr.device_type(), arr.device_id()) +
-              "; pass a CPU tensor or array (e.g. .cpu())");
+    Throw(StatusCode::kInvalidArgument, std::string(what) + " is on " +
+                                            DeviceName(arr.device_type(), arr.device_id()) +
+                                            "; pass a CPU tensor or array (e.g. .cpu())");
   }
   if (arr.ndim() != 1) {
     Throw(StatusCode::kInvalidArgument,
@@ -352,7 +354,8 @@ RequestEnvelope ToEnvelope(nb::handle obj) {
   } catch (const nb::cast_error&) {
     Throw(StatusCode::kInvalidArgument,
           "envelope fields: request_id must be a str, session_id a uint64, attempt and rank "
-          "uint32 (got " + Repr(obj) + ")");
+          "uint32 (got " +
+              Repr(obj) + ")");
   } catch (const nb::python_error&) {
     Throw(StatusCode::kInvalidArgument, "envelope lacks a field: " + Repr(obj));
   }
@@ -379,9 +382,8 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
   const Geometry& g = info.geometry;
   const LayoutInfo& layout = *info.layout;
   if (!IsSequence(kv_layers)) {
-    Throw(StatusCode::kInvalidArgument,
-          "kv_layers must be a list of " + std::to_string(g.layers) +
-              " tensors (one per layer), got " + TypeName(kv_layers));
+    Throw(StatusCode::kInvalidArgument, "kv_layers must be a list of " + std::to_string(g.layers) +
+                                            " tensors (one per layer), got " + TypeName(kv_layers));
   }
   nb::sequence seq = nb::borrow<nb::sequence>(kv_layers);
   const size_t count = nb::len(seq);
@@ -412,9 +414,9 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
     }
     // Device.
     const int dev = arr.device_type();
-    const bool dev_ok = info.cuda ? (dev == nb::device::cuda::value &&
-                                     arr.device_id() == info.cuda_device)
-                                  : OnHost(dev);
+    const bool dev_ok =
+        info.cuda ? (dev == nb::device::cuda::value && arr.device_id() == info.cuda_device)
+                  : OnHost(dev);
     if (!dev_ok) {
       Throw(StatusCode::kInvalidArgument,
             who + " is on " + DeviceName(dev, arr.device_id()) + ", the engine's device is " +
@@ -425,8 +427,8 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
     // Dtype.
     if (!DtypeAccepted(info.dtype, arr.dtype())) {
       Throw(StatusCode::kGeometryMismatch, who + " has dtype " + DtypeName(arr.dtype()) +
-                                               ", the store's kv dtype " + info.dtype +
-                                               " needs " + AcceptedDtypes(info.dtype));
+                                               ", the store's kv dtype " + info.dtype + " needs " +
+                                               AcceptedDtypes(info.dtype));
     }
     // Shape and strides: the physical form, or the logical view over the same memory.
     std::vector<int64_t> shape(arr.ndim()), strides(arr.ndim());
@@ -478,11 +480,11 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
       }
     }
     if (!accepted) {
-      const int64_t n_hint =
-          shape.size() == phys.size() ? shape[phys.find('N')] : int64_t{-1};
+      const int64_t n_hint = shape.size() == phys.size() ? shape[phys.find('N')] : int64_t{-1};
       std::string want = "(" + std::string(phys) + ") = " + ShapeString(ShapeOf(g, phys, n_hint));
       if (logi != phys) {
-        want += " or its view (" + std::string(logi) + ") = " + ShapeString(ShapeOf(g, logi, n_hint));
+        want +=
+            " or its view (" + std::string(logi) + ") = " + ShapeString(ShapeOf(g, logi, n_hint));
       }
       if (!shape_seen) {
         Throw(StatusCode::kGeometryMismatch,
@@ -532,9 +534,9 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
 void CheckSlots(const EngineInfo& info, const PagedKv& kv, const std::vector<int64_t>& slots,
                 uint64_t expected, bool unique, std::string_view what) {
   if (slots.size() != expected) {
-    Throw(StatusCode::kInvalidArgument, std::string(what) + " has " +
-                                            std::to_string(slots.size()) + " entries, expected " +
-                                            std::to_string(expected) + " (one slot per token)");
+    Throw(StatusCode::kInvalidArgument, std::string(what) + " has " + std::to_string(slots.size()) +
+                                            " entries, expected " + std::to_string(expected) +
+                                            " (one slot per token)");
   }
   const uint64_t num_slots = kv.num_blocks * info.geometry.block_size;
   std::vector<bool> seen(unique ? num_slots : 0);
@@ -549,8 +551,8 @@ void CheckSlots(const EngineInfo& info, const PagedKv& kv, const std::vector<int
       Throw(StatusCode::kInvalidArgument, at(i) + " is negative: every token needs a slot");
     }
     if (static_cast<uint64_t>(s) >= num_slots) {
-      Throw(StatusCode::kOutOfRange, at(i) + " is outside [0, num_blocks * block_size = " +
-                                         std::to_string(num_slots) + ")");
+      Throw(StatusCode::kOutOfRange,
+            at(i) + " is outside [0, num_blocks * block_size = " + std::to_string(num_slots) + ")");
     }
     if (unique) {
       if (seen[s]) Throw(StatusCode::kInvalidArgument, at(i) + " repeats an earlier slot");

@@ -454,8 +454,8 @@ class PyEngine {
     return new PyRestore(std::move(h).value(), nb::borrow(self), this);
   }
 
-  PyStore* BeginStore(nb::handle self, nb::handle envelope, nb::handle tokens,
-                      nb::handle kv_layers, nb::handle slot_mapping) {
+  PyStore* BeginStore(nb::handle self, nb::handle envelope, nb::handle tokens, nb::handle kv_layers,
+                      nb::handle slot_mapping) {
     Engine& e = Get("begin_store");
     RequestEnvelope env = ToEnvelope(envelope);
     std::vector<int32_t> t = ToTokens(tokens);
@@ -515,8 +515,8 @@ class PyEngine {
     std::vector<RemovedRange> ranges = e.DrainRemovedRanges(max);
     nb::list l;
     for (const RemovedRange& r : ranges) {
-      l.append(nb::make_tuple(r.pack.slot, r.pack.generation, r.tokens.begin, r.tokens.end,
-                              r.retired));
+      l.append(
+          nb::make_tuple(r.pack.slot, r.pack.generation, r.tokens.begin, r.tokens.end, r.retired));
     }
     return l;
   }
@@ -553,8 +553,8 @@ class PyEngine {
   std::unique_ptr<Engine> engine_;
   std::atomic<bool> closed_{false};
   std::mutex mu_;
-  std::map<uintptr_t, DeviceStreamRef> streams_;                // guarded by mu_
-  std::unordered_map<std::string, TicketInfo> tickets_;         // guarded by mu_
+  std::map<uintptr_t, DeviceStreamRef> streams_;         // guarded by mu_
+  std::unordered_map<std::string, TicketInfo> tickets_;  // guarded by mu_
 };
 
 void PyRestore::BindSlots(nb::handle kv_layers, nb::handle slot_mapping) {
@@ -619,20 +619,23 @@ void SetChoice(const std::string& v, const char* what,
     names += names.empty() ? "" : ", ";
     names += name;
   }
-  Throw(StatusCode::kInvalidArgument,
-        std::string(what) + "=\"" + v + "\" is not one of " + names);
+  Throw(StatusCode::kInvalidArgument, std::string(what) + "=\"" + v + "\" is not one of " + names);
 }
 
 }  // namespace
 
 void RegisterEngine(nb::module_& m) {
-  nb::class_<PyRestoreOutcome>(m, "RestoreOutcome", "What a restore delivered (RestoreHandle.finish).")
-      .def_prop_ro("ok", [](const PyRestoreOutcome& o) { return o.out.status.ok(); },
-                   "True when every requested token was delivered.")
-      .def_prop_ro("status", [](const PyRestoreOutcome& o) { return StatusObject(o.out.status); },
-                   "None, or the rangekv.Error of the first failure.")
-      .def_prop_ro("requested", [](const PyRestoreOutcome& o) { return Interval(o.out.requested); },
-                   "(begin, end): the path tokens asked for.")
+  nb::class_<PyRestoreOutcome>(m, "RestoreOutcome",
+                               "What a restore delivered (RestoreHandle.finish).")
+      .def_prop_ro(
+          "ok", [](const PyRestoreOutcome& o) { return o.out.status.ok(); },
+          "True when every requested token was delivered.")
+      .def_prop_ro(
+          "status", [](const PyRestoreOutcome& o) { return StatusObject(o.out.status); },
+          "None, or the rangekv.Error of the first failure.")
+      .def_prop_ro(
+          "requested", [](const PyRestoreOutcome& o) { return Interval(o.out.requested); },
+          "(begin, end): the path tokens asked for.")
       .def_prop_ro(
           "failed",
           [](const PyRestoreOutcome& o) {
@@ -641,15 +644,17 @@ void RegisterEngine(nb::module_& m) {
             return l;
           },
           "Sorted, disjoint (begin, end) intervals to recompute; their slots hold nothing usable.")
-      .def_prop_ro("delivered_tokens", [](const PyRestoreOutcome& o) { return o.out.delivered_tokens; })
-      .def_prop_ro("work", [](const PyRestoreOutcome& o) { return StatsDict(o.out.work); },
-                   "This restore's share of the engine counters.")
+      .def_prop_ro("delivered_tokens",
+                   [](const PyRestoreOutcome& o) { return o.out.delivered_tokens; })
+      .def_prop_ro(
+          "work", [](const PyRestoreOutcome& o) { return StatsDict(o.out.work); },
+          "This restore's share of the engine counters.")
       .def("__repr__", [](const PyRestoreOutcome& o) {
         return "RestoreOutcome(ok=" + std::string(o.out.status.ok() ? "True" : "False") +
                ", requested=(" + std::to_string(o.out.requested.begin) + ", " +
-               std::to_string(o.out.requested.end) + "), delivered_tokens=" +
-               std::to_string(o.out.delivered_tokens) + ", failed=" +
-               std::to_string(o.out.failed.size()) + " intervals" +
+               std::to_string(o.out.requested.end) +
+               "), delivered_tokens=" + std::to_string(o.out.delivered_tokens) +
+               ", failed=" + std::to_string(o.out.failed.size()) + " intervals" +
                (o.out.status.ok() ? "" : ", status=" + o.out.status.ToString()) + ")";
       });
 
@@ -658,16 +663,17 @@ void RegisterEngine(nb::module_& m) {
       .def_prop_ro("status", [](const PyStoreOutcome& o) { return StatusObject(o.out.status); })
       .def_prop_ro("disposition",
                    [](const PyStoreOutcome& o) { return DispositionName(o.out.disposition); })
-      .def_prop_ro("stored", [](const PyStoreOutcome& o) { return Interval(o.out.stored); },
-                   "(begin, end): the suffix this store wrote (empty unless 'storing').")
+      .def_prop_ro(
+          "stored", [](const PyStoreOutcome& o) { return Interval(o.out.stored); },
+          "(begin, end): the suffix this store wrote (empty unless 'storing').")
       .def_prop_ro("visible", [](const PyStoreOutcome& o) { return o.out.visible; })
       .def_prop_ro(
           "packs",
           [](const PyStoreOutcome& o) {
             nb::list l;
             for (const PackRange& p : o.out.packs) {
-              l.append(nb::make_tuple(p.pack.slot, p.pack.generation, p.tokens.begin,
-                                      p.tokens.end));
+              l.append(
+                  nb::make_tuple(p.pack.slot, p.pack.generation, p.tokens.begin, p.tokens.end));
             }
             return l;
           },
@@ -685,8 +691,9 @@ void RegisterEngine(nb::module_& m) {
   nb::class_<PyRestore>(m, "RestoreHandle",
                         "A claimed restore (Engine.start_restore). Keeps the bound tensors alive "
                         "until finish(); a context manager that cancels and finishes on exit.")
-      .def_prop_ro("tokens", [](const PyRestore& h) { return Interval(h.tokens()); },
-                   "(begin, end): the path tokens this restore delivers.")
+      .def_prop_ro(
+          "tokens", [](const PyRestore& h) { return Interval(h.tokens()); },
+          "(begin, end): the path tokens this restore delivers.")
       .def_prop_ro("finished", &PyRestore::finished)
       .def_prop_ro("bound", &PyRestore::bound)
       .def("bind_slots", &PyRestore::BindSlots, nb::arg("kv_layers"), nb::arg("slot_mapping"),
@@ -719,8 +726,7 @@ void RegisterEngine(nb::module_& m) {
                       "source tensors alive until finish().")
       .def_prop_ro("disposition", &PyStore::disposition, "'storing', 'joined' or 'cached'.")
       .def_prop_ro("stored_tokens", [](const PyStore& s) { return Interval(s.stored_tokens()); })
-      .def_prop_ro("extracted", &PyStore::Extracted,
-                   "True once the source slots may be reused.")
+      .def_prop_ro("extracted", &PyStore::Extracted, "True once the source slots may be reused.")
       .def_prop_ro("finished", &PyStore::finished)
       .def("layer_produced", &PyStore::LayerProduced, nb::arg("layer"),
            nb::arg("stream") = nb::none(),
@@ -783,9 +789,9 @@ void RegisterEngine(nb::module_& m) {
                       &v);
             o.io_engine = static_cast<IoEngineSelection>(v);
             o.direct_io = direct_io ? DirectIoPreference::kPreferred : DirectIoPreference::kOff;
-            SetChoice(checksum, "checksum",
-                      {{"always", int(ChecksumPolicy::kAlways)}, {"off", int(ChecksumPolicy::kOff)}},
-                      &v);
+            SetChoice(
+                checksum, "checksum",
+                {{"always", int(ChecksumPolicy::kAlways)}, {"off", int(ChecksumPolicy::kOff)}}, &v);
             o.checksum = static_cast<ChecksumPolicy>(v);
             ThrowIfError(o.durability.Set(durability));
             o.durability.checkpoint_interval_ms = checkpoint_interval_ms;

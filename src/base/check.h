@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define RANGEKV_CHECK(cond)                                                            \
-  do {                                                                                 \
-    if (!(cond)) [[unlikely]] {                                                        \
+#define RANGEKV_CHECK(cond)                                                                 \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]] {                                                             \
       std::fprintf(stderr, "%s:%d: RANGEKV_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                    \
-    }                                                                                  \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 #ifdef NDEBUG

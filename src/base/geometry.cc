@@ -123,10 +123,10 @@ NamespaceId DeriveNamespace(const ModelSpec& spec, const Geometry& g) {
     h.UpdateString(spec.semantic_config);
     h.UpdateString("kv_dtype");
     h.UpdateString(spec.kv_dtype);
-    for (uint64_t v : {uint64_t{g.layers}, uint64_t{g.kv_heads_per_rank}, uint64_t{g.head_size},
-                       uint64_t{g.mla_latent_size}, uint64_t{g.dtype_bytes},
-                       uint64_t{g.block_size}, g.token_bytes, g.stripe_bytes,
-                       uint64_t{spec.tp_size}, uint64_t{spec.tp_rank}}) {
+    for (uint64_t v :
+         {uint64_t{g.layers}, uint64_t{g.kv_heads_per_rank}, uint64_t{g.head_size},
+          uint64_t{g.mla_latent_size}, uint64_t{g.dtype_bytes}, uint64_t{g.block_size},
+          g.token_bytes, g.stripe_bytes, uint64_t{spec.tp_size}, uint64_t{spec.tp_rank}}) {
       h.UpdateU64(v);
     }
     h.UpdateString("layout");

@@ -19,8 +19,8 @@ Result<uint64_t> Digits(std::string_view text, std::string_view what, size_t* us
   uint64_t v = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
     const auto times_ten = CheckedMul(v, 10);
-    const auto next = times_ten ? CheckedAdd(*times_ten, static_cast<uint64_t>(text[i] - '0'))
-                                : std::nullopt;
+    const auto next =
+        times_ten ? CheckedAdd(*times_ten, static_cast<uint64_t>(text[i] - '0')) : std::nullopt;
     if (!next) return bad("larger than 2^64-1");
     v = *next;
     ++i;
@@ -40,8 +40,8 @@ Result<uint64_t> Digits(std::string_view text, std::string_view what, size_t* us
 Result<uint64_t> ParseByteSize(std::string_view text) {
   size_t used = 0;
   RANGEKV_ASSIGN_OR_RETURN(const uint64_t v, Digits(text, "a byte size", &used));
-  constexpr std::array<std::pair<std::string_view, uint64_t>, 6> kUnits = {{
-      {"", 1}, {"B", 1}, {"KiB", kKiB}, {"MiB", kMiB}, {"GiB", kGiB}, {"TiB", kGiB * 1024}}};
+  constexpr std::array<std::pair<std::string_view, uint64_t>, 6> kUnits = {
+      {{"", 1}, {"B", 1}, {"KiB", kKiB}, {"MiB", kMiB}, {"GiB", kGiB}, {"TiB", kGiB * 1024}}};
   const std::string_view unit = text.substr(used);
   for (const auto& [name, bytes] : kUnits) {
     if (unit != name) continue;

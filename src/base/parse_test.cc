@@ -19,9 +19,9 @@ TEST(ParseTest, ByteSizesInEveryUnit) {
 
 TEST(ParseTest, ByteSizesRefuseSignsOverflowAndNonsense) {
   // Each of these was accepted by serve's parser before (the first two wrapped around).
-  for (const char* bad : {"-5GiB", "99999999999TiB", "16777216TiB", "18446744073709551616",
-                          "+5GiB", " 5GiB", "5GiB ", "5 GiB", "5gib", "5G", "1.5GiB", "0x10",
-                          "GiB", "", "5GiBB", "-0"}) {
+  for (const char* bad :
+       {"-5GiB", "99999999999TiB", "16777216TiB", "18446744073709551616", "+5GiB", " 5GiB", "5GiB ",
+        "5 GiB", "5gib", "5G", "1.5GiB", "0x10", "GiB", "", "5GiBB", "-0"}) {
     auto r = ParseByteSize(bad);
     EXPECT_FALSE(r.ok()) << "'" << bad << "' parsed as " << (r.ok() ? *r : 0);
     if (!r.ok()) {

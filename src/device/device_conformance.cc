@@ -610,11 +610,15 @@ TEST_P(DeviceConformance, CrossLayerStridedViewsMatchTheSixDimensionalOracle) {
       kernels::PagedStrides st;
       int64_t layer_step = 0;
       if (!hnd) {
-        st = {.plane = B * H * D * e, .block = L * 2 * B * H * D * e, .token = H * D * e,
+        st = {.plane = B * H * D * e,
+              .block = L * 2 * B * H * D * e,
+              .token = H * D * e,
               .head = D * e};
         layer_step = 2 * B * H * D * e;
       } else {
-        st = {.plane = B * D * e, .block = H * L * 2 * B * D * e, .token = D * e,
+        st = {.plane = B * D * e,
+              .block = H * L * 2 * B * D * e,
+              .token = D * e,
               .head = L * 2 * B * D * e};
         layer_step = 2 * B * D * e;
       }

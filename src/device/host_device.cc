@@ -358,8 +358,8 @@ struct Splitter {
       const kernels::DigestSpan& s = x.args->spans[span];
       const uint64_t off = uint64_t{c - x.first_chunk[span]} * x.chunk;
       if (off >= s.bytes) return;  // the one chunk of an empty span
-      const uint64_t sum = kernels::SpanDigestWordSum(s.data + off, std::min(x.chunk, s.bytes - off),
-                                                      off / 8, x.args->seed);
+      const uint64_t sum = kernels::SpanDigestWordSum(
+          s.data + off, std::min(x.chunk, s.bytes - off), off / 8, x.args->seed);
       x.sums[span].fetch_add(sum, std::memory_order_relaxed);  // mod 2^64, in any order
     });
     for (uint32_t i = 0; i < args.num_spans; ++i) {

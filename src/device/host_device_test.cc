@@ -79,10 +79,12 @@ TEST(HostDeviceTest, WorkerPoolServesManyStreamsInOrder) {
       for (int round = 0; round < 5; ++round) {
         const uint8_t v = static_cast<uint8_t>(s * 16 + round);
         // fill a, copy a -> b, overwrite b's tail, digest both: each step needs the previous.
-        bool ok = (*stream)->Fill(a->data(), v, kBytes).ok() &&
-                  (*stream)->CopyDeviceToDevice(b->data(), a->data(), kBytes).ok() &&
-                  (*stream)->Fill(b->bytes() + kBytes / 2, static_cast<uint8_t>(v + 1),
-                                  kBytes - kBytes / 2).ok();
+        bool ok =
+            (*stream)->Fill(a->data(), v, kBytes).ok() &&
+            (*stream)->CopyDeviceToDevice(b->data(), a->data(), kBytes).ok() &&
+            (*stream)
+                ->Fill(b->bytes() + kBytes / 2, static_cast<uint8_t>(v + 1), kBytes - kBytes / 2)
+                .ok();
         kernels::DigestArgs d;
         d.num_spans = 2;
         d.spans[0] = {a->bytes(), kBytes};

@@ -751,12 +751,12 @@ void Directory::RemoveObserver(DirectoryObserver* observer) {
   std::erase(observers_, observer);
 }
 
-Status Directory::ReplayPublish(const NamespaceId& ns, std::span<const int32_t> path,
-                                uint32_t slot, uint64_t generation, uint64_t stored_tokens) {
+Status Directory::ReplayPublish(const NamespaceId& ns, std::span<const int32_t> path, uint32_t slot,
+                                uint64_t generation, uint64_t stored_tokens) {
   const uint64_t T = options_.tokens_per_pack;
   const uint64_t n = path.size();
-  if (slot >= options_.pack_slots || generation == 0 || stored_tokens == 0 ||
-      stored_tokens > T || stored_tokens > n || n > options_.max_query_tokens) {
+  if (slot >= options_.pack_slots || generation == 0 || stored_tokens == 0 || stored_tokens > T ||
+      stored_tokens > n || n > options_.max_query_tokens) {
     return InvalidArgument("replay: impossible publication of " + SlotName(slot, generation));
   }
   const uint64_t begin = n - stored_tokens;
@@ -771,8 +771,8 @@ Status Directory::ReplayPublish(const NamespaceId& ns, std::span<const int32_t> 
                                                     std::to_string(info.generation) + ")");
   }
   if (info.state == SlotState::kVisible && info.generation == generation) {
-    return Status(StatusCode::kAlreadyExists, "replay: " + SlotName(slot, generation) +
-                                                  " is visible already");
+    return Status(StatusCode::kAlreadyExists,
+                  "replay: " + SlotName(slot, generation) + " is visible already");
   }
   RANGEKV_CHECK(info.state == SlotState::kVisible || info.state == SlotState::kFree);
   if (info.state == SlotState::kVisible) {
@@ -805,8 +805,7 @@ Status Directory::ReplayPublish(const NamespaceId& ns, std::span<const int32_t> 
     split = last.matched < tree_.node(last.node).label_len;
   }
   RANGEKV_RETURN_IF_ERROR(tree_.CheckCapacity(1 + (split ? 1 : 0) + (root == kNoNode ? 1 : 0),
-                                              1 + (split ? 1 : 0), stored_tokens,
-                                              root == kNoNode));
+                                              1 + (split ? 1 : 0), stored_tokens, root == kNoNode));
   if (root == kNoNode) root = tree_.EnsureRoot(ns);
   uint32_t parent = root;
   if (!steps_.empty()) {

@@ -441,8 +441,8 @@ TEST(DirectoryTest, ObserversAreBounded) {
   for (size_t i = 0; i <= Directory::kMaxObservers; ++i) {
     obs.push_back(std::make_unique<RecordingObserver>("o", &log));
     const Status s = d->AddObserver(obs.back().get());
-    EXPECT_EQ(s.code(), i < Directory::kMaxObservers ? StatusCode::kOk
-                                                     : StatusCode::kResourceExhausted);
+    EXPECT_EQ(s.code(),
+              i < Directory::kMaxObservers ? StatusCode::kOk : StatusCode::kResourceExhausted);
   }
   for (auto& o : obs) d->RemoveObserver(o.get());
 }
@@ -554,7 +554,7 @@ TEST(DirectoryTest, FreeReserveEvictsAheadAndReusesSlotsWhoseRemovalIsDurable) {
 TEST(DirectoryTest, ASnapshotLoadsUnderASmallerCapacityAndKeepsTheMostRecentPacks) {
   DirectoryOptions o = SmallOptions(8, 8);
   auto d = Make(o);
-  for (int i = 0; i < 8; ++i) Store(*d, Seq(8, 1000 * (i + 1)));  // one pack each, slots 0..7
+  for (int i = 0; i < 8; ++i) Store(*d, Seq(8, 1000 * (i + 1)));    // one pack each, slots 0..7
   ASSERT_TRUE(d->Lookup(kNs, Seq(8, 1000), Env("touch"), 1).ok());  // prefix 0: most recent
   d->Cancel("touch");
   const std::vector<uint8_t> snap = d->Serialize();

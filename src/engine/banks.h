@@ -13,8 +13,9 @@
 // shrinks instead of risking a buffer that a device or the kernel may still write.
 //
 // Prefetch budget (read banks): lookup-time prefetch may own at most `prefetch_limit` banks at
-// once, and never the last bank that is not quarantined, so scheduled restores always find one. A prefetching owner that becomes scheduled
-// (its slots were bound) Promote()s its banks, returning their budget.
+// once, and never the last bank that is not quarantined, so scheduled restores always find one. A
+// prefetching owner that becomes scheduled (its slots were bound) Promote()s its banks, returning
+// their budget.
 //
 // Every acquisition bumps the bank's use number; tests use it to prove that no bank was reused
 // before its previous owner released it.

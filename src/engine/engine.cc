@@ -184,9 +184,9 @@ StoreOutcome StoreHandle::Finish(StoreWait wait) {
   }
   StoreOutcome out = core_->stores().Finish(*job_, wait);
   const store::ServiceStore* service = core_->store().service();
-  const bool every_publish = service != nullptr
-                                 ? service->hello().every_publish
-                                 : core_->options().durability.mode == Durability::Mode::kEveryPublish;
+  const bool every_publish =
+      service != nullptr ? service->hello().every_publish
+                         : core_->options().durability.mode == Durability::Mode::kEveryPublish;
   if (wait == StoreWait::kUntilVisible && out.visible && every_publish) {
     // The directory has published; the acknowledgement is the journal's commit of it.
     const Status durable = core_->store().AwaitDurable(job_->reservation_id);

@@ -343,8 +343,8 @@ TEST_F(EngineManyRequestsTest, ConcurrentRestoresAndStoresAreBitExactFairAndIsol
   const auto faulty = RandomTokens(3 * kT + 1, 300);
   const auto held = RandomTokens(4 * kT + 1, 400);  // prefetched, never claimed
   auto& setup = NewFixture();
-  for (const std::vector<int32_t>* p :
-       std::initializer_list<const std::vector<int32_t>*>{&faulty, &shared, &own[0], &own[1], &held}) {
+  for (const std::vector<int32_t>* p : std::initializer_list<const std::vector<int32_t>*>{
+           &faulty, &shared, &own[0], &own[1], &held}) {
     auto r = StoreAll(*engine_, setup, *p, kSeed, p->size());
     ASSERT_TRUE(r.ok() && r->outcome.status.ok());
     // EIO on layer 1 of the faulty prompt's second pack: only its tokens [kT, 2kT) may fail.
@@ -358,7 +358,8 @@ TEST_F(EngineManyRequestsTest, ConcurrentRestoresAndStoresAreBitExactFairAndIsol
   faults_->AddRule(rule);
 
   std::vector<std::vector<int32_t>> fresh;  // stored while everything else runs
-  for (int i = 0; i < kStorers * kRounds; ++i) fresh.push_back(RandomTokens(2 * kT + 5 * i, 500 + i));
+  for (int i = 0; i < kStorers * kRounds; ++i)
+    fresh.push_back(RandomTokens(2 * kT + 5 * i, 500 + i));
 
   // The prefetch holds landed banks (up to the prefetch budget) until the others are done.
   const RequestEnvelope held_env = Envelope("held");
@@ -379,11 +380,12 @@ TEST_F(EngineManyRequestsTest, ConcurrentRestoresAndStoresAreBitExactFairAndIsol
     KvFixture* dst = &NewFixture();
     threads.emplace_back([&, dst, who, i] {
       for (int k = 0; k < kRounds; ++k) {
-        auto r = RestoreAndVerify(*engine_, *dst, Envelope("s" + std::to_string(i * 10 + k)),
-                                  shared, 1, kSeed, 1000 + who * 10 + k,
-                                  static_cast<WaitMode>((i + k) % 3));
-        check(who, r.ok() && r->outcome.status.ok() && r->mismatches == 0 &&
-                       r->lookup.hit_tokens == shared.size() - 1,
+        auto r =
+            RestoreAndVerify(*engine_, *dst, Envelope("s" + std::to_string(i * 10 + k)), shared, 1,
+                             kSeed, 1000 + who * 10 + k, static_cast<WaitMode>((i + k) % 3));
+        check(who,
+              r.ok() && r->outcome.status.ok() && r->mismatches == 0 &&
+                  r->lookup.hit_tokens == shared.size() - 1,
               "shared " + (r.ok() ? r->outcome.status.ToString() : r.status().ToString()));
       }
     });
@@ -392,11 +394,12 @@ TEST_F(EngineManyRequestsTest, ConcurrentRestoresAndStoresAreBitExactFairAndIsol
     KvFixture* dst = &NewFixture();
     threads.emplace_back([&, dst, who, i] {
       for (int k = 0; k < kRounds; ++k) {
-        auto r = RestoreAndVerify(*engine_, *dst, Envelope("o" + std::to_string(i * 10 + k)),
-                                  own[i], 1, kSeed, 2000 + who * 10 + k,
-                                  static_cast<WaitMode>(k % 3));
-        check(who, r.ok() && r->outcome.status.ok() && r->mismatches == 0 &&
-                       r->lookup.hit_tokens == own[i].size() - 1,
+        auto r =
+            RestoreAndVerify(*engine_, *dst, Envelope("o" + std::to_string(i * 10 + k)), own[i], 1,
+                             kSeed, 2000 + who * 10 + k, static_cast<WaitMode>(k % 3));
+        check(who,
+              r.ok() && r->outcome.status.ok() && r->mismatches == 0 &&
+                  r->lookup.hit_tokens == own[i].size() - 1,
               "own " + (r.ok() ? r->outcome.status.ToString() : r.status().ToString()));
       }
     });
@@ -411,10 +414,11 @@ TEST_F(EngineManyRequestsTest, ConcurrentRestoresAndStoresAreBitExactFairAndIsol
                                k % 2 == 0 ? StoreWait::kUntilVisible : StoreWait::kDetach);
         check(who, stored.ok() && stored->outcome.status.ok(), "store");
         if (k % 2 != 0) continue;  // detached: visible later, restored by nobody
-        auto r = RestoreAndVerify(*engine_, *dst, Envelope("n" + std::to_string(i * 10 + k)), p,
-                                  1, kSeed, 4000 + who * 10 + k);
-        check(who, r.ok() && r->outcome.status.ok() && r->mismatches == 0 &&
-                       r->lookup.hit_tokens == p.size() - 1,
+        auto r = RestoreAndVerify(*engine_, *dst, Envelope("n" + std::to_string(i * 10 + k)), p, 1,
+                                  kSeed, 4000 + who * 10 + k);
+        check(who,
+              r.ok() && r->outcome.status.ok() && r->mismatches == 0 &&
+                  r->lookup.hit_tokens == p.size() - 1,
               "stored then restored");
       }
     });
@@ -426,10 +430,11 @@ TEST_F(EngineManyRequestsTest, ConcurrentRestoresAndStoresAreBitExactFairAndIsol
       for (int k = 0; k < kRounds; ++k) {
         auto r = RestoreAndVerify(*engine_, *dst, Envelope("f" + std::to_string(k)), faulty, 1,
                                   kSeed, 5000 + k, static_cast<WaitMode>(k % 3));
-        check(me, r.ok() && r->outcome.status.code() == StatusCode::kIoError &&
-                      r->outcome.failed.size() == 1 &&
-                      r->outcome.failed[0] == TokenInterval{kT, 2 * kT} &&
-                      r->mismatches == 0 && r->poisoned_rows == 0,
+        check(me,
+              r.ok() && r->outcome.status.code() == StatusCode::kIoError &&
+                  r->outcome.failed.size() == 1 &&
+                  r->outcome.failed[0] == TokenInterval{kT, 2 * kT} && r->mismatches == 0 &&
+                  r->poisoned_rows == 0,
               "faulty " + (r.ok() ? r->outcome.status.ToString() : r.status().ToString()));
       }
     });

@@ -191,8 +191,8 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
       options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred : DirectIo::kOff;
   so.directory = DirectoryOptions::ForGeometry(geometry_, static_cast<uint32_t>(so.pack_count));
   if (options_.free_reserve_packs == kFreeReserveAuto) {
-    options_.free_reserve_packs = AutoFreeReservePacks(
-        options_.durability.mode != Durability::Mode::kNone, so.pack_count);
+    options_.free_reserve_packs =
+        AutoFreeReservePacks(options_.durability.mode != Durability::Mode::kNone, so.pack_count);
   }
   so.directory.free_reserve_packs = options_.free_reserve_packs;
   so.directory.index =
@@ -232,8 +232,9 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.remote = options_.remote;
   so.block_opaque = IsBlockOpaque(options_.model.layout);
   if (!options_.remote.url.empty() && options_.checksum != ChecksumPolicy::kAlways) {
-    return InvalidArgument("the cluster tier (remote.url) needs checksum=always: every remote "
-                           "byte is verified against its publisher's digests");
+    return InvalidArgument(
+        "the cluster tier (remote.url) needs checksum=always: every remote "
+        "byte is verified against its publisher's digests");
   }
   so.on_mismatch = options_.on_store_mismatch;
   so.identity_record = persist::RenderIdentityRecord(options_.model, so.ns);
@@ -271,13 +272,13 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   // ceiling, docs/benchmarks.md "read concurrency"); O_DIRECT, posix pieces restored 768 MiB
   // faster than io_uring pieces in four rounds of four on the dev VM (docs/benchmarks.md,
   // 2026-12-04, third session).
-  const bool fill_reads = read_plan.fill_split_bytes != 0 && read_split == read_plan.fill_split_bytes;
+  const bool fill_reads =
+      read_plan.fill_split_bytes != 0 && read_split == read_plan.fill_split_bytes;
   const char* fill_why = store_->file()->direct()
                              ? "fill_reads: a thread per piece in flight, O_DIRECT"
                              : "fill_reads: threads copying from the page cache";
   RANGEKV_ASSIGN_OR_RETURN(read_io_, MakeIo(options_.read_io_threads, options_.read_workers,
-                                            read_split, fill_reads ? fill_why : "",
-                                            &read_desc));
+                                            read_split, fill_reads ? fill_why : "", &read_desc));
   RANGEKV_ASSIGN_OR_RETURN(write_io_, MakeIo(options_.write_workers, options_.store_banks,
                                              write_split, "", &write_desc));
   File* files[1] = {store_->file()};
@@ -361,7 +362,8 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
   if (remote_ != nullptr) {
     // The cluster tier, only for what the node does not hold: the largest hit a lookup may
     // give is the prompt less its last token, rounded down to the granularity.
-    const uint64_t limit = (tokens.size() - 1) / reuse_granularity_tokens * reuse_granularity_tokens;
+    const uint64_t limit =
+        (tokens.size() - 1) / reuse_granularity_tokens * reuse_granularity_tokens;
     if (auto ext = remote_->Lookup(envelope.request_id, tokens, ticket.hit_tokens, limit,
                                    reuse_granularity_tokens)) {
       CompositeTicket ct;
@@ -496,7 +498,7 @@ Result<RestoreHandle> EngineCore::StartRestore(const RestoreRequest& r) {
 }
 
 Result<RestoreHandle> EngineCore::StartCompositeRestore(const RestoreRequest& r,
-                                                       const CompositeTicket& ct) {
+                                                        const CompositeTicket& ct) {
   if (remote_ == nullptr) {
     return Status(StatusCode::kCorruptTicket, "a cluster-tier ticket, but no cluster tier here");
   }
@@ -528,16 +530,15 @@ Result<RestoreHandle> EngineCore::StartCompositeRestore(const RestoreRequest& r,
   std::vector<Span> remote_spans;
   const uint64_t remote_from = std::max(r.begin_token, ct.local_hit);
   if (remote_from < r.endpoint_tokens) {
-    RANGEKV_RETURN_IF_ERROR(remote_->PlanSpans(remote.records, {remote_from, r.endpoint_tokens},
-                                               geometry_.layers,
-                                               options_.checksum == ChecksumPolicy::kAlways,
-                                               &remote_spans));
+    RANGEKV_RETURN_IF_ERROR(
+        remote_->PlanSpans(remote.records, {remote_from, r.endpoint_tokens}, geometry_.layers,
+                           options_.checksum == ChecksumPolicy::kAlways, &remote_spans));
   }
   std::vector<PackRecord> local_records;
   if (r.begin_token < ct.local_hit) local_records = std::move(claim.records);
-  RANGEKV_ASSIGN_OR_RETURN(auto job, restore_->Start(request, wanted, local_records,
-                                                     std::move(hold), /*claimed=*/true,
-                                                     remote_spans));
+  RANGEKV_ASSIGN_OR_RETURN(
+      auto job, restore_->Start(request, wanted, local_records, std::move(hold), /*claimed=*/true,
+                                remote_spans));
   return RestoreHandle(shared_from_this(), std::move(job));
 }
 

@@ -15,8 +15,9 @@
 // test measures durability: under every_publish every store acknowledged durable before the
 // kill must be found again bit for bit (survival fraction printed, 100% required). A third
 // measures the periodic promise: every store that returned visible longer than the period (plus
-// a commit allowance) before the kill is found again bit for bit. Store directories live in /dev/shm when it exists (SIGKILL keeps the page cache, so tmpfs loses nothing a disk
-// would keep, and fsync costs nothing).
+// a commit allowance) before the kill is found again bit for bit. Store directories live in
+// /dev/shm when it exists (SIGKILL keeps the page cache, so tmpfs loses nothing a disk would keep,
+// and fsync costs nothing).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -31,8 +32,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -174,9 +175,9 @@ void MoreDryRuns(const std::string& root, uint64_t seed,
 struct Recovered {
   bool opened = false;
   bool loaded = false;
-  bool replayed = false;       // the journal was replayed
-  uint64_t hits = 0;           // prefixes with a non-empty hit
-  std::vector<uint64_t> hit;   // per prefix: tokens found and restored bit for bit
+  bool replayed = false;      // the journal was replayed
+  uint64_t hits = 0;          // prefixes with a non-empty hit
+  std::vector<uint64_t> hit;  // per prefix: tokens found and restored bit for bit
 };
 
 // Reopens `dir` through the Engine and checks every prefix of the pool: a miss, or a hit whose
@@ -288,8 +289,10 @@ TEST(EngineCrashTest, EveryKillPointRecoversToMissesOrExactBytes) {
   DryRange range{counts["io"], dry.seconds};
   ASSERT_NO_FATAL_FAILURE(MoreDryRuns(
       root.path(), seed,
-      [](const std::string&) { return std::vector<std::string>{"--kill", "none"}; }, 12,
-      &range));
+      [](const std::string&) {
+        return std::vector<std::string>{"--kill", "none"};
+      },
+      12, &range));
   const uint64_t io_slack = std::max<uint64_t>(6, range.fewest_io / 10);
   const uint64_t random_io =
       range.fewest_io > 2 * io_slack ? range.fewest_io - io_slack : range.fewest_io;
@@ -366,8 +369,8 @@ TEST(EngineCrashTest, EveryAcknowledgedPublicationSurvivesEveryKillPoint) {
   auto with = [&](std::vector<std::string> extra, const std::string& acks) {
     return WithAcks(std::move(extra), common, acks);
   };
-  DriverRun dry = RunDriver(root.path() + "/dry", seed,
-                            with({"--kill", "none"}, root.path() + "/dry.acks"));
+  DriverRun dry =
+      RunDriver(root.path() + "/dry", seed, with({"--kill", "none"}, root.path() + "/dry.acks"));
   ASSERT_EQ(dry.exit_code, 0) << dry.err;
   std::map<std::string, uint64_t> counts = ParseCounts(dry.out);
   ASSERT_GT(counts["io"], 0u);
@@ -466,17 +469,20 @@ TEST(EngineCrashTest, FsckAfterAKillPredictsWhatTheNextOpenKeeps) {
   std::map<std::string, uint64_t> counts = ParseCounts(dry.out);
   ASSERT_GT(counts["published"], 4u);
   std::vector<KillPoint> plan;
-  for (uint64_t k : {counts["published"] / 4, counts["published"] / 2,
-                     counts["published"] * 3 / 4, counts["published"]}) {
+  for (uint64_t k : {counts["published"] / 4, counts["published"] / 2, counts["published"] * 3 / 4,
+                     counts["published"]}) {
     plan.push_back({{"--kill", "published", "--at", std::to_string(std::max<uint64_t>(k, 1))},
-                    0, "published#" + std::to_string(k)});
+                    0,
+                    "published#" + std::to_string(k)});
   }
   for (uint64_t k : {counts["publish"] / 3, counts["publish"] * 2 / 3}) {
-    plan.push_back({{"--kill", "publish", "--at", std::to_string(std::max<uint64_t>(k, 1))}, 0,
+    plan.push_back({{"--kill", "publish", "--at", std::to_string(std::max<uint64_t>(k, 1))},
+                    0,
                     "publish#" + std::to_string(k)});
   }
   for (uint64_t k : {counts["io"] / 5, counts["io"] / 2, counts["io"] * 4 / 5}) {
-    plan.push_back({{"--kill", "io", "--at", std::to_string(std::max<uint64_t>(k, 1))}, 0,
+    plan.push_back({{"--kill", "io", "--at", std::to_string(std::max<uint64_t>(k, 1))},
+                    0,
                     "io#" + std::to_string(k)});
   }
   plan.push_back({{"--kill", "step1", "--at", "2"}, 0, "step1#2"});
@@ -560,10 +566,11 @@ TEST(EngineCrashTest, FsckAfterAKillPredictsWhatTheNextOpenKeeps) {
     std::filesystem::remove_all(dir, ec);
     if (::testing::Test::HasFailure()) break;
   }
-  std::printf("fsck prediction test: %zu kill points, %llu journal replays, %llu bytes flipped, "
-              "%llu publications dropped, every prediction matched by the open\n",
-              plan.size(), static_cast<unsigned long long>(replays),
-              static_cast<unsigned long long>(flipped), static_cast<unsigned long long>(drops));
+  std::printf(
+      "fsck prediction test: %zu kill points, %llu journal replays, %llu bytes flipped, "
+      "%llu publications dropped, every prediction matched by the open\n",
+      plan.size(), static_cast<unsigned long long>(replays),
+      static_cast<unsigned long long>(flipped), static_cast<unsigned long long>(drops));
   EXPECT_GT(replays, 0u);
   EXPECT_GT(drops, 0u);
 }
@@ -588,19 +595,16 @@ TEST(EngineCrashTest, PublicationsOlderThanThePeriodSurviveEveryKillPoint) {
   const CrashWorkload w = CrashWorkload::Make(seed, kSessions, kOps);
   const std::string parent = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "";
   testing::TempDir root(parent);
-  const std::vector<std::string> common = {"--durability",
-                                           "periodic:" + std::to_string(kPeriodMs),
-                                           "--checkpoint-ms",
-                                           "100",
-                                           "--pace-us",
-                                           "15000",
-                                           "--packs",
-                                           std::to_string(kAllPacks)};
+  const std::vector<std::string> common = {
+      "--durability",    "periodic:" + std::to_string(kPeriodMs),
+      "--checkpoint-ms", "100",
+      "--pace-us",       "15000",
+      "--packs",         std::to_string(kAllPacks)};
   auto with = [&](std::vector<std::string> extra, const std::string& acks) {
     return WithAcks(std::move(extra), common, acks);
   };
-  DriverRun dry = RunDriver(root.path() + "/dry", seed,
-                            with({"--kill", "none"}, root.path() + "/dry.acks"));
+  DriverRun dry =
+      RunDriver(root.path() + "/dry", seed, with({"--kill", "none"}, root.path() + "/dry.acks"));
   ASSERT_EQ(dry.exit_code, 0) << dry.err;
   std::map<std::string, uint64_t> counts = ParseCounts(dry.out);
   ASSERT_GT(counts["io"], 0u);
@@ -613,8 +617,10 @@ TEST(EngineCrashTest, PublicationsOlderThanThePeriodSurviveEveryKillPoint) {
   DryRange range{counts["io"], dry.seconds};
   ASSERT_NO_FATAL_FAILURE(MoreDryRuns(
       root.path(), seed,
-      [&](const std::string& dir) { return with({"--kill", "none"}, dir + ".acks"); }, 0,
-      &range));
+      [&](const std::string& dir) {
+        return with({"--kill", "none"}, dir + ".acks");
+      },
+      0, &range));
   const uint64_t random_io = std::max<uint64_t>(range.fewest_io - range.fewest_io / 10, 1);
 
   // Half the points from outside at random instants, a fifth right after a store became
@@ -625,8 +631,8 @@ TEST(EngineCrashTest, PublicationsOlderThanThePeriodSurviveEveryKillPoint) {
   const uint64_t published = std::min<uint64_t>(points_wanted / 5, counts["published"]);
   for (uint64_t i = 0; i < published; ++i) {
     const uint64_t k = 1 + i * counts["published"] / published;
-    plan.push_back({{"--kill", "published", "--at", std::to_string(k)}, 0,
-                    "published#" + std::to_string(k)});
+    plan.push_back(
+        {{"--kill", "published", "--at", std::to_string(k)}, 0, "published#" + std::to_string(k)});
   }
   while (plan.size() < points_wanted / 2) {
     const uint64_t k = std::uniform_int_distribution<uint64_t>(1, random_io)(rng);

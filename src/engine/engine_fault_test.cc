@@ -374,7 +374,8 @@ TEST_F(EngineFaultTest, UnprovenScatterFenceQuarantinesTheBank) {
 // every undelivered token reported failed, not wait for a bank that will never be free; a later
 // restore with no usable bank fails at once.
 TEST_F(EngineFaultTest, RestoreWhoseBanksAllGetQuarantinedFinishesWithItsTokensFailed) {
-  for (WaitMode mode : {WaitMode::kFinishOnly, WaitMode::kEveryLayer, WaitMode::kStreamEveryLayer}) {
+  for (WaitMode mode :
+       {WaitMode::kFinishOnly, WaitMode::kEveryLayer, WaitMode::kStreamEveryLayer}) {
     SCOPED_TRACE(static_cast<int>(mode));
     engine_.reset();
     engine_internal::EngineInternalConfig config;
@@ -448,7 +449,8 @@ TEST_F(EngineFaultTest, StoreWhoseBanksAllGetQuarantinedFailsInsteadOfWaiting) {
   for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
     EXPECT_NE(s.state, SlotState::kReserved);
   }
-  EXPECT_TRUE(engine_internal::EngineDirectory(*engine_).ListPacks(engine_->namespace_id()).empty());
+  EXPECT_TRUE(
+      engine_internal::EngineDirectory(*engine_).ListPacks(engine_->namespace_id()).empty());
 }
 
 // Flips one byte of the pack file at `offset` (as bit rot or a foreign writer would).
@@ -1028,9 +1030,10 @@ TEST(EnginePowerLossTest, AcknowledgedDurablePublicationSurvivesEveryPowerLoss) 
       if (mask + 1 >= (uint64_t{1} << pending)) break;
     }
   }
-  std::printf("power-loss durability (every_publish): %d cases, survival %d / %d "
-              "acknowledged-durable publications restored bit for bit\n",
-              cases, survived, acknowledged);
+  std::printf(
+      "power-loss durability (every_publish): %d cases, survival %d / %d "
+      "acknowledged-durable publications restored bit for bit\n",
+      cases, survived, acknowledged);
   EXPECT_GT(acknowledged, 0);
   EXPECT_EQ(survived, acknowledged);
 }
@@ -1086,8 +1089,8 @@ TEST(EnginePowerLossTest, PublicationOlderThanThePeriodSurvivesEveryPowerLoss) {
       ASSERT_TRUE(e.ok()) << e.status().ToString();
       auto kv = KvFixture::Make(**e, KvCacheLayout::kFlashAttnNhd, 64);
       ASSERT_TRUE(kv.ok());
-      EXPECT_TRUE((*e)->recovery().loaded) << (*e)->recovery().reason << ": "
-                                           << (*e)->recovery().detail;
+      EXPECT_TRUE((*e)->recovery().loaded)
+          << (*e)->recovery().reason << ": " << (*e)->recovery().detail;
       auto ra = RestoreAndVerify(**e, **kv, Envelope("a"), a, 1, 52, 5);
       ASSERT_TRUE(ra.ok());
       EXPECT_EQ(ra->lookup.hit_tokens, a.size() - 1);
@@ -1105,9 +1108,10 @@ TEST(EnginePowerLossTest, PublicationOlderThanThePeriodSurvivesEveryPowerLoss) {
     }
     if (mask + 1 >= (uint64_t{1} << pending)) break;
   }
-  std::printf("power-loss durability (periodic:20): %d cases, survival %d / %d publications made "
-              "durable by the periodic commit (the slowest took %.1f ms)\n",
-              cases, survived, cases, slowest_ms);
+  std::printf(
+      "power-loss durability (periodic:20): %d cases, survival %d / %d publications made "
+      "durable by the periodic commit (the slowest took %.1f ms)\n",
+      cases, survived, cases, slowest_ms);
   EXPECT_EQ(survived, cases);
 }
 

@@ -46,8 +46,8 @@ testing::RemoteServers* Servers() {
   return s;
 }
 
-#define REQUIRE_SERVERS()                                      \
-  testing::RemoteServers* servers = Servers();                 \
+#define REQUIRE_SERVERS()                      \
+  testing::RemoteServers* servers = Servers(); \
   if (servers == nullptr) GTEST_SKIP() << "cluster tier servers are not available"
 
 std::string TestPrefix() {
@@ -65,9 +65,7 @@ EngineOptions NodeOptions(testing::RemoteServers* s, const std::string& dir,
   return o;
 }
 
-remote::Publisher* PublisherOf(Engine& e) {
-  return EngineAccess::Core(e).store().publisher();
-}
+remote::Publisher* PublisherOf(Engine& e) { return EngineAccess::Core(e).store().publisher(); }
 
 // Node A stores `tokens` and waits until its packs are published.
 void StoreAndPublish(Engine& a, std::span<const int32_t> tokens, uint64_t seed) {
@@ -177,8 +175,8 @@ TEST(EngineRemote, TamperedObjectIsNeverDeliveredAndQuarantined) {
   ASSERT_TRUE(a.ok());
   StoreAndPublish(**a, tokens, 31);
   // Flip one byte of the second pack's object in the bucket.
-  auto clients = remote::ConnectRemote(NodeOptions(servers, "").remote, "default",
-                                       (*a)->namespace_id());
+  auto clients =
+      remote::ConnectRemote(NodeOptions(servers, "").remote, "default", (*a)->namespace_id());
   ASSERT_TRUE(clients.ok());
   const auto& c = **clients;
   std::string next;
@@ -190,10 +188,12 @@ TEST(EngineRemote, TamperedObjectIsNeverDeliveredAndQuarantined) {
     if (!o.key.ends_with(".manifest") && o.key.find("-1-") != std::string::npos) victim = o.key;
   }
   ASSERT_FALSE(victim.empty());
-  auto bytes = c.s3->GetObject(c.scope.bucket, victim, 64 << 20, remote::DeadlineIn(milliseconds(5000)));
+  auto bytes =
+      c.s3->GetObject(c.scope.bucket, victim, 64 << 20, remote::DeadlineIn(milliseconds(5000)));
   ASSERT_TRUE(bytes.ok());
   (*bytes)[100] ^= 0x10;  // layer 0, token 0 of pack 1 (path tokens 128..255)
-  ASSERT_TRUE(c.s3->PutObject(c.scope.bucket, victim, *bytes, remote::DeadlineIn(milliseconds(5000))).ok());
+  ASSERT_TRUE(
+      c.s3->PutObject(c.scope.bucket, victim, *bytes, remote::DeadlineIn(milliseconds(5000))).ok());
 
   auto b = Engine::Open(NodeOptions(servers, dir.Join("b")));
   ASSERT_TRUE(b.ok());
@@ -226,15 +226,15 @@ TEST(EngineRemote, LeaseHeldRefusesGcAndCapacityRetiresLeastRecentlyUsed) {
   auto a = Engine::Open(NodeOptions(servers, dir.Join("a")));
   ASSERT_TRUE(a.ok());
   StoreAndPublish(**a, RandomTokens(300, 4), 41);  // 3 runs
-  auto clients = remote::ConnectRemote(NodeOptions(servers, "").remote, "default",
-                                       (*a)->namespace_id());
+  auto clients =
+      remote::ConnectRemote(NodeOptions(servers, "").remote, "default", (*a)->namespace_id());
   ASSERT_TRUE(clients.ok());
   const remote::ClusterDirectory& d = *(*clients)->directory;
   const auto dl = [] { return std::chrono::steady_clock::now() + milliseconds(5000); };
   std::string next;
-  auto listed = (*clients)->s3->ListObjects((*clients)->scope.bucket,
-                                            (*clients)->scope.PacksPrefix(), "", &next,
-                                            remote::DeadlineIn(milliseconds(5000)));
+  auto listed =
+      (*clients)->s3->ListObjects((*clients)->scope.bucket, (*clients)->scope.PacksPrefix(), "",
+                                  &next, remote::DeadlineIn(milliseconds(5000)));
   ASSERT_TRUE(listed.ok());
   std::vector<std::string> ids;
   for (const auto& o : *listed) {
@@ -268,10 +268,13 @@ TEST(EngineRemote, RedisFlushedIsRebuiltFromTheManifests) {
   auto a = Engine::Open(NodeOptions(servers, dir.Join("a")));
   ASSERT_TRUE(a.ok());
   StoreAndPublish(**a, tokens, 51);
-  auto clients = remote::ConnectRemote(NodeOptions(servers, "").remote, "default",
-                                       (*a)->namespace_id());
+  auto clients =
+      remote::ConnectRemote(NodeOptions(servers, "").remote, "default", (*a)->namespace_id());
   ASSERT_TRUE(clients.ok());
-  ASSERT_TRUE((*clients)->redis->RunOne({"FLUSHDB"}, std::chrono::steady_clock::now() + milliseconds(5000)).ok());
+  ASSERT_TRUE(
+      (*clients)
+          ->redis->RunOne({"FLUSHDB"}, std::chrono::steady_clock::now() + milliseconds(5000))
+          .ok());
   auto b = Engine::Open(NodeOptions(servers, dir.Join("b")));
   ASSERT_TRUE(b.ok());
   auto miss = (*b)->Lookup(Envelope("b0"), tokens, 16);
@@ -435,8 +438,8 @@ TEST(EngineRemote, RandomStoresEvictionsAndRestoresAcrossTwoNodesNeverDeliverAWr
         ASSERT_TRUE(PublisherOf(e)->Flush(milliseconds(60000)));
       }
     } else {
-      auto r = RestoreAndVerify(e, **fixture, Envelope("r" + std::to_string(step)), p, 16, kSeed,
-                                step);
+      auto r =
+          RestoreAndVerify(e, **fixture, Envelope("r" + std::to_string(step)), p, 16, kSeed, step);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       EXPECT_EQ(r->mismatches, 0u) << "step " << step;
       restored += r->outcome.delivered_tokens;
@@ -492,7 +495,8 @@ TEST(EngineRemote, ZzS3KilledMidRestoreFailsClosedWithinTheBound) {
   const auto t0 = std::chrono::steady_clock::now();
   auto l2 = (*b)->Lookup(Envelope("b2"), tokens, 16);
   ASSERT_TRUE(l2.ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(ob.remote.lookup_timeout_ms + 1000));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0,
+            std::chrono::milliseconds(ob.remote.lookup_timeout_ms + 1000));
   (*b)->ReleaseRequest(Envelope("b2"));
 }
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "engine/engine_test_util.h"
-#include "testing/engine_testing.h"
 #include "persist/store_access.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
+#include "testing/engine_testing.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {

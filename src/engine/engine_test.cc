@@ -309,8 +309,7 @@ TEST_F(EngineTest, APrefetchReadsOnlyPastTheCallersLocalTokensAndTheClaimAdoptsI
   ASSERT_TRUE(lookup.ok() && lookup->prefetch_started);
   // The claim must find prefetched stripes to adopt: on a loaded machine the read workers may
   // not have run yet (CI once claimed first and read every stripe after the binding).
-  ASSERT_TRUE(
-      Eventually([&] { return (engine_->GetStats() - before).prefetched_stripes > 0; }));
+  ASSERT_TRUE(Eventually([&] { return (engine_->GetStats() - before).prefetched_stripes > 0; }));
   RestoreRequest req;
   req.ticket = lookup->ticket;
   req.envelope = env;

@@ -558,8 +558,7 @@ Result<PathInfo> PayloadFreeEnv::Stat(const std::string& path) {
 namespace {
 class MemoryLock final : public FileLock {
  public:
-  MemoryLock(Mutex* mu, std::shared_ptr<std::map<std::string, std::string>> locks,
-             std::string path)
+  MemoryLock(Mutex* mu, std::shared_ptr<std::map<std::string, std::string>> locks, std::string path)
       : mu_(mu), locks_(std::move(locks)), path_(std::move(path)) {}
   ~MemoryLock() override {
     MutexLock l(*mu_);

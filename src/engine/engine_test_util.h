@@ -112,7 +112,7 @@ Result<StoreResult> StoreAll(Engine& engine, KvFixture& fixture, std::span<const
 struct RestoreResult {
   LookupResult lookup;
   RestoreOutcome outcome;
-  uint64_t mismatches = 0;     // delivered rows that differ from the stored bytes
+  uint64_t mismatches = 0;  // delivered rows that differ from the stored bytes
   // Rows of failed tokens that hold neither their poison nor their own correct bytes: 0, except
   // where a digest failed on HostDevice, whose one-pass verify may leave the bytes read there.
   uint64_t poisoned_rows = 0;

@@ -132,8 +132,8 @@ class JobSlots {
 
   // `what` names the pipeline's jobs in messages ("restore", "store"); `limit_name` the option
   // that bounds the slots. Observer may be null.
-  JobSlots(const EngineContext& context, uint32_t banks, uint32_t prefetch_banks,
-           const char* what, const char* limit_name,
+  JobSlots(const EngineContext& context, uint32_t banks, uint32_t prefetch_banks, const char* what,
+           const char* limit_name,
            const std::function<void(BankEvent, uint32_t, uint64_t)>* observer)
       : context_(context),
         what_(what),
@@ -259,7 +259,7 @@ class JobSlots {
   std::vector<Slot*> free_;
   std::vector<Job*> owner_;                   // per slot: the job holding it
   std::vector<std::shared_ptr<Job>> active_;  // in start order
-  size_t cursor_ = 0;  // index into active_ of the job ServiceOrder(0) names
+  size_t cursor_ = 0;                         // index into active_ of the job ServiceOrder(0) names
   uint64_t next_job_id_ = 1;
   bool closing_ = false;
 };

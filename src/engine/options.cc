@@ -244,9 +244,8 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g,
   RANGEKV_RETURN_IF_ERROR(
       CheckCount("max_request_tokens", o.max_request_tokens, 1, kMaxRequestTokens));
   if (o.max_removed_ranges > RemovalLog::kMaxCapacity) {
-    return Bad("max_removed_ranges", "must be at most " +
-                                         std::to_string(RemovalLog::kMaxCapacity) + ", got " +
-                                         std::to_string(o.max_removed_ranges));
+    return Bad("max_removed_ranges", "must be at most " + std::to_string(RemovalLog::kMaxCapacity) +
+                                         ", got " + std::to_string(o.max_removed_ranges));
   }
   if (o.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
   if (o.durability.mode == Durability::Mode::kPeriodic) {

@@ -60,8 +60,7 @@ Status MakeLayerViews(const Geometry& g, KvCacheLayout layout, const PagedKv& kv
                                     .block = kv.strides->block,
                                     .token = kv.strides->token,
                                     .head = kv.strides->head};
-    RANGEKV_RETURN_IF_ERROR(
-        kernels::CheckStridedLayersDisjoint(shape, *strides, kv.layer_base));
+    RANGEKV_RETURN_IF_ERROR(kernels::CheckStridedLayersDisjoint(shape, *strides, kv.layer_base));
   }
   for (uint32_t l = 0; l < g.layers; ++l) {
     auto v = strides.has_value()

@@ -49,14 +49,13 @@ std::optional<Result<CompositeTicket>> DecodeCompositeTicket(std::string_view by
       coding::LoadU32(reinterpret_cast<const uint8_t*>(bytes.data())) != kCompositeMagic) {
     return std::nullopt;
   }
-  coding::ByteReader r(
-      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  coding::ByteReader r(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   uint32_t magic = 0, version = 0, len = 0;
   CompositeTicket t;
   std::span<const uint8_t> local;
-  if (!r.U32(&magic) || !r.U32(&version) || version != kCompositeVersion ||
-      !r.U64(&t.local_hit) || !r.U64(&t.remote_id) ||
-      !r.U64(&t.remote_hit) || !r.U32(&len) || !r.View(len, &local) || r.remaining() != 0) {
+  if (!r.U32(&magic) || !r.U32(&version) || version != kCompositeVersion || !r.U64(&t.local_hit) ||
+      !r.U64(&t.remote_id) || !r.U64(&t.remote_hit) || !r.U32(&len) || !r.View(len, &local) ||
+      r.remaining() != 0) {
     return Result<CompositeTicket>(
         Status(StatusCode::kCorruptTicket, "undecodable cluster-tier ticket"));
   }
@@ -177,8 +176,7 @@ std::optional<RemoteTier::Extension> RemoteTier::Lookup(const std::string& reque
     }
   }
   const remote::RemoteClients& c = *clients_;
-  const auto deadline =
-      SteadyClock::now() + std::chrono::milliseconds(c.options.lookup_timeout_ms);
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(c.options.lookup_timeout_ms);
   {
     MutexLock l(stats_mu_);
     ++stats_.lookups;
@@ -254,15 +252,19 @@ std::optional<RemoteTier::Extension> RemoteTier::Lookup(const std::string& reque
                       m->stripe_pitch == e.stripe_pitch && m->object_bytes == e.object_bytes &&
                       m->stripe_pitch <= bank_bytes_;
     if (!fits) {
-      Log(LogLevel::kWarning, "cluster tier: manifest of " + e.object_id + " does not fit this "
-                              "engine (" + (m.ok() ? "namespace, geometry or digests differ"
-                                                   : m.status().ToString()) + "); not used");
+      Log(LogLevel::kWarning,
+          "cluster tier: manifest of " + e.object_id +
+              " does not fit this "
+              "engine (" +
+              (m.ok() ? "namespace, geometry or digests differ" : m.status().ToString()) +
+              "); not used");
       usable = std::min(usable, i);
       continue;
     }
     packs[i] = Insert(e.object_id, std::move(m).value());
   }
-  if (usable < runs.size()) hit = std::min(hit, runs[usable].entry.path_begin / granularity * granularity);
+  if (usable < runs.size())
+    hit = std::min(hit, runs[usable].entry.path_begin / granularity * granularity);
   // Leases of runs not used go back at once.
   std::vector<std::string> kept, unused;
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -337,9 +339,9 @@ Result<RemoteTier::Claimed> RemoteTier::Claim(const std::string& request_id, uin
   Ticket& t = it->second;
   if (t.claimed) return FailedPrecondition("cluster-tier ticket already claimed");
   if (endpoint > t.hit) {
-    return Status(StatusCode::kEndpointBeyondTicket,
-                  "restore to " + std::to_string(endpoint) + " beyond the hit " +
-                      std::to_string(t.hit));
+    return Status(
+        StatusCode::kEndpointBeyondTicket,
+        "restore to " + std::to_string(endpoint) + " beyond the hit " + std::to_string(t.hit));
   }
   if (tokens.size() < t.hit || TokensDigest(tokens.first(t.hit)) != t.tokens_digest) {
     return Status(StatusCode::kTokenMismatch, "tokens differ from the cluster-tier lookup's");
@@ -431,7 +433,8 @@ Status RemoteTier::PlanSpans(std::span<const RemoteRecord> records, TokenInterva
 Status RemoteTier::Read(const Span& span, uint8_t* buf, uint64_t* gets) {
   *gets = 0;
   auto pack = Find(span.pack_slot);
-  if (pack == nullptr) return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
+  if (pack == nullptr)
+    return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
   if (pack->bad.load(std::memory_order_acquire)) {
     return Corruption("cluster-tier object " + pack->object_id + " failed its digests");
   }
@@ -463,7 +466,8 @@ Status RemoteTier::Read(const Span& span, uint8_t* buf, uint64_t* gets) {
 
 Result<store::DigestBlocks> RemoteTier::PlanVerify(const Span& span) {
   auto pack = Find(span.pack_slot);
-  if (pack == nullptr) return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
+  if (pack == nullptr)
+    return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
   const remote::PackManifest& m = pack->manifest;
   if (span.generation != m.generation) return Status(StatusCode::kStaleGeneration, "remote pack");
   if (pack->bad.load(std::memory_order_acquire)) {
@@ -477,13 +481,15 @@ Result<store::DigestBlocks> RemoteTier::PlanVerify(const Span& span) {
 
 Status RemoteTier::Expected(const Span& span, uint64_t first_block, std::span<uint64_t> out) {
   auto pack = Find(span.pack_slot);
-  if (pack == nullptr) return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
+  if (pack == nullptr)
+    return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
   const remote::PackManifest& m = pack->manifest;
   const uint64_t bpl = m.blocks_per_layer();
   if (span.layer >= m.geometry.layers || first_block + out.size() > bpl) {
     return OutOfRange("remote digest blocks beyond the manifest");
   }
-  std::copy_n(m.digests.begin() + uint64_t{span.layer} * bpl + first_block, out.size(), out.begin());
+  std::copy_n(m.digests.begin() + uint64_t{span.layer} * bpl + first_block, out.size(),
+              out.begin());
   return OkStatus();
 }
 
@@ -491,7 +497,8 @@ Status RemoteTier::Verify(const Span& span, uint64_t first_block,
                           std::span<const uint64_t> computed, bool* mismatch) {
   *mismatch = false;
   auto pack = Find(span.pack_slot);
-  if (pack == nullptr) return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
+  if (pack == nullptr)
+    return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
   if (pack->bad.load(std::memory_order_acquire)) {
     return Corruption("cluster-tier object " + pack->object_id + " failed its digests");
   }

@@ -32,16 +32,16 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
-#include <thread>
-#include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/thread_annotations.h"
@@ -72,7 +72,7 @@ std::string EncodeCompositeTicket(const CompositeTicket& t);
 std::optional<Result<CompositeTicket>> DecodeCompositeTicket(std::string_view bytes);
 
 struct RemoteRecord {
-  uint32_t handle = 0;           // the run's pack (RemoteTier's table)
+  uint32_t handle = 0;  // the run's pack (RemoteTier's table)
   uint64_t path_token_begin = 0;
   uint64_t pack_token_offset = 0;
   uint64_t tokens = 0;
@@ -164,8 +164,8 @@ class RemoteTier {
   uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
   std::map<uint32_t, std::weak_ptr<Pack>> handles_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Pack>> cache_ GUARDED_BY(mu_);  // object id -> pack
-  std::list<std::string> lru_ GUARDED_BY(mu_);                           // oldest first
-  std::map<std::string, Ticket> tickets_ GUARDED_BY(mu_);                // by request id
+  std::list<std::string> lru_ GUARDED_BY(mu_);                          // oldest first
+  std::map<std::string, Ticket> tickets_ GUARDED_BY(mu_);               // by request id
 
   mutable Mutex stats_mu_;
   RemoteTierStats stats_ GUARDED_BY(stats_mu_);

@@ -116,12 +116,9 @@ Status RestorePipeline::Init() {
 
 // ---- jobs ---------------------------------------------------------------------------------
 
-Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_id,
-                                                           TokenInterval tokens,
-                                                           std::span<const PackRecord> records,
-                                                           std::shared_ptr<TicketHold> hold,
-                                                           bool claimed,
-                                                           std::span<const Span> remote_spans) {
+Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(
+    std::string request_id, TokenInterval tokens, std::span<const PackRecord> records,
+    std::shared_ptr<TicketHold> hold, bool claimed, std::span<const Span> remote_spans) {
   RestoreSlot* slot = nullptr;
   uint64_t id = 0;
   {
@@ -147,7 +144,8 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(std::string request_i
   uint64_t local_end = tokens.end;
   if (!remote_spans.empty()) {
     local_end = tokens.begin;
-    for (const PackRecord& r : records) local_end = std::max(local_end, std::min(r.path_token_end(), tokens.end));
+    for (const PackRecord& r : records)
+      local_end = std::max(local_end, std::min(r.path_token_end(), tokens.end));
   }
   Status planned = OkStatus();
   slot->plan.clear();
@@ -255,8 +253,8 @@ Status RefuseUnbound(const RestoreJobState& st, const char* what) {
 Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer,
                                   std::optional<std::chrono::milliseconds> timeout) {
   if (layer >= layers_) return InvalidArgument("layer " + std::to_string(layer) + " >= L");
-  const auto deadline = std::chrono::steady_clock::now() +
-                        timeout.value_or(std::chrono::milliseconds(0));
+  const auto deadline =
+      std::chrono::steady_clock::now() + timeout.value_or(std::chrono::milliseconds(0));
   // Waits for `pred` until the deadline (for ever without one); false when it ran out.
   auto wait = [&](MutexLock& l, auto pred) {
     if (!timeout) {
@@ -267,9 +265,9 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer,
     return job_cv_.WaitFor(l, std::max(left, decltype(left)::zero()), pred);
   };
   auto expired = [&] {
-    return Status(StatusCode::kDeadlineExceeded,
-                  "layer " + std::to_string(layer) + " not ready within " +
-                      std::to_string(timeout->count()) + " ms");
+    return Status(StatusCode::kDeadlineExceeded, "layer " + std::to_string(layer) +
+                                                     " not ready within " +
+                                                     std::to_string(timeout->count()) + " ms");
   };
   Event* event = nullptr;
   {
@@ -279,9 +277,8 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer,
     // With a deadline the wait may span a bind by another thread; without one it must not
     // start unbound.
     if (!timeout) RANGEKV_RETURN_IF_ERROR(RefuseUnbound(st, "WaitLayer"));
-    const bool ready = wait(l, [&]() REQUIRES(mu_) {
-      return st.progress.published(layer) || st.handle_done;
-    });
+    const bool ready =
+        wait(l, [&]() REQUIRES(mu_) { return st.progress.published(layer) || st.handle_done; });
     if (!ready) return expired();
     if (st.handle_done) return FailedPrecondition("restore finished while waiting");
     event = job.slot->layer_events[layer].get();
@@ -294,9 +291,8 @@ Status RestorePipeline::WaitLayer(RestoreJob& job, uint32_t layer,
   if (verify_) {
     // The event says the layer's scatters ran, not that their verdicts were confirmed: a stripe
     // whose digest failed was gated off and fails in the reaper, so wait for it.
-    const bool proven = wait(l, [&]() REQUIRES(mu_) {
-      return st.progress.LayerProven(layer) || st.handle_done;
-    });
+    const bool proven =
+        wait(l, [&]() REQUIRES(mu_) { return st.progress.LayerProven(layer) || st.handle_done; });
     if (!proven) return expired();
   }
   return st.layer_status[layer];
@@ -328,8 +324,7 @@ Status RestorePipeline::StreamWaitLayer(RestoreJob& job, uint32_t layer, Stream&
     RANGEKV_RETURN_IF_ERROR(RefuseUnbound(st, "StreamWaitLayer"));
     // An event can be waited on only once recorded: block until the layer's last scatter was
     // launched (not until it ran).
-    job_cv_.Wait(l,
-                 [&]() REQUIRES(mu_) { return st.progress.published(layer) || st.handle_done; });
+    job_cv_.Wait(l, [&]() REQUIRES(mu_) { return st.progress.published(layer) || st.handle_done; });
     if (st.handle_done) return FailedPrecondition("restore finished while waiting");
     event = job.slot->layer_events[layer].get();
     RANGEKV_RETURN_IF_ERROR(stream.WaitEvent(*event));
@@ -508,8 +503,7 @@ bool RestorePipeline::PickRead(ReadPick* pick) {
     const auto stripe = st.progress.NextToRead();
     if (!stripe) continue;
     const BankPurpose purpose = st.bound ? BankPurpose::kScheduled : BankPurpose::kPrefetch;
-    const auto bank =
-        jobs_.AcquireBank(purpose, &job->counters, &Counters::read_bank_acquisitions);
+    const auto bank = jobs_.AcquireBank(purpose, &job->counters, &Counters::read_bank_acquisitions);
     if (!bank) {
       if (!jobs_.AnyBankFree()) return false;
       continue;  // prefetch budget spent; a bound job may still take a bank
@@ -816,8 +810,7 @@ void RestorePipeline::LaunchScatter(const std::shared_ptr<RestoreJob>& job_ptr, 
     kernels::ScatterArgs args;
     args.dst = slot.views[layer];
     args.stripe = b.device.bytes() + span.payload_offset_bytes;
-    args.slots = slot.mapping.slots() +
-                 (span.path_token_begin - job.tokens.begin);
+    args.slots = slot.mapping.slots() + (span.path_token_begin - job.tokens.begin);
     args.num_tokens = static_cast<uint32_t>(span.tokens());
     if (verified_scatter) {
       e = EnqueueVerifiedScatters(job, stream, span, b, args);

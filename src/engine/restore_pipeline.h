@@ -52,8 +52,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -118,8 +118,8 @@ struct RestoreSlot {
   uint32_t index = 0;
   std::vector<std::unique_ptr<Event>> layer_events;
   std::vector<std::unique_ptr<DeviceFlag>> layer_flags;  // empty without stream memory ops
-  uint32_t flag_value = 0;           // bumped per job; layer l is ready once its flag reaches it
-  SlotMapping mapping;  // int64 slot per token
+  uint32_t flag_value = 0;  // bumped per job; layer l is ready once its flag reaches it
+  SlotMapping mapping;      // int64 slot per token
   std::vector<Span> plan;
   std::vector<kernels::PagedKvView> views;
   // Last, so it is destroyed first: destroying a stream waits for its work, which records the
@@ -179,8 +179,7 @@ class RestorePipeline {
   Result<std::shared_ptr<RestoreJob>> Start(std::string request_id, TokenInterval tokens,
                                             std::span<const PackRecord> records,
                                             std::shared_ptr<TicketHold> hold, bool claimed,
-                                            std::span<const Span> remote_spans = {})
-      EXCLUDES(mu_);
+                                            std::span<const Span> remote_spans = {}) EXCLUDES(mu_);
   // A prefetching job was claimed for exactly its tokens: it now belongs to a restore.
   void Adopt(RestoreJob& job) EXCLUDES(mu_);
 

@@ -147,7 +147,7 @@ class StorePipeline {
 
  private:
   struct Bank : BankMemory {
-    DeviceBuffer digests;      // one u64 per digest block of the batch (with an integrity hook)
+    DeviceBuffer digests;  // one u64 per digest block of the batch (with an integrity hook)
     PinnedHostBuffer digests_host;
     uint64_t digest_capacity = 0;
     std::unique_ptr<IoBatch> batch;

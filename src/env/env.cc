@@ -125,8 +125,8 @@ struct flock WholeFile(short type) {
 
 }  // namespace
 
-Result<std::unique_ptr<FileLock>> Env::LockFile(const std::string& path,
-                                                const std::string& holder, uint32_t permissions) {
+Result<std::unique_ptr<FileLock>> Env::LockFile(const std::string& path, const std::string& holder,
+                                                uint32_t permissions) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
                         static_cast<mode_t>(permissions & 0777));
   if (fd < 0) return ErrnoStatus(errno, "lock " + path);

@@ -166,7 +166,8 @@ uint64_t ProbeDirectAlignment(int fd) {
 std::unique_ptr<File> AdoptFileDescriptor(int fd, std::string path) {
   const int flags = ::fcntl(fd, F_GETFL);
   const bool direct = flags >= 0 && (flags & O_DIRECT) != 0;
-  return std::unique_ptr<File>(new PosixFile(fd, std::move(path), direct, ProbeDirectAlignment(fd)));
+  return std::unique_ptr<File>(
+      new PosixFile(fd, std::move(path), direct, ProbeDirectAlignment(fd)));
 }
 
 Result<std::unique_ptr<File>> PosixEnv::OpenFile(const std::string& path,

@@ -243,7 +243,8 @@ Status CheckStridedLayersDisjoint(const PagedShape& s, const PagedStrides& st,
     RANGEKV_ASSIGN_OR_RETURN(const PagedKvView v, MakeStridedPagedKvView(s, st, b));
     ranges.push_back(ViewRange(v));
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.lo < b.lo; });
   bool apart = true;
   for (size_t i = 1; i < ranges.size(); ++i) apart = apart && ranges[i - 1].hi <= ranges[i].lo;
   if (apart) return OkStatus();
@@ -263,8 +264,7 @@ Status CheckStridedLayersDisjoint(const PagedShape& s, const PagedStrides& st,
     for (uint32_t p = 0; p < 2; ++p) {
       for (uint32_t t = 0; t < s.block_size; ++t) {
         for (uint32_t h = 0; h < s.num_heads; ++h) {
-          const i128 lo = base + i128{p} * st.plane + i128{t} * st.token +
-                          i128{h} * st.head;
+          const i128 lo = base + i128{p} * st.plane + i128{t} * st.token + i128{h} * st.head;
           if (s.num_blocks > 1 && lo + head_bytes > st.block) {
             return InvalidArgument(
                 "paged KV layers overlap in memory and layer " + std::to_string(l) +
@@ -277,7 +277,8 @@ Status CheckStridedLayersDisjoint(const PagedShape& s, const PagedStrides& st,
       }
     }
   }
-  std::sort(all.begin(), all.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+  std::sort(all.begin(), all.end(),
+            [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
   for (size_t i = 1; i < all.size(); ++i) {
     if (all[i].lo < all[i - 1].lo + head_bytes) {
       return InvalidArgument("paged KV layers " + std::to_string(all[i - 1].layer) + " and " +

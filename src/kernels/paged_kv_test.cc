@@ -345,13 +345,11 @@ TEST(PackedLayoutTest, KAndVShareTheLastDimension) {
 // Explicit strides (vLLM's cross-layer KV cache): accepted where the layers interleave inside each
 // block without sharing a byte, refused where two layers would write one byte.
 TEST(StridedViewTest, CrossLayerViewsAreDisjointAndAliasesAreRefused) {
-  const PagedShape shape{.num_blocks = 4, .block_size = 16, .num_heads = 2, .head_size = 8,
-                         .elem_bytes = 2};
+  const PagedShape shape{
+      .num_blocks = 4, .block_size = 16, .num_heads = 2, .head_size = 8, .elem_bytes = 2};
   constexpr int64_t kHead = 16, kLayers = 3, kLayerStep = 2 * 16 * 2 * kHead;
-  const PagedStrides nhd{.plane = 16 * 2 * kHead,
-                         .block = kLayers * kLayerStep,
-                         .token = 2 * kHead,
-                         .head = kHead};
+  const PagedStrides nhd{
+      .plane = 16 * 2 * kHead, .block = kLayers * kLayerStep, .token = 2 * kHead, .head = kHead};
   std::vector<uint8_t> mem(4 * kLayers * kLayerStep);
   std::vector<void*> bases;
   for (int64_t l = 0; l < kLayers; ++l) bases.push_back(mem.data() + l * kLayerStep);
@@ -371,15 +369,17 @@ TEST(StridedViewTest, CrossLayerViewsAreDisjointAndAliasesAreRefused) {
   std::vector<void*> past = {bases[0], bases[1], mem.data() + kLayers * kLayerStep};
   EXPECT_EQ(CheckStridedLayersDisjoint(shape, nhd, past).code(), StatusCode::kInvalidArgument);
   // Separate allocations (each layer's range apart): accepted however the layers are placed.
-  const PagedStrides sparse{.plane = 16 * 2 * kHead, .block = 2 * kLayerStep, .token = 2 * kHead,
+  const PagedStrides sparse{.plane = 16 * 2 * kHead,
+                            .block = 2 * kLayerStep,
+                            .token = 2 * kHead,
                             .head = kHead};  // every other block of a larger allocation
   std::vector<uint8_t> big_a(8 * kLayerStep), big_b(8 * kLayerStep);
   std::vector<void*> sliced = {big_a.data(), big_b.data()};
   EXPECT_TRUE(CheckStridedLayersDisjoint(shape, sparse, sliced).ok());
-  EXPECT_EQ(CheckStridedLayersDisjoint(shape, sparse,
-                                       std::vector<void*>{big_a.data(), big_a.data()})
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      CheckStridedLayersDisjoint(shape, sparse, std::vector<void*>{big_a.data(), big_a.data()})
+          .code(),
+      StatusCode::kInvalidArgument);
   // A view whose own positions alias (block stride smaller than a block), a negative stride, a
   // null base.
   PagedStrides tight = nhd;

@@ -121,8 +121,8 @@ TEST(ScatterReferenceTest, LargeLaunchesIntoAlignedMemoryMatchTheOracleBothWays)
     }
     const std::vector<uint8_t> expected_bank =
         testing::OracleGather(c, scattered, std::vector<uint8_t>(stripe.size(), kPoison), slots);
-    ASSERT_EQ(testing::FirstDifference(
-                  std::vector<uint8_t>(bank.get(), bank.get() + stripe.size()), expected_bank),
+    ASSERT_EQ(testing::FirstDifference(std::vector<uint8_t>(bank.get(), bank.get() + stripe.size()),
+                                       expected_bank),
               -1)
         << c.Name();
   }

@@ -84,11 +84,10 @@ Result<PackFile> PackFile::Create(Env* env, const std::string& path, const Geome
   header.data_offset = options.data_offset;
   header.creation_time_unix_ns = NowUnixNs();
 
-  RANGEKV_ASSIGN_OR_RETURN(
-      std::unique_ptr<File> file,
-      env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite,
-                                        .direct = options.direct,
-                                        .permissions = options.permissions}));
+  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                           env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite,
+                                                             .direct = options.direct,
+                                                             .permissions = options.permissions}));
 
   // Everything after this point cleans up the file it created, so a failed Create leaves no
   // half-made pack file behind (best effort: the deletion itself may fail).

@@ -63,8 +63,8 @@ std::string ParsePayload(uint16_t type, std::span<const uint8_t> payload, Journa
         return "stored tokens " + Num(p.stored_tokens) + " of a " + Num(path) + "-token path";
       }
       if (p.digest_block_tokens == 0 ||
-          p.blocks_per_layer != (p.stored_tokens + p.digest_block_tokens - 1) /
-                                    p.digest_block_tokens) {
+          p.blocks_per_layer !=
+              (p.stored_tokens + p.digest_block_tokens - 1) / p.digest_block_tokens) {
         return "digest blocks disagree with the stored tokens";
       }
       const uint64_t digests = uint64_t{p.layers} * p.blocks_per_layer;
@@ -108,11 +108,16 @@ std::string ParsePayload(uint16_t type, std::span<const uint8_t> payload, Journa
 
 std::string_view JournalTailName(JournalTail tail) {
   switch (tail) {
-    case JournalTail::kClean: return "clean";
-    case JournalTail::kTorn: return "torn";
-    case JournalTail::kChecksum: return "checksum";
-    case JournalTail::kOutOfSequence: return "out_of_sequence";
-    case JournalTail::kMalformed: return "malformed";
+    case JournalTail::kClean:
+      return "clean";
+    case JournalTail::kTorn:
+      return "torn";
+    case JournalTail::kChecksum:
+      return "checksum";
+    case JournalTail::kOutOfSequence:
+      return "out_of_sequence";
+    case JournalTail::kMalformed:
+      return "malformed";
   }
   return "unknown";
 }
@@ -179,8 +184,8 @@ Result<DecodedJournal> DecodeJournal(std::span<const uint8_t> bytes) {
   };
   while (r.remaining() > 0) {
     const size_t at = r.position();
-    const std::string where = "record " + Num(expected_sequence) + " at byte " +
-                              Num(jf::kFileHeaderBytes + at);
+    const std::string where =
+        "record " + Num(expected_sequence) + " at byte " + Num(jf::kFileHeaderBytes + at);
     uint32_t payload_bytes = 0;
     uint16_t type = 0, flags = 0;
     uint64_t sequence = 0;

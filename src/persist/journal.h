@@ -65,11 +65,11 @@ struct JournalRecord {
 
 // Why decoding stopped where it did.
 enum class JournalTail : uint8_t {
-  kClean,         // the bytes end exactly after the last record
-  kTorn,          // a record runs past the end (a torn append)
-  kChecksum,      // a record's checksum does not match
-  kOutOfSequence, // a record's sequence number is not the previous one + 1
-  kMalformed,     // a record passes its checksum but its fields are impossible
+  kClean,          // the bytes end exactly after the last record
+  kTorn,           // a record runs past the end (a torn append)
+  kChecksum,       // a record's checksum does not match
+  kOutOfSequence,  // a record's sequence number is not the previous one + 1
+  kMalformed,      // a record passes its checksum but its fields are impossible
 };
 std::string_view JournalTailName(JournalTail tail);
 
@@ -78,7 +78,7 @@ struct DecodedJournal {
   std::vector<JournalRecord> records;
   uint64_t intact_bytes = 0;  // header + every kept record
   JournalTail tail = JournalTail::kClean;
-  std::string tail_detail;    // empty when kClean
+  std::string tail_detail;  // empty when kClean
 };
 
 std::vector<uint8_t> EncodeJournalHeader(const JournalHeader& header);

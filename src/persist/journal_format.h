@@ -31,16 +31,17 @@ struct Field {
 
 // ---- file header ----------------------------------------------------------------------------
 inline constexpr Field kMagicField{0, 8};
-inline constexpr Field kVersionField{8, 4};         // u32
-inline constexpr Field kHeaderBytesField{12, 4};    // u32, == kFileHeaderBytes
-inline constexpr Field kStoreUuidField{16, 16};     // u64 lo, u64 hi
-inline constexpr Field kBaseEpochField{32, 8};      // u64
-inline constexpr Field kHeaderChecksumField{40, 8}; // u64
+inline constexpr Field kVersionField{8, 4};          // u32
+inline constexpr Field kHeaderBytesField{12, 4};     // u32, == kFileHeaderBytes
+inline constexpr Field kStoreUuidField{16, 16};      // u64 lo, u64 hi
+inline constexpr Field kBaseEpochField{32, 8};       // u64
+inline constexpr Field kHeaderChecksumField{40, 8};  // u64
 inline constexpr uint32_t kFileHeaderBytes = 48;
 inline constexpr uint64_t kHeaderChecksumSeed = 0x52616E67654B564Aull;  // "RangeKVJ"
 
 // ---- records --------------------------------------------------------------------------------
-inline constexpr uint32_t kRecordHeaderBytes = 16;  // u32 payload_bytes, u16 type, u16 flags, u64 seq
+inline constexpr uint32_t kRecordHeaderBytes =
+    16;  // u32 payload_bytes, u16 type, u16 flags, u64 seq
 inline constexpr uint32_t kRecordChecksumBytes = 8;
 inline constexpr uint64_t kRecordChecksumSeed = 0x4A726E6C52656364ull;  // "JrnlRecd"
 

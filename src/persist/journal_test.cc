@@ -64,8 +64,8 @@ Built Build(const std::vector<JournalRecord>& records) {
 }
 
 std::vector<JournalRecord> Sample() {
-  return {Epoch(1, 3), Publish(2, 0, (uint64_t{3} << 32) + 1), Publish(3, 1, (uint64_t{3} << 32) + 2),
-          Remove(4, 0, (uint64_t{3} << 32) + 1)};
+  return {Epoch(1, 3), Publish(2, 0, (uint64_t{3} << 32) + 1),
+          Publish(3, 1, (uint64_t{3} << 32) + 2), Remove(4, 0, (uint64_t{3} << 32) + 1)};
 }
 
 TEST(JournalTest, RoundTrip) {

@@ -11,9 +11,9 @@ namespace rangekv::persist {
 namespace {
 
 uint64_t ElapsedNs(std::chrono::steady_clock::time_point t0) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - t0)
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
 }
 
 namespace jf = journal_format;
@@ -292,9 +292,8 @@ Status JournalWriter::Commit(std::vector<Queued>& batch) {
   // 1. The payload every publication names is durable before the record that names it (a
   // batch of removals names no payload: the write-ahead commit before a slot's reuse pays one
   // fsync, not two).
-  const bool publishes = std::any_of(batch.begin(), batch.end(), [](const Queued& q) {
-    return q.record.type == jf::kPublish;
-  });
+  const bool publishes = std::any_of(batch.begin(), batch.end(),
+                                     [](const Queued& q) { return q.record.type == jf::kPublish; });
   if (publishes) {
     RANGEKV_RETURN_IF_ERROR(pack_file_->Sync().WithContext("journal: fsync pack file"));
   }

@@ -182,8 +182,8 @@ JournalSummary SummarizeJournal(Env* env, const StorePaths& paths, const PackFil
     return j;
   }
   j.bytes = bytes->size();
-  auto decoded = DecodeJournal(std::span(reinterpret_cast<const uint8_t*>(bytes->data()),
-                                         bytes->size()));
+  auto decoded =
+      DecodeJournal(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
   if (!decoded.ok()) {
     j.problem = decoded.status().ToString();
     return j;
@@ -267,11 +267,10 @@ Result<FsckReport> Fsck(Env* env, const std::string& dir, const FsckOptions& opt
   // The engine's own check, as the store's owner (whoever runs fsck, root included) would meet
   // it at open: files of another user, or writable by group or others, are refused.
   Result<PathInfo> owner = env->Stat(dir);
-  const Status access = owner.ok() ? CheckStoreAccess(env, paths, owner->owner_uid)
-                                   : owner.status();
+  const Status access =
+      owner.ok() ? CheckStoreAccess(env, paths, owner->owner_uid) : owner.status();
   if (!access.ok()) {
-    problems.Add("permissions", "an engine refuses to open this store (" + access.ToString() +
-                                    ")");
+    problems.Add("permissions", "an engine refuses to open this store (" + access.ToString() + ")");
   }
   const InspectedIndex& index = store->index;
   const RecoveryReport& rr = index.report;
@@ -301,8 +300,8 @@ Result<FsckReport> Fsck(Env* env, const std::string& dir, const FsckOptions& opt
   }
   if (j.present && j.problem.empty() && j.replay.rfind("ignored: ", 0) == 0 &&
       j.replay.find("older_than_snapshot") == std::string::npos) {
-    problems.Add("journal", paths.journal() + ": a dirty open would ignore it (" +
-                                j.replay.substr(9) + ")");
+    problems.Add("journal",
+                 paths.journal() + ": a dirty open would ignore it (" + j.replay.substr(9) + ")");
   }
   // What the replay would lose: each publication it drops is a pack the store had published
   // (and, under every_publish, acknowledged as durable) that the next open will not serve.

@@ -53,14 +53,14 @@ namespace rangekv::persist {
 // What a store's publication journal holds (journal.rkv; absent in stores written so far).
 struct JournalSummary {
   bool present = false;
-  std::string problem;         // unusable header, another store's, newer than the epoch file
+  std::string problem;  // unusable header, another store's, newer than the epoch file
   uint64_t bytes = 0;
   uint64_t intact_bytes = 0;
   uint64_t records = 0;
-  uint64_t publishes = 0;      // of the intact records: publish, remove, epoch
+  uint64_t publishes = 0;  // of the intact records: publish, remove, epoch
   uint64_t removes = 0;
   uint64_t epochs = 0;
-  uint64_t base_epoch = 0;     // the snapshot epoch it extends (its last checkpoint; 0: empty)
+  uint64_t base_epoch = 0;  // the snapshot epoch it extends (its last checkpoint; 0: empty)
   // What a dirty open would do with it (persistence.h "Journal replay"): "replay",
   // "ignored: <reason>", or "" for a clean store (a clean open ignores the journal).
   std::string replay;
@@ -105,10 +105,10 @@ inline constexpr size_t kMaxFsckProblems = 10000;
 
 // What the next open will do with the store, as far as the files decide it.
 struct FsckRecovery {
-  bool opens = false;          // the pack file opens and the permissions pass
-  std::string index;           // "loaded" (snapshot), "replayed" (journal), "discarded"
-  std::string detail;          // the explanation the open would log
-  uint64_t packs = 0;          // packs the index would hold
+  bool opens = false;  // the pack file opens and the permissions pass
+  std::string index;   // "loaded" (snapshot), "replayed" (journal), "discarded"
+  std::string detail;  // the explanation the open would log
+  uint64_t packs = 0;  // packs the index would hold
   bool journal_replayed = false;
   uint64_t publications_kept = 0;
   uint64_t publications_dropped = 0;

@@ -166,9 +166,9 @@ TEST_F(OfflineTest, JournalIsShownAndVerified) {
     const std::vector<uint8_t> rec = EncodeJournalRecord(r);
     bytes.insert(bytes.end(), rec.begin(), rec.end());
     bytes.insert(bytes.end(), rec.begin(), rec.end() - static_cast<std::ptrdiff_t>(cut_tail));
-    ASSERT_TRUE(env_->WriteSmallFile(paths_.journal(),
-                                     std::string(bytes.begin(), bytes.end()), false)
-                    .ok());
+    ASSERT_TRUE(
+        env_->WriteSmallFile(paths_.journal(), std::string(bytes.begin(), bytes.end()), false)
+            .ok());
   };
   auto journal_problems = [&] {
     Result<FsckReport> r = Fsck(env_, dir_.path(), FsckOptions{.verify_payload = false});

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,11 +38,10 @@ uint64_t NowUnixNs(const PersistenceOptions& o) {
 Status WriteNewFile(Env* env, const std::string& path, const void* data, uint64_t size,
                     uint32_t permissions, const std::function<Status()>& after_write) {
   if (env->FileExists(path)) RANGEKV_RETURN_IF_ERROR(env->DeleteFile(path));
-  RANGEKV_ASSIGN_OR_RETURN(
-      std::unique_ptr<File> file,
-      env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite,
-                                        .direct = DirectIo::kOff,
-                                        .permissions = permissions}));
+  RANGEKV_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                           env->CreateFile(path, FileOptions{.mode = OpenMode::kReadWrite,
+                                                             .direct = DirectIo::kOff,
+                                                             .permissions = permissions}));
   const uint8_t* p = static_cast<const uint8_t*>(data);
   uint64_t done = 0;
   while (done < size) {
@@ -59,8 +58,7 @@ Status WriteNewFile(Env* env, const std::string& path, const void* data, uint64_
 
 // Atomically replaces `path` with `data` (tmp + fsync + rename + fsync dir).
 Status ReplaceFileDurably(Env* env, const std::string& dir, const std::string& tmp,
-                          const std::string& path, const std::string& data,
-                          uint32_t permissions) {
+                          const std::string& path, const std::string& data, uint32_t permissions) {
   RANGEKV_RETURN_IF_ERROR(WriteNewFile(env, tmp, data.data(), data.size(), permissions, nullptr));
   RANGEKV_RETURN_IF_ERROR(env->RenameFile(tmp, path));
   return env->SyncDir(dir);
@@ -116,8 +114,8 @@ struct FileState {
   std::string snapshot_detail;
 };
 
-void ReadSnapshot(Env* env, const StorePaths& paths, const PackFile& pack,
-                  uint64_t pack_file_bytes, FileState* out) {
+void ReadSnapshot(Env* env, const StorePaths& paths, const PackFile& pack, uint64_t pack_file_bytes,
+                  FileState* out) {
   FileState& st = *out;
   if (!env->FileExists(paths.snapshot())) {
     st.reason = DiscardReason::kMissingSnapshot;
@@ -357,18 +355,17 @@ Replayed ReplayJournal(Env* env, const StorePaths& paths, const PackFile& pack, 
                         st.snapshot_detail + ")");
     }
     if (j.header.base_epoch > st.snapshot->store_epoch) {
-      return ignore("newer_than_snapshot", "journal extends the snapshot of epoch " +
-                                               Num(j.header.base_epoch) +
-                                               ", the snapshot on disk is of epoch " +
-                                               Num(st.snapshot->store_epoch));
+      return ignore("newer_than_snapshot",
+                    "journal extends the snapshot of epoch " + Num(j.header.base_epoch) +
+                        ", the snapshot on disk is of epoch " + Num(st.snapshot->store_epoch));
     }
   }
   // The base the records apply to.
   if (j.header.base_epoch != 0) {
     out.built = BuildFromSnapshot(*st.snapshot, dir_options);
     if (!out.built.directory) {
-      return ignore("base_snapshot_unusable", std::string(DiscardReasonName(out.built.reason)) +
-                                                  ": " + out.built.detail);
+      return ignore("base_snapshot_unusable",
+                    std::string(DiscardReasonName(out.built.reason)) + ": " + out.built.detail);
     }
     if (j.header.base_epoch < st.snapshot->store_epoch) {
       out.snapshot_alone = true;
@@ -411,8 +408,8 @@ Replayed ReplayJournal(Env* env, const StorePaths& paths, const PackFile& pack, 
     const JournalRecord& r = j.records[i];
     if (r.type == journal_format::kRemove) last_remove[{r.remove.slot, r.remove.generation}] = i;
   }
-  Result<std::unique_ptr<File>> file =
-      env->OpenFile(pack.path(), FileOptions{.mode = OpenMode::kReadOnly, .direct = DirectIo::kOff});
+  Result<std::unique_ptr<File>> file = env->OpenFile(
+      pack.path(), FileOptions{.mode = OpenMode::kReadOnly, .direct = DirectIo::kOff});
   std::vector<uint8_t> buf;
   std::vector<uint64_t> computed;
   auto drop = [&](const JournalRecord& r, uint64_t* counter, const std::string& why) {
@@ -477,8 +474,8 @@ Replayed ReplayJournal(Env* env, const StorePaths& paths, const PackFile& pack, 
       continue;
     }
     jr->bytes_verified += cost;
-    Status verified = file.ok() ? VerifyPublish(file->get(), pack, dg, p, buf, computed)
-                                : file.status();
+    Status verified =
+        file.ok() ? VerifyPublish(file->get(), pack, dg, p, buf, computed) : file.status();
     if (verified.ok()) verified = table.Record(p.slot, p.generation, p.stored_tokens, p.digests);
     if (!verified.ok()) {
       (void)dir.InvalidatePack(p.slot, p.generation);
@@ -661,9 +658,7 @@ void Persistence::EnableCheckpoints(const PackFile& pack, const Directory& direc
 
 Status Persistence::WriteSnapshot(const PackFile& pack, const Directory& directory,
                                   const DigestTable& digests, bool hooks, uint64_t* cut_lsn) {
-  auto ctx = [](std::string_view what) {
-    return std::string("snapshot: ") + std::string(what);
-  };
+  auto ctx = [](std::string_view what) { return std::string("snapshot: ") + std::string(what); };
   auto step = [&](ShutdownStep s) { return hooks ? Step(s) : OkStatus(); };
   // 1. Build the snapshot: the directory and the digests of its visible packs at one instant
   // (and, for a checkpoint, the journal position that instant corresponds to).
@@ -699,11 +694,10 @@ Status Persistence::WriteSnapshot(const PackFile& pack, const Directory& directo
   const std::vector<uint8_t> bytes = EncodeSnapshot(snap);
 
   // 2. Temporary file, written and made durable.
-  RANGEKV_RETURN_IF_ERROR(
-      WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(),
-                   options_.file_permissions, [&] {
-        return step(ShutdownStep::kTempWritten);
-      }).WithContext(ctx("write snapshot")));
+  RANGEKV_RETURN_IF_ERROR(WriteNewFile(env_, paths_.snapshot_temp(), bytes.data(), bytes.size(),
+                                       options_.file_permissions,
+                                       [&] { return step(ShutdownStep::kTempWritten); })
+                              .WithContext(ctx("write snapshot")));
   RANGEKV_RETURN_IF_ERROR(step(ShutdownStep::kTempSynced));
   // 3. Rename into place, durably.
   RANGEKV_RETURN_IF_ERROR(env_->RenameFile(paths_.snapshot_temp(), paths_.snapshot())
@@ -723,8 +717,8 @@ Status Persistence::SaveClean(const PackFile& pack, const Directory& directory,
     // The session's journaling ends here; what it still held is in the snapshot below.
     const Status flushed = journal_->Stop();
     if (!flushed.ok()) {
-      Log(LogLevel::kWarning, "store " + paths_.dir + ": journal at shutdown: " +
-                                  flushed.ToString());
+      Log(LogLevel::kWarning,
+          "store " + paths_.dir + ": journal at shutdown: " + flushed.ToString());
     }
   }
   MutexLock lock(mu_);

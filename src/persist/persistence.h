@@ -154,9 +154,9 @@ struct JournalReplayReport {
   uint64_t records = 0;        // intact records
   std::string tail = "clean";  // JournalTailName
   std::string tail_detail;
-  uint64_t publishes_kept = 0;          // replayed and verified
-  uint64_t publishes_present = 0;       // already in the snapshot (same slot and generation)
-  uint64_t publishes_removed_later = 0; // removed by a later record (not verified)
+  uint64_t publishes_kept = 0;           // replayed and verified
+  uint64_t publishes_present = 0;        // already in the snapshot (same slot and generation)
+  uint64_t publishes_removed_later = 0;  // removed by a later record (not verified)
   uint64_t removes_applied = 0;
   // Publishes dropped, by reason (never served):
   uint64_t dropped_unverified = 0;  // payload digests did not match, or the read failed
@@ -165,7 +165,7 @@ struct JournalReplayReport {
   uint64_t dropped_budget = 0;      // over verify_budget_bytes
   uint64_t dropped_invalid = 0;     // fields that do not fit this store
   uint64_t bytes_verified = 0;
-  std::vector<std::string> drops;   // "record N (pack slot S generation G): reason", first 64
+  std::vector<std::string> drops;  // "record N (pack slot S generation G): reason", first 64
   uint64_t dropped() const {
     return dropped_unverified + dropped_parent + dropped_conflict + dropped_budget +
            dropped_invalid;

@@ -102,9 +102,8 @@ AwsEnvironment ProcessAwsEnvironment() {
       env.vars[std::string(name)] = std::string(kv.substr(eq + 1));
     }
   }
-  for (const std::string& path :
-       {HomeFile(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"),
-        HomeFile(env, "AWS_CONFIG_FILE", ".aws/config")}) {
+  for (const std::string& path : {HomeFile(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"),
+                                  HomeFile(env, "AWS_CONFIG_FILE", ".aws/config")}) {
     if (path.empty()) continue;
     std::ifstream f(path);
     if (!f) continue;
@@ -130,8 +129,7 @@ Result<AwsCredentials> LoadAwsCredentials(const AwsEnvironment& env) {
   const std::string cred_path = HomeFile(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
   const std::string config_path = HomeFile(env, "AWS_CONFIG_FILE", ".aws/config");
   const std::pair<std::string, std::string> places[] = {
-      {cred_path, profile},
-      {config_path, profile == "default" ? "default" : "profile " + profile}};
+      {cred_path, profile}, {config_path, profile == "default" ? "default" : "profile " + profile}};
   for (const auto& [path, section] : places) {
     if (path.empty()) continue;
     const auto text = env.File(path);
@@ -228,8 +226,8 @@ std::string SigV4Authorization(const SigV4Request& r, const AwsCredentials& c,
   const std::string date(amz_date.substr(0, 8));
   const std::string scope =
       date + "/" + std::string(region) + "/" + std::string(service) + "/aws4_request";
-  const std::string to_sign = "AWS4-HMAC-SHA256\n" + std::string(amz_date) + "\n" + scope + "\n" +
-                              Sha256Hex(canonical);
+  const std::string to_sign =
+      "AWS4-HMAC-SHA256\n" + std::string(amz_date) + "\n" + scope + "\n" + Sha256Hex(canonical);
   std::string key = Hmac("AWS4" + c.secret_access_key, date);
   key = Hmac(key, region);
   key = Hmac(key, service);

@@ -94,8 +94,8 @@ uint64_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 bool ValidTenant(std::string_view t) {
   if (t.empty() || t.size() > 64) return false;
   return std::all_of(t.begin(), t.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
 }
 
@@ -123,7 +123,8 @@ Result<RemoteScope> ParseS3Url(std::string_view url) {
   if (!bucket_ok) return InvalidArgument("bucket name '" + s.bucket + "' is not a valid S3 name");
   for (char c : s.prefix) {
     if (static_cast<unsigned char>(c) < 0x20 || c == ':' || c == '\\') {
-      return InvalidArgument("remote prefix '" + s.prefix + "' holds a control character, ':' or '\\'");
+      return InvalidArgument("remote prefix '" + s.prefix +
+                             "' holds a control character, ':' or '\\'");
     }
   }
   if (s.prefix.find("//") != std::string::npos || s.prefix.starts_with('/')) {
@@ -141,8 +142,8 @@ std::string RemoteScope::ManifestKey(const std::string& id) const {
 }
 std::string RemoteScope::MemberObjectKey(const std::string& member) const {
   const size_t slash = member.find('/');
-  return (prefix.empty() ? "" : prefix + "/") + tenant + "/" + member.substr(0, slash) +
-         "/packs/" + member.substr(slash + 1);
+  return (prefix.empty() ? "" : prefix + "/") + tenant + "/" + member.substr(0, slash) + "/packs/" +
+         member.substr(slash + 1);
 }
 std::string RemoteScope::PrefixKeys() const { return "rkv:" + bucket + "/" + prefix + ":"; }
 std::string RemoteScope::TenantKeys() const { return PrefixKeys() + tenant + ":"; }
@@ -241,8 +242,7 @@ Result<WalkResult> ClusterDirectory::Walk(std::span<const int32_t> tokens, uint6
       uint64_t best_match = 0;
       for (size_t i = 1; i < r.elements.size(); i += 2) {
         const std::string& v = r.elements[i].str;
-        auto e = DecodeRunEntry(
-            std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+        auto e = DecodeRunEntry(std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
         if (!e.ok() || e->path_begin != pos) continue;  // damaged or foreign: not served
         const uint64_t m = CommonPrefix(
             e->tokens, tokens.subspan(pos, std::min<uint64_t>(limit - pos, e->tokens.size())));
@@ -341,10 +341,14 @@ namespace {
 Status RemoveResult(const RedisReply& r, const std::string& id) {
   if (r.error()) return Unavailable("cluster directory: " + r.str);
   switch (r.integer) {
-    case 1: return OkStatus();
-    case 0: return FailedPrecondition("object " + id + " is leased");
-    case -2: return NotFound("object " + id + " is not live");
-    default: return NotFound("object " + id + " is unknown");
+    case 1:
+      return OkStatus();
+    case 0:
+      return FailedPrecondition("object " + id + " is leased");
+    case -2:
+      return NotFound("object " + id + " is not live");
+    default:
+      return NotFound("object " + id + " is unknown");
   }
 }
 }  // namespace
@@ -355,8 +359,8 @@ Status ClusterDirectory::Remove(const std::string& id, const char* mode,
                                 SteadyDeadline deadline) const {
   const std::string ns = scope_.NsKeys();
   const std::string t = scope_.TenantKeys();
-  RANGEKV_ASSIGN_OR_RETURN(RedisReply parent, redis_->RunOne({"HGET", ns + "obj:" + id, "parent"},
-                                                             deadline));
+  RANGEKV_ASSIGN_OR_RETURN(RedisReply parent,
+                           redis_->RunOne({"HGET", ns + "obj:" + id, "parent"}, deadline));
   RANGEKV_ASSIGN_OR_RETURN(
       RedisReply r,
       redis_->RunOne({"EVAL", kRemoveScript, "7", ns + "obj:" + id, ns + "lease:" + id,
@@ -398,12 +402,11 @@ Result<uint64_t> ClusterDirectory::RetireForCapacity(uint64_t tenant_bytes,
       RANGEKV_ASSIGN_OR_RETURN(RedisReply parent,
                                redis_->RunOne({"HGET", ns_keys + "obj:" + id, "parent"}, deadline));
       RANGEKV_ASSIGN_OR_RETURN(
-          RedisReply r,
-          redis_->RunOne({"EVAL", kRemoveScript, "7", ns_keys + "obj:" + id,
-                          ns_keys + "lease:" + id, ns_keys + "run:" + parent.str, t + "lru",
-                          t + "bytes", scope_.PrefixKeys() + "bytes", t + "dead", id, m.str,
-                          "retire"},
-                         deadline));
+          RedisReply r, redis_->RunOne({"EVAL", kRemoveScript, "7", ns_keys + "obj:" + id,
+                                        ns_keys + "lease:" + id, ns_keys + "run:" + parent.str,
+                                        t + "lru", t + "bytes", scope_.PrefixKeys() + "bytes",
+                                        t + "dead", id, m.str, "retire"},
+                                       deadline));
       if (r.integer == 1) {
         ++retired;
       } else {
@@ -452,8 +455,8 @@ Status ClusterDirectory::SetMarker(SteadyDeadline deadline) const {
 
 Result<std::string> ClusterDirectory::ObjectState(const std::string& id,
                                                   SteadyDeadline deadline) const {
-  RANGEKV_ASSIGN_OR_RETURN(RedisReply r,
-                           redis_->RunOne({"HGET", scope_.NsKeys() + "obj:" + id, "state"}, deadline));
+  RANGEKV_ASSIGN_OR_RETURN(
+      RedisReply r, redis_->RunOne({"HGET", scope_.NsKeys() + "obj:" + id, "state"}, deadline));
   return r.nil() ? std::string() : r.str;
 }
 

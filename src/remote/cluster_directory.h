@@ -46,10 +46,10 @@
 #include <string>
 #include <vector>
 
-#include "remote/manifest.h"
-#include "remote/redis_client.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
+#include "remote/manifest.h"
+#include "remote/redis_client.h"
 
 namespace rangekv::remote {
 
@@ -129,8 +129,8 @@ class ClusterDirectory {
 
   // Walks the runs on the path of tokens [0, limit) (limit <= tokens.size()). tokens_per_pack
   // is T (the grid step). kUnavailable on Redis errors or the deadline.
-  Result<WalkResult> Walk(std::span<const int32_t> tokens, uint64_t limit,
-                          uint64_t tokens_per_pack, SteadyDeadline deadline) const;
+  Result<WalkResult> Walk(std::span<const int32_t> tokens, uint64_t limit, uint64_t tokens_per_pack,
+                          SteadyDeadline deadline) const;
 
   // Whether a live run with exactly these tokens already follows `parent` (a publisher skips
   // uploading a duplicate: the node restored it from there, or another node stored the same).
@@ -178,7 +178,9 @@ class ClusterDirectory {
  private:
   Status Remove(const std::string& object_id, const char* mode, SteadyDeadline deadline) const;
   std::string RunKey(const ParentKey& parent) const;
-  std::string Member(const std::string& object_id) const { return scope_.NsHex() + "/" + object_id; }
+  std::string Member(const std::string& object_id) const {
+    return scope_.NsHex() + "/" + object_id;
+  }
 
   std::shared_ptr<RedisClient> redis_;
   RemoteScope scope_;

@@ -27,6 +27,7 @@ inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;
 inline constexpr uint64_t kParentKeyBytes = 32;  // SHA-256
 
 static_assert(kManifestHeaderBytes == 8 + 4 + 4);
-static_assert(kMaxStoredTokens * 4 + kMaxDigests * 8 + kMaxExtents * 24 + 1024 <= kMaxManifestBytes);
+static_assert(kMaxStoredTokens * 4 + kMaxDigests * 8 + kMaxExtents * 24 + 1024 <=
+              kMaxManifestBytes);
 
 }  // namespace rangekv::remote::format

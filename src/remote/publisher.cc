@@ -168,7 +168,8 @@ Status Publisher::ReadLayer(const Job& job, uint32_t layer, const PackManifest& 
   const uint64_t at = loc.slot_offset + uint64_t{layer} * geometry_.stripe_bytes;
   uint64_t done = 0;
   while (done < m.stripe_pitch) {
-    RANGEKV_ASSIGN_OR_RETURN(uint64_t n, file->ReadAt(at + done, out + done, m.stripe_pitch - done));
+    RANGEKV_ASSIGN_OR_RETURN(uint64_t n,
+                             file->ReadAt(at + done, out + done, m.stripe_pitch - done));
     if (n == 0) return Status(StatusCode::kShortTransfer, "pack file ended inside a stripe");
     done += n;
   }
@@ -179,9 +180,9 @@ Status Publisher::ReadLayer(const Job& job, uint32_t layer, const PackManifest& 
       persist::ComputeLayerDigests(digests_->geometry(), out, m.stored_tokens, computed));
   const uint64_t* recorded = m.digests.data() + uint64_t{layer} * m.blocks_per_layer();
   if (!std::equal(computed.begin(), computed.end(), recorded)) {
-    return Status(StatusCode::kStaleGeneration,
-                  "pack slot " + std::to_string(job.pack.pack_slot) + " layer " +
-                      std::to_string(layer) + " no longer holds the published bytes");
+    return Status(StatusCode::kStaleGeneration, "pack slot " + std::to_string(job.pack.pack_slot) +
+                                                    " layer " + std::to_string(layer) +
+                                                    " no longer holds the published bytes");
   }
   return OkStatus();
 }
@@ -202,8 +203,12 @@ Status Publisher::PublishOne(const Job& job) {
   const bool opaque_fits = B > 0 && stored == b / B * B - a / B * B;
   bool opaque = false;
   switch (options_.opaque) {
-    case Options::Opaque::kNo: opaque = false; break;
-    case Options::Opaque::kYes: opaque = true; break;
+    case Options::Opaque::kNo:
+      opaque = false;
+      break;
+    case Options::Opaque::kYes:
+      opaque = true;
+      break;
     case Options::Opaque::kUnknown:
       if (plain_fits && opaque_fits && a % B != 0) {
         return FailedPrecondition("pack slot " + std::to_string(p.pack_slot) +
@@ -251,10 +256,9 @@ Status Publisher::PublishOne(const Job& job) {
                             (std::max(c.options.part_bytes, kMinPartBytes) + m.stripe_pitch - 1) /
                                 m.stripe_pitch));
   m.part_bytes = layers_per_part * m.stripe_pitch;
-  m.created_unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  m.created_unix_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
   const std::string id = ObjectId(pack_->uuid(), p.pack_slot, p.generation);
   const std::string key = c.scope.ObjectKey(id);
 
@@ -374,7 +378,8 @@ void Publisher::CheckMarker() {
   }
   auto rebuilt = RebuildDirectory(*clients_, geometry_, deadline);
   if (!rebuilt.ok()) {
-    Log(LogLevel::kWarning, "cluster tier: rebuilding the directory: " + rebuilt.status().ToString());
+    Log(LogLevel::kWarning,
+        "cluster tier: rebuilding the directory: " + rebuilt.status().ToString());
     return;
   }
   MutexLock l(mu_);
@@ -395,8 +400,9 @@ Result<uint64_t> RebuildDirectory(const RemoteClients& c, const Geometry& geomet
       if (!bytes.ok()) continue;
       auto m = DecodeManifest(*bytes);
       if (!m.ok() || !(m->ns == c.scope.ns) || !(m->geometry == geometry)) {
-        Log(LogLevel::kWarning, "cluster tier rebuild: skipping " + o.key + ": " +
-                                    (m.ok() ? "another namespace or geometry" : m.status().ToString()));
+        Log(LogLevel::kWarning,
+            "cluster tier rebuild: skipping " + o.key + ": " +
+                (m.ok() ? "another namespace or geometry" : m.status().ToString()));
         continue;
       }
       RunEntry e;

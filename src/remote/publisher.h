@@ -19,7 +19,8 @@
 //   4. puts the manifest beside it, then 5. publishes the run entry (one script: entry, object
 //      state, LRU, byte counters). Only step 5 makes the run visible to other nodes, and it
 //      names an object and manifest already complete: a node that dies at any earlier point
-//      leaves nothing visible (at most an unreferenced object: a bucket lifecycle rule on the prefix
+//      leaves nothing visible (at most an unreferenced object: a bucket lifecycle rule on the
+//      prefix
 // is the backstop, docs/scale-out.md).
 // After a publication over the tenant's capacity it retires least recently used unleased runs
 // and deletes the objects of retired and quarantined runs whose leases ran out (whole objects
@@ -45,8 +46,8 @@
 #include "directory/directory.h"
 #include "pack/pack_file.h"
 #include "persist/payload_digests.h"
-#include "remote/remote_clients.h"
 #include "rangekv/remote.h"
+#include "remote/remote_clients.h"
 
 namespace rangekv::remote {
 
@@ -54,8 +55,8 @@ struct PublisherStats {
   uint64_t queued = 0;
   uint64_t published = 0;
   uint64_t deduplicated = 0;
-  uint64_t failed = 0;         // gave up after retries, or the pack changed under the upload
-  uint64_t dropped = 0;        // queue full
+  uint64_t failed = 0;   // gave up after retries, or the pack changed under the upload
+  uint64_t dropped = 0;  // queue full
   uint64_t bytes_uploaded = 0;
   uint64_t objects_deleted = 0;
   uint64_t rebuilds = 0;
@@ -132,8 +133,8 @@ class Publisher final : public DirectoryObserver {
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<Job> queue_ GUARDED_BY(mu_);
-  uint64_t done_ GUARDED_BY(mu_) = 0;     // jobs handled
-  uint64_t taken_ GUARDED_BY(mu_) = 0;    // jobs queued (not dropped)
+  uint64_t done_ GUARDED_BY(mu_) = 0;   // jobs handled
+  uint64_t taken_ GUARDED_BY(mu_) = 0;  // jobs queued (not dropped)
   bool stop_ GUARDED_BY(mu_) = false;
   PublisherStats stats_ GUARDED_BY(mu_);
   std::function<void(PublishPoint)> point_hook_ GUARDED_BY(mu_);

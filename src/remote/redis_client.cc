@@ -18,8 +18,9 @@ Result<RedisAddress> ParseRedisUrl(std::string_view url) {
   RedisAddress a;
   constexpr std::string_view kScheme = "redis://";
   if (!url.starts_with(kScheme)) {
-    return InvalidArgument("directory address must be redis://host:port/db (rediss:// is not "
-                           "supported: see docs/scale-out.md)");
+    return InvalidArgument(
+        "directory address must be redis://host:port/db (rediss:// is not "
+        "supported: see docs/scale-out.md)");
   }
   std::string_view rest = url.substr(kScheme.size());
   const size_t at = rest.rfind('@');
@@ -74,8 +75,8 @@ namespace {
 
 timeval Until(SteadyClock::time_point deadline) {
   const auto left = std::max<int64_t>(
-      1, std::chrono::duration_cast<std::chrono::microseconds>(deadline - SteadyClock::now())
-             .count());
+      1,
+      std::chrono::duration_cast<std::chrono::microseconds>(deadline - SteadyClock::now()).count());
   timeval tv;
   tv.tv_sec = left / 1000000;
   tv.tv_usec = left % 1000000;
@@ -159,8 +160,8 @@ Result<std::unique_ptr<RedisClient::Connection>> RedisClient::Connect(
     auto* r = static_cast<redisReply*>(
         redisCommandArgv(c->ctx, static_cast<int>(argv.size()), argv.data(), lens.data()));
     if (r == nullptr) {
-      return Unavailable("redis " + options_.address.Describe() + ": " + cmd[0] + " failed: " +
-                         c->ctx->errstr);
+      return Unavailable("redis " + options_.address.Describe() + ": " + cmd[0] +
+                         " failed: " + c->ctx->errstr);
     }
     const bool bad = r->type == REDIS_REPLY_ERROR;
     const std::string text = bad ? std::string(r->str, r->len) : "";

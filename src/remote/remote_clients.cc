@@ -19,7 +19,8 @@ Result<std::shared_ptr<RemoteClients>> ConnectRemote(const RemoteTierOptions& op
   if (options.directory.empty()) {
     return InvalidArgument("the cluster tier needs a directory (redis://host:port/db)");
   }
-  if (options.get_bytes != 0 && (options.get_bytes < (64u << 10) || options.get_bytes > (1u << 30))) {
+  if (options.get_bytes != 0 &&
+      (options.get_bytes < (64u << 10) || options.get_bytes > (1u << 30))) {
     return InvalidArgument("remote get_bytes must be 0 or in [64 KiB, 1 GiB]");
   }
   if (options.lookup_timeout_ms == 0 || options.read_timeout_ms == 0 || options.lease_ms == 0) {

@@ -10,12 +10,12 @@
 #include <memory>
 #include <string>
 
-#include "remote/cluster_directory.h"
-#include "remote/redis_client.h"
-#include "remote/s3_client.h"
 #include "rangekv/geometry.h"
 #include "rangekv/remote.h"
 #include "rangekv/status.h"
+#include "remote/cluster_directory.h"
+#include "remote/redis_client.h"
+#include "remote/s3_client.h"
 
 namespace rangekv::remote {
 

@@ -23,8 +23,8 @@ testing::RemoteServers* Servers() {
   return s;
 }
 
-#define REQUIRE_SERVERS()                                                          \
-  testing::RemoteServers* servers = Servers();                                     \
+#define REQUIRE_SERVERS()                      \
+  testing::RemoteServers* servers = Servers(); \
   if (servers == nullptr) GTEST_SKIP() << "cluster tier servers are not available"
 
 std::unique_ptr<S3Client> MakeS3(testing::RemoteServers* s, uint32_t threads = 2,
@@ -153,8 +153,8 @@ TEST(S3Client, WrongSecretIsRefusedAndNeverLogged) {
   REQUIRE_SERVERS();
   auto s3 = MakeS3(servers, 1, "not-the-secret");
   ASSERT_NE(s3, nullptr);
-  const Status s = s3->PutObject(servers->bucket(), "t3/x", RandomBytes(10, 3),
-                                 DeadlineIn(milliseconds(5000)));
+  const Status s =
+      s3->PutObject(servers->bucket(), "t3/x", RandomBytes(10, 3), DeadlineIn(milliseconds(5000)));
   EXPECT_EQ(s.code(), StatusCode::kUnsafePermissions) << s.ToString();
   EXPECT_EQ(s.ToString().find("not-the-secret"), std::string::npos);
   EXPECT_EQ(s.ToString().find(servers->secret_key()), std::string::npos);
@@ -246,10 +246,9 @@ TEST(RedisClient, DeadServerIsUnavailable) {
   o.address.port = 1;
   auto r = RedisClient::Create(o);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ((*r)->RunOne({"PING"}, std::chrono::steady_clock::now() + milliseconds(1000))
-                .status()
-                .code(),
-            StatusCode::kUnavailable);
+  EXPECT_EQ(
+      (*r)->RunOne({"PING"}, std::chrono::steady_clock::now() + milliseconds(1000)).status().code(),
+      StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -66,8 +66,9 @@ TEST(AwsCredentials, ChainOrderEnvironmentThenFiles) {
       "[default]\naws_access_key_id = FILEKEY\naws_secret_access_key = filesecret\n"
       "[other]\naws_access_key_id=OTHER\naws_secret_access_key=othersecret\n"
       "aws_session_token=tok\n";
-  env.files["/home/u/.aws/config"] = "[profile third]\nregion = eu-west-1\n"
-                                     "aws_access_key_id=CFG\naws_secret_access_key=cfgsecret\n";
+  env.files["/home/u/.aws/config"] =
+      "[profile third]\nregion = eu-west-1\n"
+      "aws_access_key_id=CFG\naws_secret_access_key=cfgsecret\n";
   auto c = LoadAwsCredentials(env);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->access_key_id, "FILEKEY");

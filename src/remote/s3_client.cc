@@ -23,18 +23,22 @@ const CurlGlobal& EnsureCurl() {
 
 const char* MethodName(S3Method m) {
   switch (m) {
-    case S3Method::kGet: return "GET";
-    case S3Method::kPut: return "PUT";
-    case S3Method::kPost: return "POST";
-    case S3Method::kDelete: return "DELETE";
-    case S3Method::kHead: return "HEAD";
+    case S3Method::kGet:
+      return "GET";
+    case S3Method::kPut:
+      return "PUT";
+    case S3Method::kPost:
+      return "POST";
+    case S3Method::kDelete:
+      return "DELETE";
+    case S3Method::kHead:
+      return "HEAD";
   }
   return "?";
 }
 
 bool IEquals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==
                   std::tolower(static_cast<unsigned char>(y));
          });
@@ -210,7 +214,8 @@ class S3Client::Driver {
       return;
     }
     t->easy = e;
-    for (const std::string& h : t->header_lines) t->headers = curl_slist_append(t->headers, h.c_str());
+    for (const std::string& h : t->header_lines)
+      t->headers = curl_slist_append(t->headers, h.c_str());
     t->headers = curl_slist_append(t->headers, "Expect:");  // no 100-continue round trip
     curl_easy_setopt(e, CURLOPT_URL, t->url.c_str());
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
@@ -223,7 +228,8 @@ class S3Client::Driver {
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(owner_->options_.connect_timeout_ms));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(owner_->options_.connect_timeout_ms));
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t->deadline - now);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, left.count())));
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
@@ -232,9 +238,14 @@ class S3Client::Driver {
       curl_easy_setopt(e, CURLOPT_CAINFO, owner_->options_.ca_file.c_str());
     }
     switch (r.method) {
-      case S3Method::kGet: break;
-      case S3Method::kHead: curl_easy_setopt(e, CURLOPT_NOBODY, 1L); break;
-      case S3Method::kDelete: curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE"); break;
+      case S3Method::kGet:
+        break;
+      case S3Method::kHead:
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+        break;
+      case S3Method::kDelete:
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+        break;
       case S3Method::kPut:
         curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.upload.size()));
@@ -277,13 +288,18 @@ class S3Client::Driver {
     } else if (http >= 300) {
       std::string_view xml(reinterpret_cast<const char*>(r.body.data()), r.body.size());
       std::string detail = r.into.empty() ? XmlText(xml, "Code") : "";
-      const std::string m = what + ": HTTP " + std::to_string(http) +
-                            (detail.empty() ? "" : " " + detail);
-      if (http == 404) s = NotFound(m);
-      else if (http == 403) s = Status(StatusCode::kUnsafePermissions, m + " (access denied)");
-      else if (http == 416) s = OutOfRange(m);
-      else if (http >= 500) s = Unavailable(m);
-      else s = IoError(m);
+      const std::string m =
+          what + ": HTTP " + std::to_string(http) + (detail.empty() ? "" : " " + detail);
+      if (http == 404)
+        s = NotFound(m);
+      else if (http == 403)
+        s = Status(StatusCode::kUnsafePermissions, m + " (access denied)");
+      else if (http == 416)
+        s = OutOfRange(m);
+      else if (http >= 500)
+        s = Unavailable(m);
+      else
+        s = IoError(m);
     } else if (r.method == S3Method::kGet && r.range_length > 0 && r.bytes != r.range_length) {
       s = Status(StatusCode::kShortTransfer, what + ": " + std::to_string(r.bytes) + " of " +
                                                  std::to_string(r.range_length) + " bytes");
@@ -293,12 +309,17 @@ class S3Client::Driver {
     {
       MutexLock l(mu_);
       ++stats_.requests;
-      if (r.method == S3Method::kGet) ++stats_.gets;
-      else if (r.method == S3Method::kPut) ++stats_.puts;
-      else ++stats_.other;
+      if (r.method == S3Method::kGet)
+        ++stats_.gets;
+      else if (r.method == S3Method::kPut)
+        ++stats_.puts;
+      else
+        ++stats_.other;
       if (!s.ok()) ++stats_.failed;
-      if (r.method == S3Method::kGet) stats_.bytes_in += r.bytes;
-      else stats_.bytes_out += t.upload_pos;
+      if (r.method == S3Method::kGet)
+        stats_.bytes_in += r.bytes;
+      else
+        stats_.bytes_out += t.upload_pos;
       stats_.connections_opened += static_cast<uint64_t>(connects);
     }
     curl_multi_remove_handle(multi_, t.easy);
@@ -448,10 +469,9 @@ Status S3Client::Execute(std::span<S3Request* const> batch, Deadline deadline) {
     MutexLock l(waiter.mu);
     waiter.remaining = batch.size();
   }
-  const std::string amz_date =
-      AmzDate(std::chrono::duration_cast<std::chrono::seconds>(
-                  std::chrono::system_clock::now().time_since_epoch())
-                  .count());
+  const std::string amz_date = AmzDate(std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count());
   // Spread the batch over the drivers, a contiguous share each.
   const size_t n = drivers_.size();
   std::vector<std::vector<std::unique_ptr<Driver::Transfer>>> per(n);
@@ -475,8 +495,8 @@ Status S3Client::Execute(std::span<S3Request* const> batch, Deadline deadline) {
     sr.path = path;
     sr.query = r.query;
     sr.payload_sha256_hex = has_body ? "UNSIGNED-PAYLOAD" : std::string(kEmptySha256Hex);
-    sr.headers = {{"host", host}, {"x-amz-date", amz_date},
-                  {"x-amz-content-sha256", sr.payload_sha256_hex}};
+    sr.headers = {
+        {"host", host}, {"x-amz-date", amz_date}, {"x-amz-content-sha256", sr.payload_sha256_hex}};
     if (r.range_length > 0) {
       sr.headers.emplace_back("range", "bytes=" + std::to_string(r.range_offset) + "-" +
                                            std::to_string(r.range_offset + r.range_length - 1));

@@ -32,8 +32,8 @@
 #include <utility>
 #include <vector>
 
-#include "remote/aws_auth.h"
 #include "rangekv/status.h"
+#include "remote/aws_auth.h"
 
 namespace rangekv::remote {
 
@@ -46,8 +46,8 @@ struct S3Options {
   std::string endpoint;
   std::string region = "us-east-1";
   AwsCredentials credentials;
-  uint32_t io_threads = 2;         // multi handles, one thread each. [1, 64]
-  uint32_t max_connections = 32;   // sockets in all (split across threads). [1, 1024]
+  uint32_t io_threads = 2;        // multi handles, one thread each. [1, 64]
+  uint32_t max_connections = 32;  // sockets in all (split across threads). [1, 1024]
   uint32_t connect_timeout_ms = 2000;
   // TLS: verify the peer and host name (always on for https); a CA bundle other than the
   // system's, for private CAs (Ceph RGW, MinIO with their own certificates).
@@ -76,15 +76,15 @@ struct S3Request {
   // Results.
   Status status;
   long http_status = 0;
-  uint64_t bytes = 0;          // body bytes received (GET) or sent (PUT/POST)
-  std::vector<uint8_t> body;   // when `into` is empty
-  std::string etag;            // the ETag response header, quotes kept
+  uint64_t bytes = 0;         // body bytes received (GET) or sent (PUT/POST)
+  std::vector<uint8_t> body;  // when `into` is empty
+  std::string etag;           // the ETag response header, quotes kept
 };
 
 struct S3Stats {
   uint64_t requests = 0;
-  uint64_t gets = 0;          // ranged or whole GETs
-  uint64_t puts = 0;          // PUT object and UploadPart
+  uint64_t gets = 0;  // ranged or whole GETs
+  uint64_t puts = 0;  // PUT object and UploadPart
   uint64_t other = 0;
   uint64_t failed = 0;
   uint64_t bytes_in = 0;

@@ -214,8 +214,7 @@ TEST(MisuseTest, AnotherProcessHoldingTheStoreIsNamedAndItsDeathReleasesIt) {
   auto second = Engine::Open(Embedded(store));
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kLocked);
-  EXPECT_NE(second.status().message().find("pid " + std::to_string(holder.pid)),
-            std::string::npos)
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(holder.pid)), std::string::npos)
       << second.status().ToString();
   // inspect and fsck work beside the holder, and say who it is.
   auto offline = persist::OpenOffline(DefaultEnv(), store);
@@ -295,8 +294,7 @@ TEST_F(MisuseServiceTest, AStoreTheServiceOwnsAndItsRootAreNobodyElses) {
   auto second = StoreService::Start(o);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kLocked) << second.status().ToString();
-  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())),
-            std::string::npos);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())), std::string::npos);
 }
 
 // ---- capacity -----------------------------------------------------------------------------------
@@ -321,8 +319,8 @@ TEST(MisuseTest, ReopeningAtASmallerCapacityKeepsTheMostRecentPacksThatFit) {
     auto f = KvFixture::Make(e, KvCacheLayout::kFlashAttnNhd, 64);
     ASSERT_TRUE(f.ok());
     for (int i = 0; i < kPrefixes; ++i) {
-      auto r = RestoreAndVerify(e, **f, Envelope("p" + std::to_string(i)), OnePack(i),
-                                kGranularity, kSeed, 20 + i);
+      auto r = RestoreAndVerify(e, **f, Envelope("p" + std::to_string(i)), OnePack(i), kGranularity,
+                                kSeed, 20 + i);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       EXPECT_EQ(r->lookup.hit_tokens, i >= from ? kOnePackHit : 0) << "prefix " << i;
       EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();
@@ -410,8 +408,8 @@ TEST(MisuseServiceCrashTest, AcknowledgedPublicationsSurviveACrashWhateverTheFir
   ASSERT_TRUE(f.ok());
   int found = 0;
   for (int i = 0; i < kPrefixes; ++i) {
-    auto r = RestoreAndVerify(**e, **f, Envelope("p" + std::to_string(i)), OnePack(i),
-                              kGranularity, kSeed, 20 + i);
+    auto r = RestoreAndVerify(**e, **f, Envelope("p" + std::to_string(i)), OnePack(i), kGranularity,
+                              kSeed, 20 + i);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->mismatches, 0u);
     found += r->lookup.hit_tokens == kOnePackHit && r->outcome.status.ok() ? 1 : 0;
@@ -423,7 +421,8 @@ TEST(MisuseServiceCrashTest, AcknowledgedPublicationsSurviveACrashWhateverTheFir
   EXPECT_EQ(WaitExit(restarted), 0);
 }
 
-// ---- waits ----------------------------------------------------------------------------------------
+// ---- waits
+// ----------------------------------------------------------------------------------------
 
 TEST(MisuseTest, WaitingOnALayerOfAnUnboundRestoreFailsAtOnce) {
   testing::TempDir dir;
@@ -455,8 +454,7 @@ TEST(MisuseTest, WaitingOnALayerOfAnUnboundRestoreFailsAtOnce) {
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("BindSlots"), std::string::npos) << st.ToString();
   // With a deadline the wait may span a bind by another thread; none comes: it runs out.
-  EXPECT_EQ(h->WaitLayer(0, std::chrono::milliseconds(50)).code(),
-            StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(h->WaitLayer(0, std::chrono::milliseconds(50)).code(), StatusCode::kDeadlineExceeded);
   auto stream = engine.CreateStream();
   ASSERT_TRUE(stream.ok());
   EXPECT_EQ(h->StreamWaitLayer(0, *stream).code(), StatusCode::kFailedPrecondition);
@@ -516,13 +514,13 @@ TEST(MisuseTest, BlockingWaitsTakeADeadline) {
   sr.slot_mapping = store_slots;
   auto s = engine.BeginStore(sr);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(s->WaitExtracted(std::chrono::milliseconds(50)).code(),
-            StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s->WaitExtracted(std::chrono::milliseconds(50)).code(), StatusCode::kDeadlineExceeded);
   StoreOutcome so = s->Finish();
   EXPECT_EQ(so.status.code(), StatusCode::kFailedPrecondition);  // unproduced layers: aborted
 }
 
-// ---- hostile and careless peers ------------------------------------------------------------------
+// ---- hostile and careless peers
+// ------------------------------------------------------------------
 
 TEST_F(MisuseServiceTest, IdleSessionsAreClosedSoRealClientsGetIn) {
   ServiceOptions o;
@@ -767,7 +765,8 @@ TEST_F(MisuseServiceTest, APeerWithTheServicesGroupAsASupplementaryGroupIsAccept
   EXPECT_NE(try_as({}, 65534), "ok") << "a stranger was accepted";
 }
 
-// ---- memory bound --------------------------------------------------------------------------------
+// ---- memory bound
+// --------------------------------------------------------------------------------
 
 uint64_t RssBytes(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -786,8 +785,8 @@ TEST(MisuseServeMemoryTest, IdleAndOversizedConnectionsStayUnderTheStatedBound) 
   testing::TempDir dir;
   const std::string socket = dir.Join("s.sock");
   Child serve = Spawn({RANGEKV_CLI, "serve", "--dir", dir.Join("svc"), "--socket", socket,
-                       "--max-sessions", "400", "--max-sessions-per-pid", "0",
-                       "--frame-timeout-ms", "30000", "--read-slots", "0"});
+                       "--max-sessions", "400", "--max-sessions-per-pid", "0", "--frame-timeout-ms",
+                       "30000", "--read-slots", "0"});
   ASSERT_TRUE(Eventually([&] {
     struct stat st {};
     return ::stat(socket.c_str(), &st) == 0;
@@ -821,10 +820,11 @@ TEST(MisuseServeMemoryTest, IdleAndOversizedConnectionsStayUnderTheStatedBound) 
   EXPECT_EQ(r->lookup.hit_tokens, kOnePackHit);
   EXPECT_TRUE(r->outcome.status.ok());
   EXPECT_EQ(r->mismatches, 0u);
-  std::printf("rangekv serve RSS: %.1f MiB with one client, %.1f MiB with 256 idle and 16 "
-              "oversized-header connections more (+%.1f MiB; bound +%.0f MiB)\n",
-              base / 1048576.0, hostile / 1048576.0, (hostile - base) / 1048576.0,
-              kHostileRssBoundBytes / 1048576.0);
+  std::printf(
+      "rangekv serve RSS: %.1f MiB with one client, %.1f MiB with 256 idle and 16 "
+      "oversized-header connections more (+%.1f MiB; bound +%.0f MiB)\n",
+      base / 1048576.0, hostile / 1048576.0, (hostile - base) / 1048576.0,
+      kHostileRssBoundBytes / 1048576.0);
   EXPECT_LT(hostile, base + kHostileRssBoundBytes);
   for (int fd : fds) ::close(fd);
   f->reset();

@@ -89,14 +89,15 @@ int Restore(const std::string& socket, int clients) {
   if (!fixture.ok()) return Fail(fixture.status().ToString());
   for (int c = 0; c < clients; ++c) {
     const auto tokens = service_test::ClientTokens(c);
-    auto r = RestoreAndVerify(*engine, **fixture, engine_testing::Envelope("restore-" + std::to_string(c)),
-                              tokens, service_test::kGranularity, service_test::kSeed, 7 + c);
+    auto r = RestoreAndVerify(*engine, **fixture,
+                              engine_testing::Envelope("restore-" + std::to_string(c)), tokens,
+                              service_test::kGranularity, service_test::kSeed, 7 + c);
     if (!r.ok()) return Fail(r.status().ToString());
-    const uint64_t want = (tokens.size() - 1) / service_test::kGranularity *
-                          service_test::kGranularity;
+    const uint64_t want =
+        (tokens.size() - 1) / service_test::kGranularity * service_test::kGranularity;
     if (r->lookup.hit_tokens != want) {
-      return Fail("client " + std::to_string(c) + ": hit " +
-                  std::to_string(r->lookup.hit_tokens) + ", want " + std::to_string(want));
+      return Fail("client " + std::to_string(c) + ": hit " + std::to_string(r->lookup.hit_tokens) +
+                  ", want " + std::to_string(want));
     }
     if (!r->outcome.status.ok()) return Fail(r->outcome.status.ToString());
     if (r->mismatches != 0) return Fail("mismatching rows: " + std::to_string(r->mismatches));
@@ -115,7 +116,8 @@ int Hold(const std::string& socket) {
   if (!fixture.ok()) return Fail(fixture.status().ToString());
   // A restore of client 0's prefix, claimed and bound, never finished.
   const auto tokens = service_test::ClientTokens(0);
-  auto lookup = engine->Lookup(engine_testing::Envelope("held-restore"), tokens, service_test::kGranularity);
+  auto lookup =
+      engine->Lookup(engine_testing::Envelope("held-restore"), tokens, service_test::kGranularity);
   if (!lookup.ok() || lookup->hit_tokens == 0) return Fail("hold: no hit");
   RestoreRequest rr;
   rr.ticket = lookup->ticket;

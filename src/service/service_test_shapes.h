@@ -23,7 +23,8 @@ inline constexpr uint64_t kPacks = 32;
 
 inline ModelSpec Model() { return engine_testing::SmallModel(4, 2, 16); }
 
-inline EngineOptions ClientOptions(const std::string& socket, const std::string& tenant = "default") {
+inline EngineOptions ClientOptions(const std::string& socket,
+                                   const std::string& tenant = "default") {
   EngineOptions o = engine_testing::SmallOptions("", Model(), kW, kPacks);
   o.store_service = "unix://" + socket;
   o.tenant = tenant;

@@ -52,9 +52,9 @@ struct StoreService::Session {
   PeerCredentials peer;
   std::thread thread;
   std::atomic<bool> done{false};
-  Store* store = nullptr;  // set by Hello
+  Store* store = nullptr;         // set by Hello
   uint64_t session_requests = 0;  // requests handled, for the closing log line
-  std::string prefix;      // "s<id>/": prepended to every request id of this session
+  std::string prefix;             // "s<id>/": prepended to every request id of this session
   // What the session holds in its store, for the reclaim.
   std::set<std::string> requests;  // prefixed request ids with an outstanding ticket
   std::set<uint64_t> claimed;      // claimed ticket ids not yet released
@@ -169,10 +169,10 @@ Result<std::unique_ptr<StoreService>> StoreService::Start(const ServiceOptions& 
       options.socket_path.empty() ? options.root + "/rangekv.sock" : options.socket_path;
   // One service per root: a second one (on another socket) would open the same stores. Each
   // store is locked on its own too (StoreState), which keeps embedded engines out of them.
-  auto root_lock = s->env_->LockFile(options.root + "/serve.lock",
-                                     "pid " + std::to_string(::getpid()) +
-                                         " (rangekv serve on " + s->socket_path_ + ")",
-                                     options.group_access ? 0640 : 0600);
+  auto root_lock = s->env_->LockFile(
+      options.root + "/serve.lock",
+      "pid " + std::to_string(::getpid()) + " (rangekv serve on " + s->socket_path_ + ")",
+      options.group_access ? 0640 : 0600);
   if (!root_lock.ok()) {
     return root_lock.status().WithContext("store service: root " + options.root +
                                           " is in use by another store service");
@@ -191,8 +191,8 @@ Result<std::unique_ptr<StoreService>> StoreService::Start(const ServiceOptions& 
     return Status(StatusCode::kIoError, std::string("eventfd: ") + std::strerror(err));
   }
   s->accept_thread_ = std::thread([p = s.get()] { p->AcceptLoop(); });
-  Log(LogLevel::kInfo, "store service: listening on " + s->socket_path_ + ", stores under " +
-                           options.root);
+  Log(LogLevel::kInfo,
+      "store service: listening on " + s->socket_path_ + ", stores under " + options.root);
   return s;
 }
 
@@ -277,8 +277,7 @@ std::string StoreService::RefusalLocked(const PeerCredentials& peer) const {
   }
   if (same_uid >= per_uid) {
     return "uid " + std::to_string(peer.uid) + " holds " + std::to_string(same_uid) +
-           " sessions, the limit per user (--max-sessions-per-uid " + std::to_string(per_uid) +
-           ")";
+           " sessions, the limit per user (--max-sessions-per-uid " + std::to_string(per_uid) + ")";
   }
   return "";
 }
@@ -303,8 +302,9 @@ void StoreService::AcceptLoop() {
     if (fd < 0) continue;
     auto peer = PeerOf(fd);
     const uid_t want_uid = options_.peer_uid.value_or(::geteuid());
-    const bool allowed = peer.ok() && (peer->uid == want_uid ||
-                                       (options_.group_access && PeerInGroup(fd, *peer, ::getegid())));
+    const bool allowed =
+        peer.ok() &&
+        (peer->uid == want_uid || (options_.group_access && PeerInGroup(fd, *peer, ::getegid())));
     MutexLock l(mu_);
     std::string why;
     StatusCode code = StatusCode::kResourceExhausted;
@@ -415,12 +415,11 @@ void StoreService::RunSession(Session* session) {
       ++(idle ? stats_.sessions_closed_idle : stats_.sessions_closed_deadline);
       break;
     }
-    const Status received =
-        ReceiveFrameInto(s.fd, &s.frame, Clock::now() + options_.frame_timeout);
+    const Status received = ReceiveFrameInto(s.fd, &s.frame, Clock::now() + options_.frame_timeout);
     if (!received.ok()) {
       const StatusCode c = received.code();
-      if (c == StatusCode::kUnavailable && received.message().find("closed by the peer") !=
-                                               std::string::npos) {
+      if (c == StatusCode::kUnavailable &&
+          received.message().find("closed by the peer") != std::string::npos) {
         why = s.store == nullptr ? "closed by the client before hello" : "closed by the client";
       } else if (c == StatusCode::kUnavailable || c == StatusCode::kTruncated) {
         // Killed, crashed or reset mid-frame: a client that vanished, not a malformed message.
@@ -536,8 +535,8 @@ void StoreService::ReclaimAfterExit(Session& s) {
       if (s.peer.pid <= 0 && Clock::now() >= deadline) break;
     }
     const int n = ::poll(p, pidfd >= 0 ? 2 : 1, timeout_ms);
-    if (n > 0 && p[0].revents != 0) break;                     // stopping: reclaim now
-    if (n > 0 && pidfd >= 0 && p[1].revents != 0) break;       // the process exited
+    if (n > 0 && p[0].revents != 0) break;                // stopping: reclaim now
+    if (n > 0 && pidfd >= 0 && p[1].revents != 0) break;  // the process exited
   }
   if (pidfd >= 0) ::close(pidfd);
 }
@@ -570,7 +569,8 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
   HelloRequest h;
   RANGEKV_RETURN_IF_ERROR(Decode(body, &h));
   if (h.protocol != kProtocolVersion) {
-    return Status(StatusCode::kWrongVersion, "client speaks protocol " + std::to_string(h.protocol));
+    return Status(StatusCode::kWrongVersion,
+                  "client speaks protocol " + std::to_string(h.protocol));
   }
   RANGEKV_RETURN_IF_ERROR(ValidateTenant(h.tenant));
   RANGEKV_RETURN_IF_ERROR(ValidatePackGeometry(h.geometry));
@@ -624,7 +624,8 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       so.pack_count = want / h.geometry.pack_bytes;  // for a new pack file
       so.capacity_bytes = so.pack_count * h.geometry.pack_bytes;
       so.direct = DirectIo::kPreferred;
-      so.directory = DirectoryOptions::ForGeometry(h.geometry, static_cast<uint32_t>(so.pack_count));
+      so.directory =
+          DirectoryOptions::ForGeometry(h.geometry, static_cast<uint32_t>(so.pack_count));
       so.directory.max_query_tokens = kMaxTokensPerMessage;
       so.directory.max_tickets = 1u << 16;
       // As an engine's own store (EngineOptions::free_reserve_packs, auto): a reservation takes
@@ -644,18 +645,16 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
       auto opened = StoreState::Open(so);
       if (!opened.ok()) return opened.status().WithContext("store service: store " + key);
       made->state = std::move(opened).value();
-      made->capacity_bytes =
-          std::min(so.capacity_bytes, made->state->pack_file().capacity_bytes());
-      made->fence_until =
-          made->state->created()
-              ? Clock::now()
-              : Clock::now() + std::chrono::milliseconds(options_.restart_fence_ms);
+      made->capacity_bytes = std::min(so.capacity_bytes, made->state->pack_file().capacity_bytes());
+      made->fence_until = made->state->created()
+                              ? Clock::now()
+                              : Clock::now() + std::chrono::milliseconds(options_.restart_fence_ms);
       const auto& rec = made->state->recovery();
       Log(LogLevel::kInfo,
           "store service: opened store " + key + " (" +
               std::to_string(made->state->pack_file().pack_count()) + " pack slots, capacity " +
-              std::to_string(made->capacity_bytes) + " bytes, " +
-              std::to_string(rec.packs_loaded) + " packs loaded" +
+              std::to_string(made->capacity_bytes) + " bytes, " + std::to_string(rec.packs_loaded) +
+              " packs loaded" +
               (rec.packs_evicted_for_capacity > 0
                    ? ", " + std::to_string(rec.packs_evicted_for_capacity) +
                          " evicted to fit the capacity"
@@ -714,8 +713,8 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
     }
     int fd = -1;
     Status st = HandleHello(s, body, &fd, &out);
-    const bool sent = Reply(s, type, st, st.ok() ? std::span<const uint8_t>(out) :
-                                                   std::span<const uint8_t>(), fd);
+    const bool sent = Reply(
+        s, type, st, st.ok() ? std::span<const uint8_t>(out) : std::span<const uint8_t>(), fd);
     if (fd >= 0) ::close(fd);
     if (!st.ok()) s.end_reason = "hello refused: " + st.ToString();
     return sent && st.ok();
@@ -723,8 +722,8 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
   if (s.store == nullptr) {
     const Status bad = FailedPrecondition("the first message of a session must be hello");
     s.malformed = true;
-    s.end_reason = "malformed: " + bad.ToString() + " (got " +
-                   std::string(MessageTypeName(type)) + ")";
+    s.end_reason =
+        "malformed: " + bad.ToString() + " (got " + std::string(MessageTypeName(type)) + ")";
     Reply(s, type, bad, {});
     return false;
   }
@@ -919,8 +918,8 @@ bool StoreService::Handle(Session& s, uint16_t type, std::span<const uint8_t> bo
       if (!status.ok()) break;
       auto it = s.reservations.find(m.reservation_id);
       if (it == s.reservations.end()) {
-        status = NotFound("reservation " + std::to_string(m.reservation_id) +
-                          " is not this session's");
+        status =
+            NotFound("reservation " + std::to_string(m.reservation_id) + " is not this session's");
         break;
       }
       const std::vector<PackRecord> records = it->second;
@@ -1065,8 +1064,9 @@ Status StoreService::AttachQueryBuffer(Session& s, uint64_t bytes) {
   // service's next read of it would die of SIGBUS.
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return InvalidArgument("attach_query_buffer: the buffer must be a memfd sealed against "
-                           "shrinking (F_SEAL_SHRINK)");
+    return InvalidArgument(
+        "attach_query_buffer: the buffer must be a memfd sealed against "
+        "shrinking (F_SEAL_SHRINK)");
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ErrnoStatus(errno, "attach_query_buffer: mmap");

@@ -73,7 +73,7 @@ struct ServiceOptions {
   // (within the quota); an existing store (its pack file on disk) keeps its pack file's,
   // whatever a client asks. Either way within the tenant's quota.
   uint64_t store_capacity_bytes = 0;
-  persist::JournalOptions journal;             // every store's durability
+  persist::JournalOptions journal;  // every store's durability
   uint32_t max_sessions = 256;
   // Sessions one peer process (SO_PEERCRED pid) may hold at once, and one uid (0: max_sessions,
   // or three quarters of it under group_access, where peers of several uids share the service),
@@ -119,10 +119,10 @@ struct ServiceOptions {
 
 struct ServiceStats {
   uint64_t sessions_accepted = 0;
-  uint64_t sessions_refused = 0;  // credentials, session bounds (all, per pid, per uid)
+  uint64_t sessions_refused = 0;          // credentials, session bounds (all, per pid, per uid)
   uint64_t sessions_closed_idle = 0;      // idle_timeout, or no Hello within frame_timeout
   uint64_t sessions_closed_deadline = 0;  // a frame or reply not through within frame_timeout
-  uint64_t sessions_vanished = 0;  // the client's connection broke mid-frame (killed, reset)
+  uint64_t sessions_vanished = 0;         // the client's connection broke mid-frame (killed, reset)
   uint64_t sessions_active = 0;
   uint64_t readers = 0;     // sessions reading now (Readers(), without its floor of 1)
   uint64_t bad_frames = 0;  // sessions closed for a malformed message
@@ -133,9 +133,9 @@ struct ServiceStats {
   uint64_t tickets_reclaimed = 0;
   uint64_t reservations_reclaimed = 0;
   uint64_t stores_open = 0;
-  uint64_t read_gate_slots = 0;    // ServiceOptions::read_slots
+  uint64_t read_gate_slots = 0;        // ServiceOptions::read_slots
   uint64_t read_gate_outstanding = 0;  // gate tickets out: reads in flight and waiting
-  uint64_t read_gate_holders = 0;  // sessions holding a gate index (ended ones until reclaimed)
+  uint64_t read_gate_holders = 0;      // sessions holding a gate index (ended ones until reclaimed)
   uint64_t read_gate_holders_waiting = 0;  // of them, ended and waiting for their process to exit
   uint64_t read_gate_marks_reclaimed = 0;  // marks dead sessions left (their slots came back)
   uint64_t read_gate_sessions = 0;         // sessions that attached to the gate, since the start

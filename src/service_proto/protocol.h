@@ -42,11 +42,11 @@ inline constexpr uint32_t kFrameMagic = 0x53564B52;  // "RKVS" little-endian
 inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr uint32_t kMaxBodyBytes = 32u << 20;
-inline constexpr uint32_t kMaxTokensPerMessage = 4u << 20;     // int32 tokens of one query
-inline constexpr uint32_t kMaxRecordsPerMessage = 1u << 16;    // pack records of one reply
-inline constexpr uint32_t kMaxDigestsPerMessage = 1u << 21;    // u64 block digests
-inline constexpr uint32_t kMaxStringBytes = 4096;              // tenant, messages, paths
-inline constexpr uint32_t kMaxIdentityBytes = 256u << 10;      // Hello's identity record
+inline constexpr uint32_t kMaxTokensPerMessage = 4u << 20;   // int32 tokens of one query
+inline constexpr uint32_t kMaxRecordsPerMessage = 1u << 16;  // pack records of one reply
+inline constexpr uint32_t kMaxDigestsPerMessage = 1u << 21;  // u64 block digests
+inline constexpr uint32_t kMaxStringBytes = 4096;            // tenant, messages, paths
+inline constexpr uint32_t kMaxIdentityBytes = 256u << 10;    // Hello's identity record
 // A session's shared query buffer: one query's int32 tokens at most.
 inline constexpr uint64_t kMaxQueryBufferBytes = uint64_t{kMaxTokensPerMessage} * 4;
 inline constexpr uint16_t kReplyBit = 0x8000;
@@ -104,7 +104,7 @@ struct HelloRequest {
   uint64_t capacity_bytes = 0;     // wanted capacity of a new namespace store (capped by quota)
   bool direct = true;              // the client wants an O_DIRECT descriptor when possible
   uint64_t digest_block_tokens = 0;
-  uint32_t pid = 0;                // informational; the service trusts SO_PEERCRED
+  uint32_t pid = 0;  // informational; the service trusts SO_PEERCRED
   // The identity record the service keeps beside a namespace store (identity.json, at most
   // persist::kMaxIdentityRecordBytes); empty: none. Informational (`rangekv inspect`).
   std::string identity;
@@ -113,15 +113,15 @@ struct HelloReply {
   uint64_t session_id = 0;
   uint64_t owner_epoch = 0;
   uint64_t pack_count = 0;
-  uint64_t capacity_bytes = 0;      // granted
+  uint64_t capacity_bytes = 0;  // granted
   uint64_t digest_block_tokens = 0;
   uint64_t digest_seed = 0;
-  bool direct = false;              // the passed descriptor has O_DIRECT
-  bool loaded = false;              // the namespace store's index came from its snapshot
+  bool direct = false;  // the passed descriptor has O_DIRECT
+  bool loaded = false;  // the namespace store's index came from its snapshot
   std::string recovery_reason;
   uint64_t packs_loaded = 0;
-  std::string store_dir;            // informational (logs)
-  bool every_publish = false;       // the service's durability: a store waits for AwaitDurable
+  std::string store_dir;       // informational (logs)
+  bool every_publish = false;  // the service's durability: a store waits for AwaitDurable
 };
 
 struct LookupRequest {

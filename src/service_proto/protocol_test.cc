@@ -186,8 +186,7 @@ TEST(ServiceProtocolTest, HeaderRejectsMagicVersionTypeAndSize) {
   EXPECT_EQ(DecodeHeader(bad).status().code(), StatusCode::kInvalidArgument);
   EncodeHeader({kProtocolVersion, 2, kMaxBodyBytes + 1}, bad);
   EXPECT_EQ(DecodeHeader(bad).status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(DecodeHeader(std::span<const uint8_t>(h, 5)).status().code(),
-            StatusCode::kCorruption);
+  EXPECT_EQ(DecodeHeader(std::span<const uint8_t>(h, 5)).status().code(), StatusCode::kCorruption);
 }
 
 TEST(ServiceProtocolTest, TruncatedTrailingAndOversizedBodiesFail) {

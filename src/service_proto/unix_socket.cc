@@ -113,13 +113,13 @@ Result<int> ListenUnix(const std::string& path, uint32_t mode, int backlog) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      return Status(StatusCode::kAlreadyExists, "socket path " + path + " exists and is not a socket");
+      return Status(StatusCode::kAlreadyExists,
+                    "socket path " + path + " exists and is not a socket");
     }
     auto probe = ConnectUnix(path);
     if (probe.ok()) {
       ::close(*probe);
-      return Status(StatusCode::kAlreadyExists,
-                    "another store service listens on " + path);
+      return Status(StatusCode::kAlreadyExists, "another store service listens on " + path);
     }
     ::unlink(path.c_str());  // a leftover of a service that died
   }

@@ -83,9 +83,9 @@ Result<std::unique_ptr<ServiceStore>> ServiceStore::Connect(const ServiceStoreOp
   auto pack = PackFile::Open(&env, name, expect, open);
   if (!pack.ok()) return pack.status().WithContext("pack file passed by the store service");
   s->pack_ = std::make_unique<PackFile>(std::move(pack).value());
-  RANGEKV_ASSIGN_OR_RETURN(const persist::DigestGeometry dg,
-                           persist::DigestGeometry::ForGeometry(o.geometry,
-                                                                s->hello_.digest_block_tokens));
+  RANGEKV_ASSIGN_OR_RETURN(
+      const persist::DigestGeometry dg,
+      persist::DigestGeometry::ForGeometry(o.geometry, s->hello_.digest_block_tokens));
   const uint64_t slots = s->pack_->pack_count();
   RANGEKV_ASSIGN_OR_RETURN(s->digests_,
                            persist::DigestTable::Create(dg, static_cast<uint32_t>(slots)));
@@ -93,8 +93,8 @@ Result<std::unique_ptr<ServiceStore>> ServiceStore::Connect(const ServiceStoreOp
   s->dropped_ = DroppedGenerations(slots);
   for (auto& g : s->generations_) g.store(GenerationView::kNoGeneration);
   Log(LogLevel::kInfo, "store service " + s->socket_path_ + ": session " +
-                           std::to_string(s->hello_.session_id) + ", store " +
-                           s->hello_.store_dir + " (" + std::to_string(slots) + " packs, " +
+                           std::to_string(s->hello_.session_id) + ", store " + s->hello_.store_dir +
+                           " (" + std::to_string(slots) + " packs, " +
                            std::to_string(s->hello_.packs_loaded) + " loaded)");
   return s;
 }
@@ -199,9 +199,8 @@ void ServiceStore::AttachQueryBuffer() {
   query_attached_ = s.ok();
   if (!s.ok() && !query_warned_) {
     query_warned_ = true;
-    Log(LogLevel::kWarning, "store service " + socket_path_ +
-                                ": no shared query buffer (" + s.ToString() +
-                                "); queries travel over the socket");
+    Log(LogLevel::kWarning, "store service " + socket_path_ + ": no shared query buffer (" +
+                                s.ToString() + "); queries travel over the socket");
   }
 }
 
@@ -281,8 +280,8 @@ void ServiceStore::LoseConnection(const Status& why) {
   reservations_.clear();
   claimed_.clear();
   pending_.clear();
-  Log(LogLevel::kWarning, "store service " + socket_path_ + ": connection lost (" +
-                              why.ToString() + "); requests fail until it is back");
+  Log(LogLevel::kWarning, "store service " + socket_path_ + ": connection lost (" + why.ToString() +
+                              "); requests fail until it is back");
 }
 
 void ServiceStore::NoticeServiceHangup() {
@@ -328,8 +327,7 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
     uint64_t dev = 0, ino = 0;
     Status id = FileIdentity(*fd, &dev, &ino);
     ::close(*fd);  // the engine keeps the descriptor of its first session
-    if (!id.ok() || dev != pack_dev_ || ino != pack_ino_ ||
-        reply.pack_count != hello_.pack_count) {
+    if (!id.ok() || dev != pack_dev_ || ino != pack_ino_ || reply.pack_count != hello_.pack_count) {
       LoseConnection(Status(StatusCode::kWrongStore, "pack file replaced"));
       closed_ = true;
       return Status(StatusCode::kWrongStore,
@@ -345,8 +343,7 @@ Status ServiceStore::CallLocked(MessageType type, std::span<const uint8_t> body,
     return Unavailable("store service: " + sent.ToString());
   }
   service::SpinUntilReadable(fd_, options_.reply_spin);
-  auto frame =
-      service::ReceiveFrame(fd_, std::chrono::steady_clock::now() + options_.call_timeout);
+  auto frame = service::ReceiveFrame(fd_, std::chrono::steady_clock::now() + options_.call_timeout);
   if (!frame.ok()) {
     LoseConnection(frame.status());
     return Unavailable("store service: " + frame.status().ToString());
@@ -604,7 +601,9 @@ DirectoryStats ServiceStore::Stats() const {
 
 // ---- integrity ----------------------------------------------------------------------------------
 
-Status ServiceStore::BeforeFirstWrite(uint64_t) { return OkStatus(); }  // the service did, at Reserve
+Status ServiceStore::BeforeFirstWrite(uint64_t) {
+  return OkStatus();
+}  // the service did, at Reserve
 
 Status ServiceStore::RecordSpan(uint64_t reservation_id, const Span& span,
                                 std::span<const uint64_t> block_digests) {
@@ -654,8 +653,9 @@ Result<DigestBlocks> ServiceStore::PlanVerify(const Span& span) {
   }
   const uint64_t begin = span.pack_token_begin, end = span.pack_token_begin + span.tokens();
   auto plan = digests_->PlanVerify(span.pack_slot, span.generation, begin, end);
-  if (!plan.ok() && (plan.status().code() == StatusCode::kNotFound ||
-                     plan.status().code() == StatusCode::kStaleGeneration) &&
+  if (!plan.ok() &&
+      (plan.status().code() == StatusCode::kNotFound ||
+       plan.status().code() == StatusCode::kStaleGeneration) &&
       !dropped_.Contains(span.pack_slot, span.generation)) {
     // First restore of this pack generation here: one request for all its digests.
     const Status fetched = FetchDigests(span.pack_slot, span.generation);
@@ -675,14 +675,14 @@ Status ServiceStore::Expected(const Span& span, uint64_t first_block, std::span<
   return TableExpected(*digests_, dropped_, span, first_block, out);
 }
 
-
 void ServiceStore::OnCorruption(const Span& span) {
   dropped_.Mark(span.pack_slot, span.generation);  // before the digests go (see PlanVerify)
   digests_->Drop(span.pack_slot, span.generation);
   std::vector<uint8_t> body, out;
   service::Encode(service::PackRef{span.pack_slot, span.generation}, &body);
   Status s = Call(MessageType::kCorrupt, body, &out);
-  if (!s.ok()) Log(LogLevel::kWarning, "reporting a corrupt pack to the store service: " + s.ToString());
+  if (!s.ok())
+    Log(LogLevel::kWarning, "reporting a corrupt pack to the store service: " + s.ToString());
   Log(LogLevel::kWarning, "pack slot " + std::to_string(span.pack_slot) + " generation " +
                               std::to_string(span.generation) +
                               " failed payload verification and was dropped from the index");

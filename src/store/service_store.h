@@ -15,9 +15,10 @@
 // local), and tickets of the lost session need no release (the service reclaims them). The next
 // call reconnects (at most every reconnect_interval) only once no store of the lost session
 // can still be writing (a session the service closed for idleness held nothing, so a call
-// after a quiet spell finds it closed and reconnects at once, within that call): every reservation it obtained was published or aborted by the engine,
-// which happens only after its accepted writes returned. A reconnect must find the same pack
-// file (device and inode); a replaced store fails with kWrongStore until the engine reopens.
+// after a quiet spell finds it closed and reconnects at once, within that call): every reservation
+// it obtained was published or aborted by the engine, which happens only after its accepted writes
+// returned. A reconnect must find the same pack file (device and inode); a replaced store fails
+// with kWrongStore until the engine reopens.
 //
 // Counters. Stats() reports this engine's own work (lookups, records selected, leases), as the
 // embedded directory would for it; the service's global counters are its own (`rangekv serve`
@@ -190,7 +191,7 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
 
   mutable Mutex mu_;
   bool connected_ GUARDED_BY(mu_) = false;
-  uint64_t session_ GUARDED_BY(mu_) = 0;  // hello's session id; bumps on reconnect
+  uint64_t session_ GUARDED_BY(mu_) = 0;             // hello's session id; bumps on reconnect
   std::set<uint64_t> reservations_ GUARDED_BY(mu_);  // of the current session
   std::set<uint64_t> orphans_ GUARDED_BY(mu_);       // of a lost session, not yet settled
   std::set<uint64_t> claimed_ GUARDED_BY(mu_);       // ticket ids of the current session

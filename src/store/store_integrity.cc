@@ -54,7 +54,6 @@ Status StoreIntegrity::Expected(const Span& span, uint64_t first_block, std::spa
   return TableExpected(*digests_, dropped_, span, first_block, out);
 }
 
-
 void StoreIntegrity::OnCorruption(const Span& span) {
   dropped_.Mark(span.pack_slot, span.generation);  // before the digests go (see PlanVerify)
   // The snapshot on disk may still list the pack; mark the store dirty so a crash from here on

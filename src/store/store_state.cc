@@ -123,9 +123,9 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
       persist::PrepareStoreDir(o.env, paths, o.permissions, persist::EffectiveUid()));
   // One owner at a time: two engines (or an engine and a store service) on one directory would
   // hand out the same slots and overwrite each other's packs and index.
-  auto lock = o.env->LockFile(paths.lock(),
-                              "pid " + std::to_string(::getpid()) + " (" + o.holder + ")",
-                              o.permissions.file);
+  auto lock =
+      o.env->LockFile(paths.lock(), "pid " + std::to_string(::getpid()) + " (" + o.holder + ")",
+                      o.permissions.file);
   if (!lock.ok()) {
     if (lock.status().code() != StatusCode::kLocked) {
       return lock.status().WithContext("store " + o.dir);
@@ -219,9 +219,8 @@ Result<std::unique_ptr<StoreState>> StoreState::Open(const StoreStateOptions& o)
           "store " + o.dir + ": identity record not written: " + written.ToString());
     }
   }
-  std::unique_ptr<StoreState> state(
-      new StoreState(o.env, o.dir, std::move(*pack), std::move(index).value(), created,
-                     std::move(lock).value()));
+  std::unique_ptr<StoreState> state(new StoreState(
+      o.env, o.dir, std::move(*pack), std::move(index).value(), created, std::move(lock).value()));
   state->persistence_->EnableCheckpoints(*state->pack_, *state->directory_, *state->digests_);
   if (o.max_removed_ranges > 0) {
     Directory& dir = *state->directory_;
@@ -245,7 +244,7 @@ Status StoreState::Close() {
   closed_ = true;
   if (abandoned_) {
     if (publisher_ != nullptr) publisher_->Stop();  // a crash: nothing more is uploaded
-    lock_.reset();  // as the kernel would for a process that died
+    lock_.reset();                                  // as the kernel would for a process that died
     close_status_ = OkStatus();
     return close_status_;
   }

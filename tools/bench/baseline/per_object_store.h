@@ -47,13 +47,13 @@
 #include <span>
 #include <string>
 
-#include "tools/bench/baseline/object_naming.h"
 #include "device/device.h"
 #include "io/io_engine.h"
 #include "kernels/paged_kv.h"
 #include "rangekv/env.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
+#include "tools/bench/baseline/object_naming.h"
 
 namespace rangekv::baseline {
 

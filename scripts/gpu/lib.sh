@@ -17,7 +17,7 @@
 #   bench NAME TIMEOUT ARGS...
 #                     step NAME running `rangekv bench ARGS --json $work/NAME.json`, then the
 #                     table's summary lines into the summary
-#   gpu_finish        packs $work into $OUT/gpu.tgz (the device tool returns at most 8 files),
+#   gpu_finish        packs $work's files under 4 MiB into $OUT/gpu.tgz (the device tool returns at most 8 files),
 #                     copies the summary to $OUT/summary.txt, prints it; exits non-zero when a
 #                     step failed
 #
@@ -169,7 +169,9 @@ bench() {
 
 gpu_finish() {
   note "total: $(($(date +%s) - start)) s"
-  tar -czf "$final/gpu.tgz" -C "$work" .
+  # Logs, tables and JSON, not the stores and models some steps leave in $work (the device
+  # tool returns files of limited size).
+  (cd "$work" && find . -type f -size -4M -print0 | tar -czf "$final/gpu.tgz" --null -T -)
   cp "$sum" "$final/summary.txt"
   echo "==== summary ($final/summary.txt; every log, table and JSON in $final/gpu.tgz)"
   cat "$sum"

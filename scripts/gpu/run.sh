@@ -34,7 +34,8 @@
 #               carry [".deb", ".gpu/vllm/N"]. Steps: install, correctness (tokens and logprobs
 #               against vLLM's own prefix cache: NHD, HND, the cross-layer allocation), then
 #               Table 3's TTFT arms on tmpfs (VLLM_ARMS, ';'-separated; default: RangeKV at 192
-#               and 3,072 objects, layerwise, LMCache's disk tier at the same two chunkings);
+#               and 3,072 objects, layerwise, LMCache's disk tier at the same two chunkings,
+#               vLLM's OffloadingConnector);
 #               VLLM_STEPS (default "correctness ttft") picks the steps after the install
 #   remote      the cluster tier (docs/scale-out.md): SeaweedFS's S3 gateway (weed, carried as
 #               .gpu/weed/weed.xz: xz -c "$(command -v weed)" > .gpu/weed/weed.xz) and Debian's
@@ -173,7 +174,7 @@ suite_vllm() {
   rm -rf "$shm" && mkdir -p "$shm"
   PYTHONPATH=$pkg:$PYTHONPATH PYTHONUNBUFFERED=1 step vllm_ttft 540 python3 \
     scripts/gpu/vllm_gpu.py ttft --work "$work/ttft" --media shm --shm-root "$shm" \
-    --arms "${VLLM_ARMS:-rangekv 192 shm;rangekv 3,072 shm;LW shm;lmcache disk 192 shm;lmcache disk 3,072 shm}" \
+    --arms "${VLLM_ARMS:-rangekv 192 shm;rangekv 3,072 shm;LW shm;lmcache disk 192 shm;lmcache disk 3,072 shm;vllm offloading}" \
     --reps "${REPS:-3}" --timeout 200 --json "$work/vllm_ttft.json"
   tail -16 "$work/vllm_ttft.txt" | sed 's/^/  /' | tee -a "$sum"
   rm -rf "$shm"
@@ -181,7 +182,7 @@ suite_vllm() {
 
 suite_remote() {
   gpu_build || return
-  local weed=/tmp/rangekv-weed/weed servers=$work/servers dev
+  local weed=/tmp/rangekv-weed/weed servers=/tmp/rangekv-servers dev  # data outside $work
   if [ ! -x "$weed" ]; then
     [ -f .gpu/weed/weed.xz ] || { note "FAILED: no .gpu/weed/weed.xz carried"; status=1; return 1; }
     if ! { mkdir -p "${weed%/*}" && xz -dc .gpu/weed/weed.xz >"$weed.tmp" && chmod +x "$weed.tmp" &&
@@ -189,6 +190,7 @@ suite_remote() {
       note "FAILED: unpacking weed"; status=1; return 1
     fi
   fi
+  rm -rf "$servers"
   RANGEKV_WEED=$weed step remote_servers 60 bash testing/remote/servers.sh start "$servers" || return
   # shellcheck source=/dev/null
   . "$servers/env"
@@ -202,7 +204,8 @@ suite_remote() {
     grep -E "^local hit" "$work/remote_$dev.txt" | cut -c1-170 | sed 's/^/  /' | tee -a "$sum"
   done
   bash testing/remote/servers.sh stop "$servers"
-  rm -rf "$shm"
+  cp "$servers"/*.log "$work/" 2>/dev/null
+  rm -rf "$shm" "$servers"
 }
 
 suite_list() { declare -F | awk '{print $3}' | sed -n 's/^suite_//p'; }

@@ -110,6 +110,30 @@ RequestEnvelope Env(const std::string& id) {
   return e;
 }
 
+// Looks `prompt` up on `e` at `granularity`, restores the hit into `kv` and waits for every
+// layer; `seconds` runs from the lookup to the last layer. Ends the command on any error.
+struct TimedRestore {
+  uint64_t hit_tokens = 0;
+  double seconds = 0;
+};
+TimedRestore LookupAndRestore(Engine& e, const std::string& id, std::span<const int32_t> prompt,
+                              uint64_t granularity, PagedKvSpace& kv) {
+  const double t0 = Now();
+  LookupResult lr = Must(e.Lookup(Env(id), prompt, granularity), "lookup");
+  RestoreRequest rq;
+  rq.ticket = lr.ticket;
+  rq.envelope = Env(id);
+  rq.tokens = prompt;
+  rq.endpoint_tokens = lr.hit_tokens;
+  RestoreHandle h = Must(e.StartRestore(rq), "restore");
+  Must(h.BindSlots(kv.engine_kv(), std::span<const int64_t>(kv.slots()).first(lr.hit_tokens)),
+       "bind");
+  for (uint32_t l = 0; l < e.geometry().layers; ++l) Must(h.WaitLayer(l), "layer");
+  const double seconds = Now() - t0;
+  Must(h.Finish().status, "restore");
+  return {lr.hit_tokens, seconds};
+}
+
 void RunRemoteBench(const RemoteBenchConfig& c) {
   const double wall0 = Now();
   ModelSpec model;  // Llama-3.1-8B's KV, one rank of TP=8: s = 512 bytes
@@ -284,26 +308,14 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
       Must(kv->Poison(), "poison");
       before = b->remote_stats();
       const std::string id = "p" + label + "-" + std::to_string(n++);
-      const double t0 = Now();
-      LookupResult lr = Must(b->Lookup(Env(id), prompt, p.chunk_tokens), "lookup");
-      if (lr.hit_tokens != P / p.chunk_tokens * p.chunk_tokens) {
-        Fail("lookup", Internal("hit " + std::to_string(lr.hit_tokens) + " tokens"));
+      const TimedRestore t = LookupAndRestore(*b, id, prompt, p.chunk_tokens, *kv);
+      if (t.hit_tokens != P / p.chunk_tokens * p.chunk_tokens) {
+        Fail("lookup", Internal("hit " + std::to_string(t.hit_tokens) + " tokens"));
       }
-      RestoreRequest rq;
-      rq.ticket = lr.ticket;
-      rq.envelope = Env(id);
-      rq.tokens = prompt;
-      rq.endpoint_tokens = lr.hit_tokens;
-      RestoreHandle h = Must(b->StartRestore(rq), "restore");
-      Must(h.BindSlots(kv->engine_kv(), std::span<const int64_t>(kv->slots()).first(lr.hit_tokens)),
-           "bind");
-      for (uint32_t l = 0; l < g.layers; ++l) Must(h.WaitLayer(l), "layer");
-      const double sec = Now() - t0;
-      RestoreOutcome o = h.Finish();
+      const double sec = t.seconds;
       b->ReleaseRequest(Env(id));
-      Must(o.status, "restore");
       after = b->remote_stats();
-      mismatches += Must(kv->CountMismatches(11, 0, lr.hit_tokens), "verify");  // outside timing
+      mismatches += Must(kv->CountMismatches(11, 0, t.hit_tokens), "verify");  // outside timing
       if (r > 0) {
         times.push_back(sec);
         ceilings.push_back(ceiling);
@@ -468,23 +480,12 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
       auto e = Must(Engine::Open(el), "reopening node A");
       Must(kv->Poison(), "poison");
       const std::string id = "local-" + std::to_string(r) + "-" + std::to_string(arm);
-      const double t0 = Now();
-      LookupResult lr = Must(e->Lookup(Env(id), prompt, 256), "local lookup");
-      RestoreRequest rq;
-      rq.ticket = lr.ticket;
-      rq.envelope = Env(id);
-      rq.tokens = prompt;
-      rq.endpoint_tokens = lr.hit_tokens;
-      RestoreHandle h = Must(e->StartRestore(rq), "local restore");
-      Must(h.BindSlots(kv->engine_kv(), std::span<const int64_t>(kv->slots()).first(lr.hit_tokens)),
-           "bind");
-      for (uint32_t l = 0; l < g.layers; ++l) Must(h.WaitLayer(l), "layer");
-      const double sec = Now() - t0;
-      Must(h.Finish().status, "local restore");
+      const TimedRestore t = LookupAndRestore(*e, id, prompt, 256, *kv);
+      const double sec = t.seconds;
       if (e->remote_stats().lookups != 0) {
         Fail("local hit", Internal("a wholly local hit consulted the cluster tier"));
       }
-      if (Must(kv->CountMismatches(11, 0, lr.hit_tokens), "verify") != 0) {
+      if (Must(kv->CountMismatches(11, 0, t.hit_tokens), "verify") != 0) {
         Fail("local hit", Corruption("local restore delivered wrong bytes"));
       }
       if (r > 0) (arm == 0 ? with_tier : without_tier).push_back(sec);

@@ -269,6 +269,17 @@ const GridCell* BestCell(const std::vector<GridCell>& cells) {
   return best;
 }
 
+nlohmann::json GridJson(const std::vector<GridCell>& cells) {
+  nlohmann::json grid = nlohmann::json::array();
+  for (const GridCell& g : cells) {
+    grid.push_back({{"threads", g.threads},
+                    {"request_bytes", g.request_bytes},
+                    {"bytes", g.bytes},
+                    {"gib_s", g.gib_s}});
+  }
+  return grid;
+}
+
 struct CeilingFile::State {
   std::string path;
   Geometry geometry;

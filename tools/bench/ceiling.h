@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "device/device.h"
 #include "rangekv/geometry.h"
 #include "rangekv/status.h"
@@ -75,6 +77,10 @@ Result<std::vector<GridCell>> MeasureGrid(
     const std::function<void(const GridCell&)>& on_cell);
 // The fastest cell (the first of equals); nullptr for none.
 const GridCell* BestCell(const std::vector<GridCell>& cells);
+
+// The cells as a JSON array of {threads, request_bytes, bytes, gib_s}, as every bench reports
+// its grid.
+nlohmann::json GridJson(const std::vector<GridCell>& cells);
 
 // One payload in an engine's pack file: `tokens` path tokens from 0 with the pattern of `seed`.
 struct CeilingPayload {

@@ -326,13 +326,7 @@ nlohmann::json IoJson(const IoReport& rep) {
                        {"ratio", nullptr},
                        {"unavailable", rep.uring_error}});
   }
-  nlohmann::json grid = nlohmann::json::array();
-  for (const GridCell& g : rep.grid) {
-    grid.push_back({{"threads", g.threads},
-                    {"request_bytes", g.request_bytes},
-                    {"bytes", g.bytes},
-                    {"gib_s", g.gib_s}});
-  }
+  nlohmann::json grid = GridJson(rep.grid);
   return {{"workload", "io"},
           {"ceiling_gib_s", rep.ceiling_gib_s},
           {"results", results},

@@ -335,13 +335,7 @@ void PrintSweepSummary(const SweepReport& rep, std::FILE* out) {
 }
 
 nlohmann::json SweepJson(const SweepReport& rep) {
-  nlohmann::json grid = nlohmann::json::array();
-  for (const GridCell& g : rep.grid) {
-    grid.push_back({{"threads", g.threads},
-                    {"request_bytes", g.request_bytes},
-                    {"bytes", g.bytes},
-                    {"gib_s", g.gib_s}});
-  }
+  nlohmann::json grid = GridJson(rep.grid);
   nlohmann::json results = nlohmann::json::array();
   for (const SweepResult& r : rep.results) {
     nlohmann::json counters = nlohmann::json::object();

@@ -292,7 +292,9 @@ def ttft_arms(args, roots: dict) -> list[dict]:
         # The paper's 6,144 objects without layerwise naming are 8-token chunks: below vLLM's
         # 16-token block, which the connector refuses as a reuse granularity (a hit is whole
         # blocks), so that point exists only as 6,144 LW (192 chunks x 32 layers).
-        points = [(g, False) for g in (256, 64, 16)] + [(256, True)]
+        # Layerwise delivery (the connector's default) at every granularity too: with it the
+        # (chunk, layer) objects are prefix / g x 32 (6,144 at 256 tokens, the paper's 6,144-LW).
+        points = [(g, False) for g in (256, 64, 16)] + [(g, True) for g in (256, 64, 16)]
         if medium != "shm" and not args.all_on_disk:
             points = [(256, False), (256, True)]
         for g, lw in points:

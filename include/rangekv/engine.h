@@ -218,7 +218,7 @@ class Engine {
   // Validates options (kInvalidArgument naming the field), derives the geometry, creates or
   // opens the store, allocates every bank and job slot, and starts the workers.
   // Errors: from validation, DeriveGeometry, the pack file (PackFile::Open's distinct errors),
-  // the device (kUnavailable for DeviceSelection::kCuda without a GPU) and the I/O engine.
+  // the device (kNotSupported for DeviceSelection::kCuda without a GPU) and the I/O engine.
   static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
 
   ~Engine();

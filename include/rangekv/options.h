@@ -18,13 +18,13 @@ namespace rangekv {
 enum class DeviceSelection : uint8_t {
   kAuto,  // CUDA when a usable GPU is present, else the host device
   kHost,  // HostDevice: host memory, streams are FIFO worker threads (CI, CPU-only machines)
-  kCuda,  // CudaDevice; Open fails with kUnavailable when no GPU can be used
+  kCuda,  // CudaDevice; Open fails with kNotSupported when no GPU can be used
 };
 
 enum class IoEngineSelection : uint8_t {
   kAuto,   // uring when it works with this file, else posix (the reason is logged)
   kPosix,  // pread/pwrite thread pool
-  kUring,  // io_uring; Open fails with kUnavailable when it cannot be used
+  kUring,  // io_uring; Open fails with kNotSupported when it cannot be used
   // cuFile (libcufile via dlopen; GDS, or cuFile's compat mode) with a CUDA device. When the
   // library, its driver or the pack file's handle registration is unavailable, or the device
   // is not CUDA, Open falls back as kAuto does and DescribeBackends() / the log say why.

@@ -145,7 +145,9 @@ std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* wr
       options_.io_engine == IoEngineSelection::kPosix ? IoEngineKind::kPosix : IoEngineKind::kUring;
   Result<SplitProbeResult> probe = ProbeSplit(options_.env, path, direct, kind, eo, po);
   if (!probe.ok() && kind == IoEngineKind::kUring &&
-      probe.status().code() == StatusCode::kUnavailable) {
+      probe.status().code() == StatusCode::kNotSupported) {
+    Log(LogLevel::kInfo,
+        "io split: probing with posix, uring is not usable here: " + probe.status().message());
     kind = IoEngineKind::kPosix;
     probe = ProbeSplit(options_.env, path, direct, kind, eo, po);
   }

@@ -431,7 +431,7 @@ void RestorePipeline::FailUnservable() {
   // No bank is owned either (an owned bank is usable), so no stripe is reading, landed or
   // scattering: failing the pending ones settles every job. Backwards, because a job that
   // settles leaves the active list.
-  const Status none = Unavailable("every read bank is quarantined (unproven device work)");
+  const Status none = DeviceFault("every read bank is quarantined (unproven device work)");
   for (size_t k = jobs_.active_count(); k-- > 0;) {
     const std::shared_ptr<RestoreJob> job = jobs_.ServiceOrder(k);
     RestoreJobState& st = job->state.Locked(mu_);

@@ -289,7 +289,7 @@ class RestorePipeline {
   // Quarantines the bank; when it was the last usable one, FailUnservable().
   void QuarantineBank(RestoreJob& job, uint32_t bank) REQUIRES(mu_);
   // When every read bank is quarantined, fails every pending stripe of every active job
-  // (kUnavailable): no bank will be free for them, and Finish / per-layer waits must return.
+  // (kDeviceFault): no bank will be free for them, and Finish / per-layer waits must return.
   void FailUnservable() REQUIRES(mu_);
   // Publishes settled layers, detects the drain, wakes waiters and workers.
   void AfterProgress(RestoreJob& job) REQUIRES(mu_);

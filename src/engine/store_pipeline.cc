@@ -307,7 +307,7 @@ void StorePipeline::RetryDeferred() {
 
 void StorePipeline::FailUnservable() {
   if (jobs_.usable_banks() != 0) return;
-  const Status none = Unavailable("every store bank is quarantined (unproven device work)");
+  const Status none = DeviceFault("every store bank is quarantined (unproven device work)");
   // AfterProgress may settle jobs (and, through RetryDeferred, others): start over after each.
   for (bool again = true; again;) {
     again = false;

@@ -288,7 +288,7 @@ class IoEngine {
   void Wait(IoBatch& batch) { batch.Wait(); }
 };
 
-// Makes an engine. kInvalidArgument for options out of range; for kUring, kUnavailable with
+// Makes an engine. kInvalidArgument for options out of range; for kUring, kNotSupported with
 // the reason when io_uring cannot be used here (built without liburing, kernel without
 // io_uring, io_uring_disabled sysctl, seccomp), so the caller can fall back to kPosix and log
 // why.

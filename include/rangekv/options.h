@@ -58,11 +58,6 @@ inline constexpr uint64_t kFillSplitBytesDirect = 1ull << 20;
 inline constexpr uint32_t kDirectReadIoThreadsPerWorker = 4;
 inline constexpr uint32_t kMaxAutoReadIoThreads = 16;
 
-enum class DirectIoPreference : uint8_t {
-  kPreferred,  // O_DIRECT where the file system supports it (tmpfs does not), else buffered
-  kOff,        // always buffered through the page cache
-};
-
 // The paper's ablations (section 5.4). Each switch restores one piece of the stock per-object
 // path so its cost can be measured; the defaults are RangeKV.
 struct Ablations {
@@ -222,7 +217,9 @@ struct EngineOptions {
   DeviceSelection device = DeviceSelection::kAuto;
   uint32_t cuda_device_ordinal = 0;
   IoEngineSelection io_engine = IoEngineSelection::kAuto;
-  DirectIoPreference direct_io = DirectIoPreference::kPreferred;
+  // How the pack file opens (rangekv/env.h): O_DIRECT where the file system supports it, or
+  // always buffered.
+  DirectIo direct_io = DirectIo::kPreferred;
   // Byte split of native I/O (docs/design.md 4.3): a span longer than this is issued as
   // concurrent sub-reads / sub-writes of this many bytes (rounded up to the O_DIRECT
   // alignment), so native calls = payload bytes / split, whatever the object count.

@@ -788,7 +788,7 @@ void RegisterEngine(nb::module_& m) {
                        {"uring", int(IoEngineSelection::kUring)}},
                       &v);
             o.io_engine = static_cast<IoEngineSelection>(v);
-            o.direct_io = direct_io ? DirectIoPreference::kPreferred : DirectIoPreference::kOff;
+            o.direct_io = direct_io ? DirectIo::kPreferred : DirectIo::kOff;
             SetChoice(
                 checksum, "checksum",
                 {{"always", int(ChecksumPolicy::kAlways)}, {"off", int(ChecksumPolicy::kOff)}}, &v);

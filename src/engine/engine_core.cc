@@ -189,8 +189,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.ns = DeriveNamespace(options_.model, geometry_);
   RANGEKV_ASSIGN_OR_RETURN(so.pack_count, PackCountForCapacity(options_.capacity_bytes, geometry_));
   so.capacity_bytes = options_.capacity_bytes;
-  so.direct =
-      options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred : DirectIo::kOff;
+  so.direct = options_.direct_io;
   so.directory = DirectoryOptions::ForGeometry(geometry_, static_cast<uint32_t>(so.pack_count));
   if (options_.free_reserve_packs == kFreeReserveAuto) {
     options_.free_reserve_packs =

@@ -628,7 +628,7 @@ TEST_F(EngineTest, ByteSplitIssuesBytesOverSplitCallsAndRestoresBitExact) {
 TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
   o.io_split_bytes = kIoSplitFillReads;
-  o.direct_io = DirectIoPreference::kOff;
+  o.direct_io = DirectIo::kOff;
   o.io_engine = IoEngineSelection::kAuto;
   o.read_io_threads = 6;  // > read_workers (2)
   Open(o);
@@ -672,7 +672,7 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
   // 1 MiB pieces.
   o.store_dir = dir_.path() + "/store3";
   o.read_io_threads = 0;
-  o.direct_io = DirectIoPreference::kPreferred;
+  o.direct_io = DirectIo::kPreferred;
   Open(o);
   const std::string d = engine_->DescribeBackends();
   if (d.find("direct=on") != std::string::npos) {

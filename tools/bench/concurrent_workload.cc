@@ -141,7 +141,7 @@ EngineOptions ConcurrentWorkload::Options(const RunPlan& p, const std::string& s
   if (!io.ok()) ConcurrentFail("--io: " + io.status().ToString());
   eo.io_engine =
       *io == IoEngineKind::kUring ? IoEngineSelection::kUring : IoEngineSelection::kPosix;
-  eo.direct_io = o_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
+  eo.direct_io = o_.buffered ? DirectIo::kOff : DirectIo::kPreferred;
   eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, p.tokens + 1);
   // Every request of a round holds a job slot (plus the lookup-time prefetch it adopts).
   eo.max_inflight_restores = std::max<uint32_t>(eo.max_inflight_restores, p.n);

@@ -392,7 +392,7 @@ class Sweep {
     eo.io_engine = o_.io == IoEngineKind::kUring    ? IoEngineSelection::kUring
                    : o_.io == IoEngineKind::kCuFile ? IoEngineSelection::kCuFile
                                                     : IoEngineSelection::kPosix;
-    eo.direct_io = o_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
+    eo.direct_io = o_.buffered ? DirectIo::kOff : DirectIo::kPreferred;
     eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, P_ + S_ + 1);
     if (o_.read_workers != 0) eo.read_workers = o_.read_workers;
     if (o_.read_io_threads != 0) eo.read_io_threads = o_.read_io_threads;

@@ -50,7 +50,7 @@ class EngineFaultTest : public ::testing::Test {
             uint32_t write_workers = 2) {
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(8, 2, 16), kW);
     o.env = env;
-    o.write_workers = write_workers;
+    o.tuning.write_workers = write_workers;
     auto e = engine_internal::OpenEngineForTesting(o, config);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();

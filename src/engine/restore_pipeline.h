@@ -198,7 +198,7 @@ class RestorePipeline {
 
   // Reads in flight at once: at most read_workers (the default), or its share when `readers`
   // engines read the node's medium: ceil(read_workers / readers), at least 1
-  // (EngineOptions::share_reads). Reads already in flight finish. Returns the new limit.
+  // (EngineTuning::share_reads). Reads already in flight finish. Returns the new limit.
   uint32_t SetReadShare(uint32_t readers) EXCLUDES(mu_);
 
   // Cancels and abandons every job, then waits until all drained (no read, no fence left).

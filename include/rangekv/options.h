@@ -47,10 +47,10 @@ inline constexpr uint64_t kIoSplitOff = UINT64_MAX;  // issue every span whole
 // are read workers (each worker has one span in flight), so every thread has a piece to work
 // on: kFillSplitBytes on a buffered pack file (threads copying out of the page cache),
 // kFillSplitBytesDirect on O_DIRECT (requests the device serves side by side). Both are 1 MiB,
-// chosen apart by measurement (docs/benchmarks.md): smaller pieces add per-call costs, larger
-// ones leave threads idle as a span ends. On O_DIRECT, writes are cut into the same pieces (a
-// store has only a few batches' spans in flight for the write engine's threads); buffered
-// writes stay whole.
+// chosen apart so each can be tuned alone (see docs/benchmarks.md, "`rangekv bench restore`"):
+// smaller pieces add per-call costs, larger ones leave threads idle as a span ends. On O_DIRECT,
+// writes are cut into the same pieces (a store has only a few batches' spans in flight for the
+// write engine's threads); buffered writes stay whole.
 inline constexpr uint64_t kIoSplitFillReads = UINT64_MAX - 1;
 inline constexpr uint64_t kFillSplitBytes = 1ull << 20;
 inline constexpr uint64_t kFillSplitBytesDirect = 1ull << 20;
@@ -215,7 +215,7 @@ struct EngineTuning {
   // cache is bound by how many threads copy out of it, and an O_DIRECT restore by how many
   // requests the device serves side by side, while the read workers keep only a few spans in
   // flight; the lowest stripes' pieces are queued first, so the first layer does not wait
-  // behind whole later spans (docs/benchmarks.md).
+  // behind whole later spans (see docs/benchmarks.md, "`rangekv bench restore`").
   // kIoSplitAuto: chosen at Open by a short probe of the store's medium (16 MiB through the
   // read engine, src/io/split_probe.h; a split must beat whole spans by 10%), logged, for reads
   // and writes; with a caller-supplied `env` (not DefaultEnv()) there is no real medium to probe
@@ -227,8 +227,8 @@ struct EngineTuning {
 
   // How long a call to the store service (a lookup, a claim, a reservation) polls for the
   // reply before its thread sleeps. The caller waits for that reply anyway; the poll spares it
-  // a wake-up, which on a VM whose vCPU went idle costs tens of microseconds
-  // (docs/store-service.md "Latency"). 0: sleep at once. At most 10,000.
+  // a wake-up, which costs most on a VM whose vCPU went idle (what it costs: see
+  // docs/store-service.md, "Latency: polling for the reply"). 0: sleep at once. At most 10,000.
   uint32_t store_service_spin_us = 200;
   // How long a call to the store service waits for its reply before it fails with
   // kUnavailable and the connection counts as lost (the engine reconnects later): a hung or
@@ -250,10 +250,10 @@ struct EngineTuning {
   // asked, and gives it back when the read call returns. Work-conserving where share_reads is
   // not: an engine reading alone may take every slot. posix and cuFile reads are gated,
   // io_uring's are not. A service without a gate leaves the engine ungated. Ignored for an
-  // embedded store. On by default: gated instances together move what ungated ones do, and
-  // their requests' first layer comes back to one embedded engine's time, because the node's
-  // reads are served first come, first served instead of each instance's lowest layers
-  // competing with every other instance's (docs/benchmarks.md, `bench concurrent`).
+  // embedded store. On by default: the node's reads are served first come, first served
+  // instead of each instance's lowest layers competing with every other instance's, so a
+  // request's first layer does not wait behind other instances' later layers (what that buys:
+  // see docs/benchmarks.md, "`rangekv bench concurrent`").
   bool read_gate = true;
 
   // Removed ranges (Engine::DrainRemovedRanges) kept until drained: beyond this the oldest is

@@ -282,11 +282,6 @@ class PyEngine {
  public:
   explicit PyEngine(EngineArgs args) : layout_name_(args.layout) {
     info_.layout = &LayoutByName(args.layout);
-    if (!info_.layout->value) {
-      Throw(StatusCode::kUnimplemented,
-            "layout " + std::string(info_.layout->name) +
-                " is not in this build of the engine (include/rangekv/layout.h lacks it)");
-    }
     if (info_.layout->mla != (args.model.mla_latent_size != 0)) {
       Throw(StatusCode::kGeometryMismatch,
             "layout " + std::string(info_.layout->name) +
@@ -294,9 +289,7 @@ class PyEngine {
                                    : " is not for MLA models (mla_latent_size > 0 needs layout "
                                      "\"mla\")"));
     }
-#if RANGEKV_PY_HAVE_MODELSPEC_LAYOUT
-    args.model.layout = *info_.layout->value;
-#endif
+    args.model.layout = info_.layout->value;
     info_.dtype = args.model.kv_dtype;
     info_.cuda_device = static_cast<int32_t>(args.options.cuda_device_ordinal);
     args.options.store_dir = args.store_dir;

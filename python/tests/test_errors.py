@@ -361,9 +361,6 @@ def test_engine_option_errors(store_dir, tmp_path):
         rangekv.Engine(store_dir, **engine_kwargs(checkpoint_interval_ms=86_400_001))
     with pytest.raises(rangekv.InvalidArgument, match="store_service_spin_us"):
         rangekv.Engine(store_dir, **engine_kwargs(store_service_spin_us=10_001))
-    if not _core.HAVE_PACKED_LAYOUTS:
-        with pytest.raises(rangekv.Unimplemented, match="packed_nhd"):
-            rangekv.Engine(store_dir, **engine_kwargs(layout="packed_nhd"))
     rangekv.Engine(store_dir, **engine_kwargs()).close()
     with pytest.raises(rangekv.GeometryMismatch):
         rangekv.Engine(store_dir, **engine_kwargs(head_size=32))

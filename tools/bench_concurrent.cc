@@ -76,14 +76,14 @@ void AddSharedFlags(CLI::App* cmd, ConcurrentOptions* f) {
   cmd->add_option("--client-share-reads", f->client_share_reads,
                   "--mode service: each client's engine keeps its reads to its share of the "
                   "node, read workers and read I/O threads divided by the sessions reading now "
-                  "(EngineOptions::share_reads, off by default: each client takes what one "
+                  "(EngineTuning::share_reads, off by default: each client takes what one "
                   "engine alone would)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--read-gate", f->read_gate,
                   "--mode service/both: the service runs a read gate of this many slots and "
                   "every client's engine passes it (rangekv serve --read-slots N, "
-                  "EngineOptions::read_gate): the clients together keep at most N read pieces "
+                  "EngineTuning::read_gate): the clients together keep at most N read pieces "
                   "in flight, taken as they come; auto: rangekv serve's default, " +
                       std::to_string(f->read_gate) + " here (0: no gate)")
       ->transform(ReadSlotsAuto())

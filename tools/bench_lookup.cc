@@ -52,7 +52,7 @@ void AddBenchLookupCommand(CLI::App& bench) {
                   "service (started in-process, or the one at PATH) instead");
   cmd->add_option("--client-spin-us", cfg->o.client_spin_us,
                   "With --store: how long the client polls for each reply before sleeping "
-                  "(EngineOptions::store_service_spin_us; default: its default)");
+                  "(EngineTuning::store_service_spin_us; default: its default)");
   cmd->add_option("--service-spin-us", cfg->o.service_spin_us,
                   "With --store service: how long the in-process service polls for a session's "
                   "next request before sleeping")

@@ -218,7 +218,7 @@ class Engine {
   // Validates options (kInvalidArgument naming the field), derives the geometry, creates or
   // opens the store, allocates every bank and job slot, and starts the workers.
   // Errors: from validation, DeriveGeometry, the pack file (PackFile::Open's distinct errors),
-  // the device (kUnavailable for DeviceSelection::kCuda without a GPU) and the I/O engine.
+  // the device (kNotSupported for DeviceSelection::kCuda without a GPU) and the I/O engine.
   static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
 
   ~Engine();
@@ -278,12 +278,12 @@ class Engine {
   Status SynchronizeStream(DeviceStreamRef stream);
 
   EngineStats GetStats() const;
-  // The read concurrency in effect (EngineOptions::share_reads): the readers the store service
+  // The read concurrency in effect (EngineTuning::share_reads): the readers the store service
   // last reported (1 for an embedded store or before any reply), the stripe reads this engine
   // keeps in flight at most, and its read I/O engine's cap: read_io_threads while reading alone,
   // else 1 / readers of the spans or pieces that engine can have in flight (posix: its threads;
   // io_uring: rings x queue depth).
-  // With EngineOptions::read_gate: the node's read slots this engine's reads pass (0: none), the
+  // With EngineTuning::read_gate: the node's read slots this engine's reads pass (0: none), the
   // reads that took one, and how many waited for one or, the wait running out, went ahead
   // without one.
   struct ReadShare {
@@ -306,7 +306,7 @@ class Engine {
   // since the last call (a visible pack evicted, invalidated or clipped), in the order they
   // happened; each names the pack a StoreOutcome named (StoreOutcome::packs) and the path tokens
   // it no longer serves. Packs loaded at Open are covered too. The engine keeps at most
-  // options().max_removed_ranges of them: beyond that the oldest are dropped and counted in
+  // options().tuning.max_removed_ranges of them: beyond that the oldest are dropped and counted in
   // EngineStats::removed_events_dropped, so a consumer learns it missed some (0: none kept).
   // Cheap: the removals are recorded under the index's lock as they happen; draining takes only
   // the queue's.

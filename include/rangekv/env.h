@@ -29,7 +29,9 @@ enum class OpenMode {
   kReadWrite,
 };
 
-enum class DirectIo {
+// Whether a file opens with O_DIRECT: FileOptions::direct for one file, EngineOptions::direct_io
+// for the pack file.
+enum class DirectIo : uint8_t {
   kOff,        // buffered I/O through the page cache
   kPreferred,  // O_DIRECT when the file system supports it, buffered otherwise (tmpfs)
 };

@@ -4,6 +4,18 @@
 // fine enough that every distinct failure the acceptance tests name has its own code (a stale
 // generation is not a token mismatch). Messages are for people; never parse them.
 //
+// What a caller may do about a code, for the three that name something missing or gone:
+//   kUnavailable   transient: a service this call needs (the store service, the remote tier's
+//                  S3 or Redis) is unreachable, stopping or dropped the connection. A later call
+//                  may succeed (the engine reconnects); the vLLM connector recomputes meanwhile.
+//   kNotSupported  permanent for this process: an optional backend (io_uring, CUDA, cuFile) or
+//                  tool is not usable in this build or on this host. Pick another backend
+//                  (the kAuto selections do); retrying changes nothing.
+//   kDeviceFault   permanent for this engine: device work could not be proven complete, its
+//                  banks were quarantined, and a pipeline has none left. Reopen the engine.
+// kDeadlineExceeded is transient too (nothing changed). Every other code is an answer about the
+// call or the data: retrying the same call gets the same answer.
+//
 // Thread-safety: values; copy freely. Invariant: ok() <=> code() == StatusCode::kOk.
 #pragma once
 
@@ -47,15 +59,17 @@ enum class StatusCode : uint8_t {
   // Lifecycle.
   kCancelled,
   kAborted,
-  kUnavailable,  // an optional backend (io_uring, CUDA, cuFile) is not usable here
+  kUnavailable,  // a service or peer is unreachable now (transient: see above)
   kUnimplemented,
   kInternal,
   // Added after kInternal so the numbers above (the store service's wire status) stay put.
   kLocked,            // the store directory is held by another engine or store service
   kDeadlineExceeded,  // a wait ran past its deadline (nothing changed; it may be retried)
+  kNotSupported,      // an optional backend or tool is not usable here (permanent: see above)
+  kDeviceFault,       // no usable bank left after quarantines (permanent: see above)
 };
 // The highest code (loops over every code end here).
-inline constexpr StatusCode kLastStatusCode = StatusCode::kDeadlineExceeded;
+inline constexpr StatusCode kLastStatusCode = StatusCode::kDeviceFault;
 
 // Stable lower_snake name of a code ("stale_generation"), used in logs, JSON and tests.
 std::string_view StatusCodeName(StatusCode code);
@@ -101,6 +115,8 @@ inline Status ResourceExhausted(std::string m) {
 inline Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status NotSupported(std::string m) { return {StatusCode::kNotSupported, std::move(m)}; }
+inline Status DeviceFault(std::string m) { return {StatusCode::kDeviceFault, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 

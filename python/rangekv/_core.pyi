@@ -9,7 +9,6 @@ from typing import Any, Literal
 from ._errors import Error
 
 __version__: str
-HAVE_PACKED_LAYOUTS: bool
 
 # Anything 1-D of ints: list[int], tuple, numpy int array, torch CPU int tensor, DLPack vector.
 IntVector = Any

@@ -61,13 +61,20 @@ _CODES = [
      "A store directory or file owned by another user or writable by group or others."),
     ("Cancelled", "cancelled", (), "The operation was cancelled."),
     ("Aborted", "aborted", (), "The operation was aborted."),
-    ("Unavailable", "unavailable", (), "An optional backend (io_uring, CUDA) is not usable."),
+    ("Unavailable", "unavailable", (),
+     "A service the call needs (the store service, the remote tier) is unreachable now; "
+     "transient: a later call may succeed."),
     ("Unimplemented", "unimplemented", (), "Not implemented in this build or on this device."),
     ("Internal", "internal", (), "An internal error (a bug)."),
     ("Locked", "locked", (),
      "The store directory is held by another engine or store service (one at a time)."),
     ("DeadlineExceeded", "deadline_exceeded", (TimeoutError,),
      "A wait ran past its deadline; nothing changed and it may be retried."),
+    ("NotSupported", "not_supported", (),
+     "An optional backend (io_uring, CUDA, cuFile) or tool is not usable in this build or on "
+     "this host; retrying changes nothing."),
+    ("DeviceFault", "device_fault", (),
+     "Device work could not be proven complete and no usable bank is left; reopen the engine."),
 ]
 
 _BY_CODE: dict[str, type] = {}

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ._errors import NotFound, Unavailable, from_status
+from ._errors import NotFound, NotSupported, from_status
 
 
 def cli_path() -> str:
@@ -29,7 +29,7 @@ def cli_path() -> str:
     found = shutil.which("rangekv")
     if found:
         return found
-    raise Unavailable("the rangekv CLI was not found (set RANGEKV_CLI or reinstall the package)")
+    raise NotSupported("the rangekv CLI was not found (set RANGEKV_CLI or reinstall the package)")
 
 
 def _run(args: list[str], store_dir: str | os.PathLike) -> tuple[int, Any, str]:

@@ -103,7 +103,7 @@ class PyPerObjectStore {
     c.naming = Naming(shape, c.slots.size(), chunks);
     c.layers = ToLayers(info_, kv_layers, writable);
     CheckSlots(info_, c.layers.kv, c.slots, c.slots.size(), /*unique=*/writable, "slot_mapping");
-    ThrowIfError(engine_internal::MakeLayerViews(info_.geometry, *info_.layout->value, c.layers.kv,
+    ThrowIfError(engine_internal::MakeLayerViews(info_.geometry, info_.layout->value, c.layers.kv,
                                                  &c.views));
     return c;
   }
@@ -126,9 +126,9 @@ class PyPerObjectStore {
     ThrowIfError(g.status());
     info_.geometry = *g;
     info_.layout = &LayoutByName(layout);
-    if (!info_.layout->value || info_.layout->mla) {
+    if (info_.layout->mla) {
       Throw(StatusCode::kInvalidArgument,
-            "the per-object model takes a non-MLA layout of this build, got " + layout);
+            "the per-object model takes a non-MLA layout, got " + layout);
     }
     info_.dtype = dt.canonical;
     if (device != "host" && device != "cuda") {

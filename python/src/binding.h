@@ -51,8 +51,7 @@ struct LayoutInfo {
   std::string_view physical;  // dims in memory order, outermost first, e.g. "2NHBD"
   std::string_view logical;   // the shape frameworks show, e.g. "2NBHD" (a permutation)
   bool mla = false;           // the layout of an MLA model (one plane, latent)
-  // The engine's enum value; nullopt when this build's include/rangekv/layout.h lacks it.
-  std::optional<KvCacheLayout> value;
+  KvCacheLayout value;        // the engine's enum value
 };
 
 // The layout named `name`; kInvalidArgument listing the names otherwise.

@@ -261,7 +261,7 @@ std::vector<int64_t> StridesOf(const Geometry& g, std::string_view physical, std
 
 // Whether a layout's layers may come as strided views: two planes, not opaque blocks.
 bool StridedCapable(const LayoutInfo& layout) {
-  return !layout.mla && layout.value.has_value() && !IsBlockOpaque(*layout.value);
+  return !layout.mla && !IsBlockOpaque(layout.value);
 }
 
 // Byte strides of a strided view whose dimensions are named by `logical` ("2NBHD", "N2BHD" or
@@ -393,7 +393,7 @@ BoundLayers ToLayers(const EngineInfo& info, nb::handle kv_layers, bool writable
                                              std::to_string(g.layers) + " layers");
   }
   BoundLayers out;
-  out.kv.layout = *layout.value;
+  out.kv.layout = layout.value;
   out.kv.layer_base.reserve(count);
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // [begin, end) per layer
   int64_t blocks = -1;

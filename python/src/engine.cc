@@ -282,11 +282,6 @@ class PyEngine {
  public:
   explicit PyEngine(EngineArgs args) : layout_name_(args.layout) {
     info_.layout = &LayoutByName(args.layout);
-    if (!info_.layout->value) {
-      Throw(StatusCode::kUnimplemented,
-            "layout " + std::string(info_.layout->name) +
-                " is not in this build of the engine (include/rangekv/layout.h lacks it)");
-    }
     if (info_.layout->mla != (args.model.mla_latent_size != 0)) {
       Throw(StatusCode::kGeometryMismatch,
             "layout " + std::string(info_.layout->name) +
@@ -294,9 +289,7 @@ class PyEngine {
                                    : " is not for MLA models (mla_latent_size > 0 needs layout "
                                      "\"mla\")"));
     }
-#if RANGEKV_PY_HAVE_MODELSPEC_LAYOUT
-    args.model.layout = *info_.layout->value;
-#endif
+    args.model.layout = info_.layout->value;
     info_.dtype = args.model.kv_dtype;
     info_.cuda_device = static_cast<int32_t>(args.options.cuda_device_ordinal);
     args.options.store_dir = args.store_dir;
@@ -356,21 +349,21 @@ class PyEngine {
     nb::dict d;
     d["stripe_bytes"] = o.stripe_bytes;
     d["capacity_bytes"] = o.capacity_bytes;
-    d["read_banks"] = o.read_banks;
-    d["read_bank_bytes"] = o.read_bank_bytes;
-    d["prefetch_banks"] = o.prefetch_banks;
-    d["read_workers"] = o.read_workers;
-    d["read_io_threads"] = o.read_io_threads;
-    d["share_reads"] = o.share_reads;
-    d["read_gate"] = o.read_gate;
-    d["lookahead_layers"] = o.lookahead_layers;
-    d["store_banks"] = o.store_banks;
-    d["store_bank_bytes"] = o.store_bank_bytes;
-    d["layer_group"] = o.layer_group;
-    d["group_workers"] = o.group_workers;
-    d["write_workers"] = o.write_workers;
-    d["max_inflight_restores"] = o.max_inflight_restores;
-    d["max_inflight_stores"] = o.max_inflight_stores;
+    d["read_banks"] = o.tuning.read_banks;
+    d["read_bank_bytes"] = o.tuning.read_bank_bytes;
+    d["prefetch_banks"] = o.tuning.prefetch_banks;
+    d["read_workers"] = o.tuning.read_workers;
+    d["read_io_threads"] = o.tuning.read_io_threads;
+    d["share_reads"] = o.tuning.share_reads;
+    d["read_gate"] = o.tuning.read_gate;
+    d["lookahead_layers"] = o.tuning.lookahead_layers;
+    d["store_banks"] = o.tuning.store_banks;
+    d["store_bank_bytes"] = o.tuning.store_bank_bytes;
+    d["layer_group"] = o.tuning.layer_group;
+    d["group_workers"] = o.tuning.group_workers;
+    d["write_workers"] = o.tuning.write_workers;
+    d["max_inflight_restores"] = o.tuning.max_inflight_restores;
+    d["max_inflight_stores"] = o.tuning.max_inflight_stores;
     d["max_request_tokens"] = o.max_request_tokens;
     return d;
   }
@@ -788,7 +781,7 @@ void RegisterEngine(nb::module_& m) {
                        {"uring", int(IoEngineSelection::kUring)}},
                       &v);
             o.io_engine = static_cast<IoEngineSelection>(v);
-            o.direct_io = direct_io ? DirectIoPreference::kPreferred : DirectIoPreference::kOff;
+            o.direct_io = direct_io ? DirectIo::kPreferred : DirectIo::kOff;
             SetChoice(
                 checksum, "checksum",
                 {{"always", int(ChecksumPolicy::kAlways)}, {"off", int(ChecksumPolicy::kOff)}}, &v);
@@ -804,28 +797,28 @@ void RegisterEngine(nb::module_& m) {
               item.erase(0, item.find_first_not_of(' '));
               item.erase(item.find_last_not_of(' ') + 1);
               if (item.empty()) continue;
-              ThrowIfError(o.ablations.Set(item));
+              ThrowIfError(o.tuning.ablations.Set(item));
             }
-            o.read_banks = read_banks;
-            o.read_bank_bytes = read_bank_bytes;
-            o.read_workers = read_workers;
-            o.read_io_threads = read_io_threads;
-            o.prefetch_banks = prefetch_banks;
-            o.lookahead_layers = lookahead_layers;
-            o.max_inflight_restores = max_inflight_restores;
-            o.store_banks = store_banks;
-            o.store_bank_bytes = store_bank_bytes;
-            o.group_workers = group_workers;
-            o.write_workers = write_workers;
-            o.layer_group = layer_group;
-            o.max_inflight_stores = max_inflight_stores;
+            o.tuning.read_banks = read_banks;
+            o.tuning.read_bank_bytes = read_bank_bytes;
+            o.tuning.read_workers = read_workers;
+            o.tuning.read_io_threads = read_io_threads;
+            o.tuning.prefetch_banks = prefetch_banks;
+            o.tuning.lookahead_layers = lookahead_layers;
+            o.tuning.max_inflight_restores = max_inflight_restores;
+            o.tuning.store_banks = store_banks;
+            o.tuning.store_bank_bytes = store_bank_bytes;
+            o.tuning.group_workers = group_workers;
+            o.tuning.write_workers = write_workers;
+            o.tuning.layer_group = layer_group;
+            o.tuning.max_inflight_stores = max_inflight_stores;
             o.max_request_tokens = max_request_tokens;
-            o.max_removed_ranges = max_removed_ranges;
+            o.tuning.max_removed_ranges = max_removed_ranges;
             o.store_service = std::move(store_service);
             o.tenant = std::move(tenant);
-            o.store_service_spin_us = store_service_spin_us;
-            o.share_reads = share_reads;
-            o.read_gate = read_gate;
+            o.tuning.store_service_spin_us = store_service_spin_us;
+            o.tuning.share_reads = share_reads;
+            o.tuning.read_gate = read_gate;
             o.remote.url = std::move(remote);
             o.remote.endpoint = std::move(remote_endpoint);
             o.remote.directory = std::move(directory);
@@ -835,7 +828,7 @@ void RegisterEngine(nb::module_& m) {
             o.remote.read_timeout_ms = remote_read_timeout_ms;
             o.remote.capacity_bytes = remote_capacity_bytes;
             o.remote.upload_bytes_per_s = upload_bytes_per_s;
-            o.store_service_timeout_ms = store_service_timeout_ms;
+            o.tuning.store_service_timeout_ms = store_service_timeout_ms;
             SetChoice(
                 on_store_mismatch, "on_store_mismatch",
                 {{"fail", int(StoreMismatch::kFail)}, {"replace", int(StoreMismatch::kReplace)}},

@@ -1,6 +1,5 @@
 // The layout table: Python name -> tensor shape and the engine's KvCacheLayout. The one place
-// that maps names; layouts whose enum value is not in this build's include/rangekv/layout.h
-// are listed without a value (the Engine refuses them with kUnimplemented).
+// that maps names.
 #include <array>
 #include <string>
 
@@ -9,16 +8,6 @@
 namespace rangekv::py {
 
 namespace {
-
-#if RANGEKV_PY_HAVE_PACKED_LAYOUTS
-constexpr std::optional<KvCacheLayout> kPackedNhd = KvCacheLayout::kPackedNhd;
-constexpr std::optional<KvCacheLayout> kPackedHnd = KvCacheLayout::kPackedHnd;
-constexpr std::optional<KvCacheLayout> kCpuBlock = KvCacheLayout::kCpuBlock;
-#else
-constexpr std::optional<KvCacheLayout> kPackedNhd = std::nullopt;
-constexpr std::optional<KvCacheLayout> kPackedHnd = std::nullopt;
-constexpr std::optional<KvCacheLayout> kCpuBlock = std::nullopt;
-#endif
 
 // physical = memory order (C-contiguous in that order); logical = the shape a framework shows
 // for a tensor whose strides follow `physical` (vLLM's HND views). Both forms are accepted.
@@ -29,10 +18,10 @@ const std::array<LayoutInfo, 8> kLayouts = {{
     {"flashinfer_hnd", "N2HBD", "N2BHD", false, KvCacheLayout::kFlashInferHnd},
     {"mla", "NBL", "NBL", true, KvCacheLayout::kMla},
     // vLLM 0.26+ FlashAttention / FlashInfer: logical [N, H, B, 2D], K = [..., :D].
-    {"packed_nhd", "NBHP", "NHBP", false, kPackedNhd},
-    {"packed_hnd", "NHBP", "NHBP", false, kPackedHnd},
+    {"packed_nhd", "NBHP", "NHBP", false, KvCacheLayout::kPackedNhd},
+    {"packed_hnd", "NHBP", "NHBP", false, KvCacheLayout::kPackedHnd},
     // vLLM CPU backend: [N, H, B, 2D], a block's interior is opaque (copied whole).
-    {"cpu_block", "NHBP", "NHBP", false, kCpuBlock},
+    {"cpu_block", "NHBP", "NHBP", false, KvCacheLayout::kCpuBlock},
 }};
 
 }  // namespace

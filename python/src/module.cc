@@ -9,7 +9,6 @@ namespace nb = nanobind;
 NB_MODULE(_core, m) {
   m.doc() = "RangeKV engine binding (private: use the rangekv package).";
   m.attr("__version__") = RANGEKV_PY_VERSION;
-  m.attr("HAVE_PACKED_LAYOUTS") = bool(RANGEKV_PY_HAVE_PACKED_LAYOUTS);
   m.def(
       "layouts", [] { return rangekv::py::LayoutNames(); }, "The layout names, comma-separated.");
   m.def(

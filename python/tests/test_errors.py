@@ -15,6 +15,7 @@ from rangekv import _core
 from conftest import (
     B,
     L,
+    engine_kwargs,
     env,
     physical_shape,
     random_layers,
@@ -346,8 +347,6 @@ def test_closed_engine(make_engine):
 
 
 def test_engine_option_errors(store_dir, tmp_path):
-    from conftest import engine_kwargs
-
     with pytest.raises(rangekv.InvalidArgument, match="unknown layout"):
         rangekv.Engine(store_dir, **engine_kwargs(layout="nhd"))
     with pytest.raises(rangekv.InvalidArgument, match="unknown dtype"):
@@ -362,9 +361,6 @@ def test_engine_option_errors(store_dir, tmp_path):
         rangekv.Engine(store_dir, **engine_kwargs(checkpoint_interval_ms=86_400_001))
     with pytest.raises(rangekv.InvalidArgument, match="store_service_spin_us"):
         rangekv.Engine(store_dir, **engine_kwargs(store_service_spin_us=10_001))
-    if not _core.HAVE_PACKED_LAYOUTS:
-        with pytest.raises(rangekv.Unimplemented, match="packed_nhd"):
-            rangekv.Engine(store_dir, **engine_kwargs(layout="packed_nhd"))
     rangekv.Engine(store_dir, **engine_kwargs()).close()
     with pytest.raises(rangekv.GeometryMismatch):
         rangekv.Engine(store_dir, **engine_kwargs(head_size=32))
@@ -387,6 +383,33 @@ def test_every_status_code_has_a_class():
     assert issubclass(rangekv.InvalidArgument, ValueError)
     assert issubclass(rangekv.ClosedError, rangekv.FailedPrecondition)
     assert rangekv.StaleTicket.code == "stale_generation"
+
+
+def test_missing_things_map_to_distinct_classes():
+    """unavailable (transient), not_supported (backend) and device_fault are three classes."""
+    from rangekv import _errors
+
+    names = _core.status_code_names()
+    want = {"unavailable": rangekv.Unavailable, "not_supported": rangekv.NotSupported,
+            "device_fault": rangekv.DeviceFault}
+    for code, cls in want.items():
+        assert code in names
+        assert type(_errors.from_status(code, "m")) is cls
+    assert len(set(want.values())) == 3
+    assert not issubclass(rangekv.NotSupported, rangekv.Unavailable)
+    assert not issubclass(rangekv.DeviceFault, rangekv.Unavailable)
+
+
+def test_cuda_refused_as_not_supported_where_unusable(tmp_path):
+    """device='cuda' without CUDA kernels or a usable GPU is NotSupported (permanent), not
+    Unavailable (transient)."""
+    try:
+        rangekv.Engine(str(tmp_path / "s"), **engine_kwargs(device="cuda")).close()
+    except rangekv.NotSupported as e:
+        if not _core.build_info()["cuda_kernels"]:
+            assert "no CUDA kernels" in str(e), e
+        return
+    pytest.skip("a CUDA device is usable here")
 
 
 def test_streams_on_the_host_device(stored):

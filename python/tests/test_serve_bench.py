@@ -1,10 +1,12 @@
 """`rangekv bench serve` without a vLLM server: its statistics, tables, plots, request builders,
-concurrent client (against a fake streaming server) and the connector's break-even gate math."""
+concurrent client (against a fake streaming server) and the connector's break-even threshold
+math."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,7 +16,7 @@ import pytest
 from rangekv.bench import plots
 from rangekv.bench import serve_stats as st
 from rangekv.bench.serve_client import run_phases
-from rangekv.vllm import gate
+from rangekv.vllm import break_even
 from rangekv.vllm.config import ConfigError, parse_config
 
 
@@ -207,29 +209,31 @@ def test_breakeven_and_resources_tables():
     assert "| 288 MiB | 512 MiB | 64 MiB | 32 MiB |" in r
 
 
-# ---- the break-even gate --------------------------------------------------------------------
+# ---- the break-even threshold --------------------------------------------------------------------
 
 def test_break_even_tokens_is_where_the_model_lines_cross_rounded_up_to_blocks():
     # recompute 200 us/token; restore 16 KiB/token at 2 GiB/s (7.6 us) + 2 ms: h* = 10.4 tokens
-    bpt = gate.bytes_per_token(layers=4, kv_heads=8, head_size=128, dtype_bytes=2)
+    bpt = break_even.bytes_per_token(layers=4, kv_heads=8, head_size=128, dtype_bytes=2)
     assert bpt == 16384  # 4 KiB per token per layer (8 KV heads x 128, bf16), 4 layers
-    h = gate.break_even_tokens(prefill_tokens_per_s=5000, restore_bytes_per_s=2 << 30,
-                               bytes_per_token=bpt, overhead_s=0.002, block_size=32, never=10**6)
+    h = break_even.break_even_tokens(prefill_tokens_per_s=5000, restore_bytes_per_s=2 << 30,
+                                     bytes_per_token=bpt, overhead_s=0.002, block_size=32,
+                                     never=10**6)
     assert h == 32
-    h = gate.break_even_tokens(prefill_tokens_per_s=5000, restore_bytes_per_s=2 << 30,
-                               bytes_per_token=bpt, overhead_s=0.1, block_size=32, never=10**6)
+    h = break_even.break_even_tokens(prefill_tokens_per_s=5000, restore_bytes_per_s=2 << 30,
+                                     bytes_per_token=bpt, overhead_s=0.1, block_size=32,
+                                     never=10**6)
     exact = 0.1 / (1 / 5000 - bpt / (2 << 30))
     assert h % 32 == 0 and h - 32 < exact <= h
-    assert gate.break_even_tokens(prefill_tokens_per_s=5000, restore_bytes_per_s=2 << 30,
-                                  bytes_per_token=bpt, overhead_s=0.0, block_size=32,
-                                  never=10**6) == 0
+    assert break_even.break_even_tokens(prefill_tokens_per_s=5000, restore_bytes_per_s=2 << 30,
+                                        bytes_per_token=bpt, overhead_s=0.0, block_size=32,
+                                        never=10**6) == 0
     # Reading a token costs more than computing it: never restore.
-    assert gate.break_even_tokens(prefill_tokens_per_s=10**6, restore_bytes_per_s=1 << 20,
-                                  bytes_per_token=bpt, overhead_s=0.0, block_size=32,
-                                  never=4096) == 4096
+    assert break_even.break_even_tokens(prefill_tokens_per_s=10**6, restore_bytes_per_s=1 << 20,
+                                        bytes_per_token=bpt, overhead_s=0.0, block_size=32,
+                                        never=4096) == 4096
     with pytest.raises(ValueError):
-        gate.break_even_tokens(prefill_tokens_per_s=0, restore_bytes_per_s=1, bytes_per_token=1,
-                               overhead_s=0, block_size=32, never=1)
+        break_even.break_even_tokens(prefill_tokens_per_s=0, restore_bytes_per_s=1,
+                                     bytes_per_token=1, overhead_s=0, block_size=32, never=1)
 
 
 def test_gate_inputs_from_fitted_lines_reproduce_the_measured_crossing():
@@ -237,23 +241,24 @@ def test_gate_inputs_from_fitted_lines_reproduce_the_measured_crossing():
     rec = [0.010 + n * 200e-6 for n in lengths]
     bpt = 16384
     rk = [0.060 + n * bpt / (1 << 30) for n in lengths]   # 50 ms more fixed cost, 1 GiB/s
-    fr, fk = gate.fit_line(lengths, rec), gate.fit_line(lengths, rk)
+    fr, fk = break_even.fit_line(lengths, rec), break_even.fit_line(lengths, rk)
     assert fr == pytest.approx((0.010, 200e-6)) and fk[1] == pytest.approx(bpt / (1 << 30))
-    inputs = gate.gate_inputs_from_fits(fr, fk, bpt)
+    inputs = break_even.break_even_inputs_from_fits(fr, fk, bpt)
     assert inputs["prefill_tokens_per_s"] == pytest.approx(5000)
     assert inputs["restore_bytes_per_s"] == pytest.approx(1 << 30)
     assert inputs["overhead_s"] == pytest.approx(0.050)
-    from rangekv.bench.serve_workloads import gate_config
-    cfg = gate_config(inputs, lengths)
+    from rangekv.bench.serve_workloads import break_even_config
+    cfg = break_even_config(inputs, lengths)
     assert cfg["min_hit_tokens"] == "auto" and parse_config({"store_dir": "/x", **cfg})
-    h = gate.break_even_tokens(prefill_tokens_per_s=cfg["gate_prefill_tokens_per_s"],
-                               restore_bytes_per_s=cfg["gate_restore_bandwidth"],
-                               bytes_per_token=bpt, overhead_s=cfg["gate_overhead_us"] * 1e-6,
-                               block_size=32, never=10**6)
+    h = break_even.break_even_tokens(prefill_tokens_per_s=cfg["break_even_prefill_tokens_per_s"],
+                                     restore_bytes_per_s=cfg["break_even_restore_bandwidth"],
+                                     bytes_per_token=bpt,
+                                     overhead_s=cfg["break_even_overhead_us"] * 1e-6,
+                                     block_size=32, never=10**6)
     crossed = st.crossing(lengths, rec, rk)
     assert h - 32 < crossed <= h + 1   # the gate's threshold is the measured crossing, in blocks
     with pytest.raises(ValueError):
-        gate.fit_line([5, 5], [1, 2])
+        break_even.fit_line([5, 5], [1, 2])
 
 
 def test_gate_verdict_judges_each_decision_on_the_ungated_arms():
@@ -280,23 +285,39 @@ def test_gate_verdict_judges_each_decision_on_the_ungated_arms():
 
 def test_config_accepts_auto_and_names_what_it_needs():
     cfg = parse_config({"store_dir": "/x", "min_hit_tokens": "auto",
-                        "gate_prefill_tokens_per_s": 5000, "gate_restore_bandwidth": "2GiB"})
-    assert cfg.min_hit_tokens == "auto" and cfg.gate_restore_bandwidth == 2 << 30
-    assert parse_config({"store_dir": "/x"}).gate_restore_bandwidth == "probe"
+                        "break_even_prefill_tokens_per_s": 5000,
+                        "break_even_restore_bandwidth": "2GiB"})
+    assert cfg.min_hit_tokens == "auto" and cfg.break_even_restore_bandwidth == 2 << 30
+    assert parse_config({"store_dir": "/x"}).break_even_restore_bandwidth == "probe"
     assert parse_config({"store_dir": "/x", "min_hit_tokens": 256}).min_hit_tokens == 256
-    with pytest.raises(ConfigError, match="needs gate_prefill_tokens_per_s"):
+    with pytest.raises(ConfigError, match="needs break_even_prefill_tokens_per_s"):
         parse_config({"store_dir": "/x", "min_hit_tokens": "auto"})
     with pytest.raises(ConfigError, match="min_hit_tokens: expected an integer >= 0 or 'auto'"):
         parse_config({"store_dir": "/x", "min_hit_tokens": "sometimes"})
-    with pytest.raises(ConfigError, match="gate_restore_bandwidth: expected a size"):
-        parse_config({"store_dir": "/x", "gate_restore_bandwidth": "fast"})
+    with pytest.raises(ConfigError, match="break_even_restore_bandwidth: expected a size"):
+        parse_config({"store_dir": "/x", "break_even_restore_bandwidth": "fast"})
+
+
+def test_config_takes_the_old_gate_keys_with_a_warning(caplog):
+    """gate_* were the break-even keys before "gate" came to mean the read gate only."""
+    old = {"gate_prefill_tokens_per_s": 5000, "gate_restore_bandwidth": "2GiB",
+           "gate_overhead_us": 1500}
+    with caplog.at_level(logging.WARNING, logger="vllm.rangekv"):
+        cfg = parse_config({"store_dir": "/x", "min_hit_tokens": "auto", **old})
+    assert (cfg.break_even_prefill_tokens_per_s, cfg.break_even_restore_bandwidth,
+            cfg.break_even_overhead_us) == (5000, 2 << 30, 1500)
+    for key in old:
+        assert any(key in r.getMessage() and "deprecated" in r.getMessage()
+                   for r in caplog.records), key
+    with pytest.raises(ConfigError, match="gate_overhead_us: the old name of break_even_overhead"):
+        parse_config({"store_dir": "/x", "gate_overhead_us": 1, "break_even_overhead_us": 2})
 
 
 def test_probe_reads_back_what_it_wrote_and_leaves_nothing(tmp_path):
-    bps, mode = gate.probe_read_bytes_per_s(str(tmp_path), probe_bytes=8 << 20)
+    bps, mode = break_even.probe_read_bytes_per_s(str(tmp_path), probe_bytes=8 << 20)
     assert bps > 0 and mode in ("O_DIRECT", "buffered")
     assert os.listdir(tmp_path) == []
-    _, mode = gate.probe_read_bytes_per_s(str(tmp_path), probe_bytes=4 << 20, direct=False)
+    _, mode = break_even.probe_read_bytes_per_s(str(tmp_path), probe_bytes=4 << 20, direct=False)
     assert mode == "buffered"
 
 
@@ -493,25 +514,25 @@ def test_gate_fitted_at_the_short_end_finds_the_crossing_of_a_superlinear_prefil
     assert 64 < crossed < 128
 
     def threshold(inputs):
-        from rangekv.bench.serve_workloads import gate_config
-        cfg = gate_config(inputs, lengths)
-        return gate.break_even_tokens(prefill_tokens_per_s=cfg["gate_prefill_tokens_per_s"],
-                                      restore_bytes_per_s=cfg["gate_restore_bandwidth"],
-                                      bytes_per_token=bpt,
-                                      overhead_s=cfg["gate_overhead_us"] * 1e-6, block_size=32,
-                                      never=10**6)
+        from rangekv.bench.serve_workloads import break_even_config
+        cfg = break_even_config(inputs, lengths)
+        return break_even.break_even_tokens(
+            prefill_tokens_per_s=cfg["break_even_prefill_tokens_per_s"],
+            restore_bytes_per_s=cfg["break_even_restore_bandwidth"], bytes_per_token=bpt,
+            overhead_s=cfg["break_even_overhead_us"] * 1e-6, block_size=32, never=10**6)
 
-    whole = gate.gate_inputs_from_fits(gate.fit_line(lengths, rec), gate.fit_line(lengths, rk), bpt)
+    whole = break_even.break_even_inputs_from_fits(break_even.fit_line(lengths, rec),
+                                                   break_even.fit_line(lengths, rk), bpt)
     assert threshold(whole) > 4 * crossed  # what the full-range fit did
-    short = gate.gate_inputs_from_short_end(lengths, rec, rk, bpt, points=3)
+    short = break_even.break_even_inputs_from_short_end(lengths, rec, rk, bpt, points=3)
     assert short["fit_lengths"] == [32, 64, 128]
     h = threshold(short)
     assert crossed - 32 <= h <= crossed + 32
     # Lengths with a missing median are skipped; fewer than two usable ones cannot be fitted.
-    fitted = gate.gate_inputs_from_short_end(lengths, [None] + rec[1:], rk, bpt)
+    fitted = break_even.break_even_inputs_from_short_end(lengths, [None] + rec[1:], rk, bpt)
     assert fitted["fit_lengths"] == [64, 128, 256]
     with pytest.raises(ValueError):
-        gate.gate_inputs_from_short_end([32, 64], [None, 1.0], [1.0, 1.0], bpt)
+        break_even.break_even_inputs_from_short_end([32, 64], [None, 1.0], [1.0, 1.0], bpt)
 
 
 def test_phase_means_come_from_the_connector_counters():

@@ -50,7 +50,7 @@ def rows(layer: torch.Tensor, slots) -> np.ndarray:
 def make(tmp_path, device: str, name: str, layout: str = "flashinfer_nhd"):
     try:
         return rangekv.Engine(str(tmp_path / name), **engine_kwargs(layout, device=device))
-    except rangekv.Unavailable as e:
+    except rangekv.NotSupported as e:
         pytest.skip(f"the engine has no {device} device in this build: {e}")
 
 

@@ -67,6 +67,10 @@ std::string_view StatusCodeName(StatusCode code) {
       return "locked";
     case StatusCode::kDeadlineExceeded:
       return "deadline_exceeded";
+    case StatusCode::kNotSupported:
+      return "not_supported";
+    case StatusCode::kDeviceFault:
+      return "device_fault";
   }
   return "unknown";
 }

@@ -41,5 +41,27 @@ TEST(StatusTest, EveryCodeHasAName) {
   }
 }
 
+// The store service sends codes by number: the ones a client of an older build knows keep theirs.
+TEST(StatusTest, CodeNumbersStayPut) {
+  EXPECT_EQ(static_cast<int>(StatusCode::kUnavailable), 25);
+  EXPECT_EQ(static_cast<int>(StatusCode::kInternal), 27);
+  EXPECT_EQ(static_cast<int>(StatusCode::kDeadlineExceeded), 29);
+  EXPECT_EQ(static_cast<int>(StatusCode::kNotSupported), 30);
+  EXPECT_EQ(static_cast<int>(StatusCode::kDeviceFault), 31);
+}
+
+// The three codes that once were one (kUnavailable) stay three, with the names the Python
+// classes are looked up by.
+TEST(StatusTest, MissingThingsHaveDistinctCodes) {
+  EXPECT_EQ(Unavailable("x").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(NotSupported("x").code(), StatusCode::kNotSupported);
+  EXPECT_EQ(DeviceFault("x").code(), StatusCode::kDeviceFault);
+  EXPECT_EQ(StatusCodeName(StatusCode::kUnavailable), "unavailable");
+  EXPECT_EQ(StatusCodeName(StatusCode::kNotSupported), "not_supported");
+  EXPECT_EQ(StatusCodeName(StatusCode::kDeviceFault), "device_fault");
+  EXPECT_NE(Unavailable("x"), NotSupported("x"));
+  EXPECT_NE(Unavailable("x"), DeviceFault("x"));
+}
+
 }  // namespace
 }  // namespace rangekv

@@ -38,7 +38,7 @@ Status CudaStatus(cudaError_t err, std::string_view what) {
     case cudaErrorStubLibrary:
     case cudaErrorSystemDriverMismatch:
     case cudaErrorCompatNotSupportedOnDevice:
-      code = StatusCode::kUnavailable;
+      code = StatusCode::kNotSupported;
       break;
     default:
       break;
@@ -441,11 +441,11 @@ Status ProbeStreamMemOps(const StreamMemOps& ops) {
       r = ops.wait(reinterpret_cast<CUstream>(s), d, 7, CU_STREAM_WAIT_VALUE_GEQ);
     }
     if (r != CUDA_SUCCESS) {
-      status = Unavailable("stream memory operation failed with CUresult " + std::to_string(r));
+      status = NotSupported("stream memory operation failed with CUresult " + std::to_string(r));
     } else {
       status = CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       if (status.ok() && *static_cast<volatile uint32_t*>(host) != 7) {
-        status = Unavailable("cuStreamWriteValue32 did not reach host memory");
+        status = NotSupported("cuStreamWriteValue32 did not reach host memory");
       }
     }
   }
@@ -463,11 +463,11 @@ Result<std::unique_ptr<Device>> CreateCudaDevice(int ordinal) {
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     Status s = CudaStatus(err, "cudaGetDeviceCount");
-    return Unavailable("no usable CUDA driver or device: " + s.message());
+    return NotSupported("no usable CUDA driver or device: " + s.message());
   }
   if (ordinal < 0 || ordinal >= count) {
-    return Unavailable("CUDA device " + std::to_string(ordinal) + " requested, " +
-                       std::to_string(count) + " present");
+    return NotSupported("CUDA device " + std::to_string(ordinal) + " requested, " +
+                        std::to_string(count) + " present");
   }
   RANGEKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
   cudaDeviceProp prop{};

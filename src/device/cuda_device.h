@@ -21,7 +21,7 @@
 
 namespace rangekv {
 
-// kUnavailable when the CUDA driver is missing or too old, or no device has this ordinal;
+// kNotSupported when the CUDA driver is missing or too old, or no device has this ordinal;
 // another CUDA error maps to kInternal.
 Result<std::unique_ptr<Device>> CreateCudaDevice(int ordinal);
 

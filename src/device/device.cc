@@ -100,8 +100,8 @@ Result<std::unique_ptr<Device>> MakeCuda(int ordinal) {
   return CreateCudaDevice(ordinal);
 #else
   (void)ordinal;
-  return Unavailable("CUDA device requested, but this build has no CUDA kernels: " +
-                     std::string(kCudaKernelsRemedy));
+  return NotSupported("CUDA device requested, but this build has no CUDA kernels: " +
+                      std::string(kCudaKernelsRemedy));
 #endif
 }
 

@@ -6,7 +6,7 @@
 //     ThreadSanitizer build run the whole pipeline on it.
 //   - CudaDevice (cuda_device.h): a real GPU through the CUDA runtime (linked statically;
 //     the binary starts on machines without a GPU or driver, where creation fails with
-//     kUnavailable).
+//     kNotSupported).
 // MakeDevice() is the only code that knows whether CUDA was compiled in.
 //
 // Semantics follow CUDA streams and events, so code tested on HostDevice behaves the same on
@@ -399,7 +399,7 @@ struct DeviceOptions {
   HostDeviceOptions host;
 };
 
-// kHost: a HostDevice. kCuda: a CudaDevice, or kUnavailable when CUDA was not compiled in or
+// kHost: a HostDevice. kCuda: a CudaDevice, or kNotSupported when CUDA was not compiled in or
 // no usable GPU/driver is present (the message says which). kAuto: CUDA if that succeeds, else
 // a HostDevice (the reason is logged at info level).
 Result<std::unique_ptr<Device>> MakeDevice(const DeviceOptions& options);

@@ -39,7 +39,7 @@ class RemovalLog final : public DirectoryObserver {
  public:
   static constexpr size_t kMaxCapacity = size_t{1} << 20;
 
-  // REQUIRES capacity <= kMaxCapacity (callers validate it: EngineOptions::max_removed_ranges).
+  // REQUIRES capacity <= kMaxCapacity (callers validate it: EngineTuning::max_removed_ranges).
   RemovalLog(uint32_t pack_slots, uint64_t tokens_per_pack, size_t capacity);
 
   size_t capacity() const { return capacity_; }

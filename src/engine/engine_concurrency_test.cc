@@ -45,8 +45,8 @@ class EngineConcurrencyTest : public ::testing::Test {
     ASSERT_TRUE(d.ok());
     device_ = std::move(d).value();
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW, 32);
-    o.max_inflight_restores = kThreads;
-    o.max_inflight_stores = kThreads;
+    o.tuning.max_inflight_restores = kThreads;
+    o.tuning.max_inflight_stores = kThreads;
     engine_internal::EngineInternalConfig config;
     config.device = device_.get();
     auto e = engine_internal::OpenEngineForTesting(o, config);
@@ -111,7 +111,7 @@ TEST_F(EngineConcurrencyTest, ConcurrentRestoresOfTheSamePrefixAreAllBitExact) {
   EXPECT_EQ(s.quarantines, 0u);
 }
 
-// The read share (EngineOptions::share_reads; set by a store service's replies) caps the
+// The read share (EngineTuning::share_reads; set by a store service's replies) caps the
 // stripe reads in flight at ceil(read_workers / readers); restores stay bit exact under any cap.
 TEST(EngineReadShareTest, ReadShareCapsStripeReadsInFlight) {
   testing::TempDir dir;
@@ -120,12 +120,12 @@ TEST(EngineReadShareTest, ReadShareCapsStripeReadsInFlight) {
   testing::GaugingEnv env(DefaultEnv(), "packs.rkv", &gauge);
   EngineOptions o = SmallOptions(dir.path() + "/store", SmallModel(4, 2, 16), kW, 32);
   o.env = &env;
-  o.read_workers = 4;
-  o.read_banks = 8;
-  o.prefetch_banks = 0;
-  o.read_io_threads = 4;
+  o.tuning.read_workers = 4;
+  o.tuning.read_banks = 8;
+  o.tuning.prefetch_banks = 0;
+  o.tuning.read_io_threads = 4;
   o.io_engine = IoEngineSelection::kPosix;
-  o.io_split_bytes = kIoSplitOff;  // one native read per stripe read
+  o.tuning.io_split_bytes = kIoSplitOff;  // one native read per stripe read
   auto e = Engine::Open(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   Engine& engine = **e;
@@ -280,8 +280,8 @@ class EngineManyRequestsTest : public ::testing::Test {
     faults_ = std::make_unique<rangekv::testing::FaultInjectingEnv>(jitter_env_.get());
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW, 64);
     o.env = faults_.get();
-    o.max_inflight_restores = kSlots;
-    o.max_inflight_stores = kSlots;
+    o.tuning.max_inflight_restores = kSlots;
+    o.tuning.max_inflight_stores = kSlots;
     engine_internal::EngineInternalConfig config;
     config.device = device_.get();
     auto e = engine_internal::OpenEngineForTesting(o, config);

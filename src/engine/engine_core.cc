@@ -108,17 +108,18 @@ Result<std::unique_ptr<IoEngine>> EngineCore::MakeIo(uint32_t workers, uint32_t 
 }
 
 std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* write_split) {
-  const uint64_t configured = options_.io_split_bytes;
+  const uint64_t configured = options_.tuning.io_split_bytes;
   *write_split = 0;
   if (configured == kIoSplitOff) return "off";
   if (configured == kIoSplitFillReads) {
-    const std::string threads = std::to_string(options_.read_io_threads) + " read I/O threads";
-    const std::string workers = std::to_string(options_.read_workers) + " read workers";
+    const std::string threads =
+        std::to_string(options_.tuning.read_io_threads) + " read I/O threads";
+    const std::string workers = std::to_string(options_.tuning.read_workers) + " read workers";
     if (read_plan.fill_split_bytes == 0) {
-      options_.io_split_bytes = kIoSplitOff;
+      options_.tuning.io_split_bytes = kIoSplitOff;
       return "off (fill_reads: " + threads + ", " + workers + ")";
     }
-    options_.io_split_bytes = read_plan.fill_split_bytes;
+    options_.tuning.io_split_bytes = read_plan.fill_split_bytes;
     // O_DIRECT writes too: a store has only a few batches' spans in flight (2 per batch with the
     // host device's groups of 2), far fewer than the write engine's threads; 1 MiB pieces took
     // the dev VM's 252 MiB store from 0.89-0.91 to 0.94-0.96 of its best write ceiling
@@ -132,20 +133,22 @@ std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* wr
     *write_split = configured;
     return std::to_string(configured) + " (configured)";
   }
-  options_.io_split_bytes = kIoSplitOff;
+  options_.tuning.io_split_bytes = kIoSplitOff;
   if (options_.env != DefaultEnv())
     return "off (auto: a caller-supplied env has no medium to probe)";
   SplitProbeOptions po;
-  po.spans = std::clamp<uint32_t>(options_.read_workers, 1, 16);
+  po.spans = std::clamp<uint32_t>(options_.tuning.read_workers, 1, 16);
   IoEngineOptions eo;
-  eo.workers = std::min<uint32_t>(options_.read_io_threads, 256);
+  eo.workers = std::min<uint32_t>(options_.tuning.read_io_threads, 256);
   const std::string path = store_->dir() + "/io-probe.tmp";
   const DirectIo direct = store_->file()->direct() ? DirectIo::kPreferred : DirectIo::kOff;
   IoEngineKind kind =
       options_.io_engine == IoEngineSelection::kPosix ? IoEngineKind::kPosix : IoEngineKind::kUring;
   Result<SplitProbeResult> probe = ProbeSplit(options_.env, path, direct, kind, eo, po);
   if (!probe.ok() && kind == IoEngineKind::kUring &&
-      probe.status().code() == StatusCode::kUnavailable) {
+      probe.status().code() == StatusCode::kNotSupported) {
+    Log(LogLevel::kInfo,
+        "io split: probing with posix, uring is not usable here: " + probe.status().message());
     kind = IoEngineKind::kPosix;
     probe = ProbeSplit(options_.env, path, direct, kind, eo, po);
   }
@@ -157,7 +160,7 @@ std::string EngineCore::ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* wr
   Log(LogLevel::kInfo,
       "io split probe (" + std::string(IoEngineKindName(kind)) + "): " + probe->summary);
   if (probe->split_bytes == 0) return "off (auto: probe " + probe->summary + ")";
-  options_.io_split_bytes = probe->split_bytes;
+  options_.tuning.io_split_bytes = probe->split_bytes;
   *write_split = probe->split_bytes;
   return std::to_string(probe->split_bytes) + " (auto: probe " + probe->summary + ")";
 }
@@ -187,24 +190,24 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.ns = DeriveNamespace(options_.model, geometry_);
   RANGEKV_ASSIGN_OR_RETURN(so.pack_count, PackCountForCapacity(options_.capacity_bytes, geometry_));
   so.capacity_bytes = options_.capacity_bytes;
-  so.direct =
-      options_.direct_io == DirectIoPreference::kPreferred ? DirectIo::kPreferred : DirectIo::kOff;
+  so.direct = options_.direct_io;
   so.directory = DirectoryOptions::ForGeometry(geometry_, static_cast<uint32_t>(so.pack_count));
-  if (options_.free_reserve_packs == kFreeReserveAuto) {
-    options_.free_reserve_packs =
+  if (options_.tuning.free_reserve_packs == kFreeReserveAuto) {
+    options_.tuning.free_reserve_packs =
         AutoFreeReservePacks(options_.durability.mode != Durability::Mode::kNone, so.pack_count);
   }
-  so.directory.free_reserve_packs = options_.free_reserve_packs;
-  so.directory.index =
-      options_.ablations.index == Ablations::Index::kScalar ? IndexMode::kScalar : IndexMode::kTree;
-  so.directory.scalar_chunk_tokens = options_.ablations.object_tokens;
-  so.directory.scalar_objects = options_.ablations.objects == Ablations::Objects::kChunkLayer
+  so.directory.free_reserve_packs = options_.tuning.free_reserve_packs;
+  so.directory.index = options_.tuning.ablations.index == Ablations::Index::kScalar
+                           ? IndexMode::kScalar
+                           : IndexMode::kTree;
+  so.directory.scalar_chunk_tokens = options_.tuning.ablations.object_tokens;
+  so.directory.scalar_objects = options_.tuning.ablations.objects == Ablations::Objects::kChunkLayer
                                     ? ScalarObjects::kChunkLayer
                                     : ScalarObjects::kChunk;
   so.directory.max_query_tokens =
       std::max<uint64_t>(so.directory.max_query_tokens, options_.max_request_tokens);
   so.directory.max_tickets =
-      std::max<uint32_t>(so.directory.max_tickets, 2 * options_.max_inflight_restores);
+      std::max<uint32_t>(so.directory.max_tickets, 2 * options_.tuning.max_inflight_restores);
   so.shutdown_hook = config.hooks.shutdown_hook;
   so.digest_block_tokens = config.digest_block_tokens;
   so.permissions = options_.store_access == StoreAccess::kGroup
@@ -225,10 +228,10 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   so.journal.checkpoint_interval_ms = options_.durability.checkpoint_interval_ms;
   so.service = options_.store_service;
   so.tenant = options_.tenant;
-  so.service_spin_us = options_.store_service_spin_us;
-  so.service_timeout_ms = options_.store_service_timeout_ms;
-  so.read_gate = options_.read_gate;
-  so.max_removed_ranges = options_.max_removed_ranges;
+  so.service_spin_us = options_.tuning.store_service_spin_us;
+  so.service_timeout_ms = options_.tuning.store_service_timeout_ms;
+  so.read_gate = options_.tuning.read_gate;
+  so.max_removed_ranges = options_.tuning.max_removed_ranges;
   so.remote = options_.remote;
   so.block_opaque = IsBlockOpaque(options_.model.layout);
   if (!options_.remote.url.empty() && options_.checksum != ChecksumPolicy::kAlways) {
@@ -261,10 +264,11 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   }
 
   const ReadIoPlan read_plan = PlanReadIo(options_, !store_->file()->direct(), UsableCpus());
-  options_.read_io_threads = read_plan.threads;
+  options_.tuning.read_io_threads = read_plan.threads;
   uint64_t write_split = 0;
   const std::string split_desc = ResolveIoSplit(read_plan, &write_split);
-  const uint64_t read_split = options_.io_split_bytes == kIoSplitOff ? 0 : options_.io_split_bytes;
+  const uint64_t read_split =
+      options_.tuning.io_split_bytes == kIoSplitOff ? 0 : options_.tuning.io_split_bytes;
   std::string read_desc, write_desc;
   // Reads cut into pieces for more threads than read workers (fill_reads): auto takes a posix
   // thread per piece. Buffered, those threads copying from the page cache are the read's
@@ -277,10 +281,12 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   const char* fill_why = store_->file()->direct()
                              ? "fill_reads: a thread per piece in flight, O_DIRECT"
                              : "fill_reads: threads copying from the page cache";
-  RANGEKV_ASSIGN_OR_RETURN(read_io_, MakeIo(options_.read_io_threads, options_.read_workers,
-                                            read_split, fill_reads ? fill_why : "", &read_desc));
-  RANGEKV_ASSIGN_OR_RETURN(write_io_, MakeIo(options_.write_workers, options_.store_banks,
-                                             write_split, "", &write_desc));
+  RANGEKV_ASSIGN_OR_RETURN(
+      read_io_, MakeIo(options_.tuning.read_io_threads, options_.tuning.read_workers, read_split,
+                       fill_reads ? fill_why : "", &read_desc));
+  RANGEKV_ASSIGN_OR_RETURN(
+      write_io_, MakeIo(options_.tuning.write_workers, options_.tuning.store_banks, write_split, "",
+                        &write_desc));
   File* files[1] = {store_->file()};
   for (IoEngine* io : {read_io_.get(), write_io_.get()}) {
     Status reg = io->RegisterFiles(files);
@@ -308,7 +314,8 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
     remote_ = std::make_unique<RemoteTier>(
         store_->remote(), geometry_, context_.integrity->block_tokens(),
         context_.integrity->digest_seed(),
-        options_.read_bank_bytes != 0 ? options_.read_bank_bytes : geometry_.stripe_bytes);
+        options_.tuning.read_bank_bytes != 0 ? options_.tuning.read_bank_bytes
+                                             : geometry_.stripe_bytes);
     routing_ = std::make_unique<RoutingIntegrity>(context_.integrity, remote_.get());
     context_.integrity = routing_.get();
     context_.remote = remote_.get();
@@ -323,7 +330,7 @@ Status EngineCore::Init(const EngineOptions& in, const EngineInternalConfig& con
   RANGEKV_ASSIGN_OR_RETURN(stores_, StorePipeline::Create(context_));
   {
     MutexLock l(share_mu_);
-    share_ = {1, options_.read_workers, options_.read_io_threads};
+    share_ = {1, options_.tuning.read_workers, options_.tuning.read_io_threads};
   }
   FollowReadGate();
   MutexLock l(mu_);
@@ -386,7 +393,8 @@ Result<LookupResult> EngineCore::Lookup(const RequestEnvelope& envelope,
   const std::vector<uint8_t> bytes = EncodeTicket(ticket);
   result.ticket.assign(bytes.begin(), bytes.end());
 
-  if (options_.ablations.prefetch != Ablations::Prefetch::kLookup || options_.prefetch_banks == 0) {
+  if (options_.tuning.ablations.prefetch != Ablations::Prefetch::kLookup ||
+      options_.tuning.prefetch_banks == 0) {
     return result;
   }
   // The caller's own cache holds the first local_tokens: prefetch what a claim from there would
@@ -634,7 +642,7 @@ std::vector<RemovedRange> EngineCore::DrainRemovedRanges(size_t max) const {
 
 void EngineCore::ShareReads() {
   const store::ServiceStore* service = store_->service();
-  if (service == nullptr || !options_.share_reads) return;
+  if (service == nullptr || !options_.tuning.share_reads) return;
   MutexLock l(share_mu_);
   const uint32_t readers = service->readers();  // under the lock: the newest value wins
   if (readers == share_.readers) return;
@@ -642,7 +650,7 @@ void EngineCore::ShareReads() {
   share_.read_workers = restore_->SetReadShare(readers);
   // The I/O engine's cap counts spans or pieces in flight: its threads (posix, cuFile), or its
   // rings x queue depth (io_uring). One engine alone keeps no cap beyond its own.
-  const uint32_t threads = options_.read_io_threads;
+  const uint32_t threads = options_.tuning.read_io_threads;
   const uint32_t slots = read_io_->caps().max_inflight_spans;
   const uint32_t cap = std::max<uint32_t>((slots + readers - 1) / readers, 1);
   read_io_->SetConcurrencyLimit(readers == 1 ? 0 : cap);
@@ -650,14 +658,14 @@ void EngineCore::ShareReads() {
   Log(LogLevel::kDebug, "read share: " + std::to_string(readers) +
                             " sessions reading the store service's node; this engine keeps " +
                             std::to_string(share_.read_workers) + " of " +
-                            std::to_string(options_.read_workers) + " stripe reads and " +
+                            std::to_string(options_.tuning.read_workers) + " stripe reads and " +
                             std::to_string(share_.read_io_threads) + " of " +
                             std::to_string(threads) + " read I/O pieces in flight");
 }
 
 void EngineCore::FollowReadGate() {
   const store::ServiceStore* service = store_->service();
-  if (service == nullptr || !options_.read_gate) return;
+  if (service == nullptr || !options_.tuning.read_gate) return;
   MutexLock l(share_mu_);
   const uint64_t generation = service->read_gate_generation();
   if (generation == gate_generation_) return;  // the common case: one load, no change

@@ -120,10 +120,10 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // resolved.
   std::string ResolveIoSplit(const ReadIoPlan& read_plan, uint64_t* write_split);
   // After a lookup or claim through a store service: divides the read concurrency by the
-  // readers its reply reported, when that changed (EngineOptions::share_reads).
+  // readers its reply reported, when that changed (EngineTuning::share_reads).
   void ShareReads() EXCLUDES(share_mu_);
   // Hands the store service's read gate to the read I/O engine when the service store has a
-  // new one (a new session) (EngineOptions::read_gate).
+  // new one (a new session) (EngineTuning::read_gate).
   void FollowReadGate() EXCLUDES(share_mu_);
 
   // A restore whose ticket reaches the cluster tier (remote_tier.h): remote claim, local claim

@@ -50,7 +50,7 @@ class EngineFaultTest : public ::testing::Test {
             uint32_t write_workers = 2) {
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(8, 2, 16), kW);
     o.env = env;
-    o.write_workers = write_workers;
+    o.tuning.write_workers = write_workers;
     auto e = engine_internal::OpenEngineForTesting(o, config);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
@@ -407,7 +407,7 @@ TEST_F(EngineFaultTest, RestoreWhoseBanksAllGetQuarantinedFinishesWithItsTokensF
     // No bank is left: the next restore fails every token at once, and holds no lease after.
     auto again = RestoreAndVerify(*engine_, *dst, Envelope("q2"), tokens, 1, 13, 3, mode);
     ASSERT_TRUE(again.ok()) << again.status().ToString();
-    EXPECT_EQ(again->outcome.status.code(), StatusCode::kUnavailable)
+    EXPECT_EQ(again->outcome.status.code(), StatusCode::kDeviceFault)
         << again->outcome.status.ToString();
     ASSERT_EQ(again->outcome.failed.size(), 1u);
     EXPECT_EQ(again->outcome.failed[0], (TokenInterval{0, 4 * kT}));
@@ -420,7 +420,7 @@ TEST_F(EngineFaultTest, RestoreWhoseBanksAllGetQuarantinedFinishesWithItsTokensF
 }
 
 // Every gather is unproven: each store quarantines the banks it gathered into and fails. Once no
-// store bank is left, a store must fail at once (kUnavailable) and settle, not wait in Finish
+// store bank is left, a store must fail at once (kDeviceFault) and settle, not wait in Finish
 // for a bank; nothing becomes visible and no reservation is left behind.
 TEST_F(EngineFaultTest, StoreWhoseBanksAllGetQuarantinedFailsInsteadOfWaiting) {
   engine_internal::EngineInternalConfig config;
@@ -438,7 +438,7 @@ TEST_F(EngineFaultTest, StoreWhoseBanksAllGetQuarantinedFailsInsteadOfWaiting) {
   }
   auto last = StoreAll(*engine_, *src, RandomTokens(2 * kT, 99), 7, 9);
   ASSERT_TRUE(last.ok()) << last.status().ToString();
-  EXPECT_EQ(last->outcome.status.code(), StatusCode::kUnavailable)
+  EXPECT_EQ(last->outcome.status.code(), StatusCode::kDeviceFault)
       << last->outcome.status.ToString();
   EXPECT_FALSE(last->outcome.visible);
   EXPECT_EQ(last->outcome.work.store_bank_acquisitions, 0u);

@@ -38,7 +38,7 @@ class EngineRemovedRangesTest : public ::testing::Test {
  protected:
   EngineOptions Options(uint64_t max_removed_ranges = 4096) {
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW, kPacks);
-    o.max_removed_ranges = max_removed_ranges;
+    o.tuning.max_removed_ranges = max_removed_ranges;
     return o;
   }
   void Open(const EngineOptions& o) {

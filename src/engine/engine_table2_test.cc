@@ -161,8 +161,8 @@ std::unique_ptr<FullGeometryEngine> OpenFullGeometry(Ablations ablations = {}) {
   o.model = Llama31_8BSpec();
   o.env = &f->env;
   o.io_engine = IoEngineSelection::kPosix;
-  o.ablations = ablations;
-  o.layer_group = 4;  // the paper's (a host device's auto group is 2)
+  o.tuning.ablations = ablations;
+  o.tuning.layer_group = 4;  // the paper's (a host device's auto group is 2)
   engine_internal::EngineInternalConfig config;
   config.device = f->device.get();
   auto e = engine_internal::OpenEngineForTesting(o, config);
@@ -280,11 +280,11 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
   o.device = DeviceSelection::kHost;
   o.io_engine = IoEngineSelection::kPosix;
   // The paper's pool shapes (bank bytes follow W), with fewer threads for a 2-core CI box.
-  o.layer_group = 4;
-  o.group_workers = 4;
-  o.write_workers = 4;
-  o.max_inflight_restores = 2;
-  o.max_inflight_stores = 2;
+  o.tuning.layer_group = 4;
+  o.tuning.group_workers = 4;
+  o.tuning.write_workers = 4;
+  o.tuning.max_inflight_restores = 2;
+  o.tuning.max_inflight_stores = 2;
   o.max_request_tokens = kRequestTokens;
   auto opened = Engine::Open(o);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();

@@ -334,7 +334,7 @@ TEST_F(EngineTest, APrefetchReadsOnlyPastTheCallersLocalTokensAndTheClaimAdoptsI
 
 TEST_F(EngineTest, DispatchModeReadsNothingBeforeTheClaim) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
-  o.ablations.prefetch = Ablations::Prefetch::kDispatch;
+  o.tuning.ablations.prefetch = Ablations::Prefetch::kDispatch;
   Open(o);
   auto src = Fixture();
   auto dst = Fixture();
@@ -353,9 +353,10 @@ TEST_F(EngineTest, DispatchModeReadsNothingBeforeTheClaim) {
 
 TEST_F(EngineTest, BarrierDeliveryAndObjectReadIssueDeliverTheSameBytes) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
-  o.ablations.delivery = Ablations::Delivery::kBarrier;
-  o.ablations.read_issue = Ablations::ReadIssue::kObject;
-  o.ablations.object_tokens = 16;  // 16 x 128 B = 2 KiB objects: cut at 4 KiB pages -> 2 reads
+  o.tuning.ablations.delivery = Ablations::Delivery::kBarrier;
+  o.tuning.ablations.read_issue = Ablations::ReadIssue::kObject;
+  o.tuning.ablations.object_tokens =
+      16;  // 16 x 128 B = 2 KiB objects: cut at 4 KiB pages -> 2 reads
   Open(o);
   auto src = Fixture();
   auto dst = Fixture();
@@ -570,7 +571,7 @@ TEST_F(EngineTest, BindSlotsRejectsBadMappingsAndLayouts) {
 
 TEST_F(EngineTest, OpenValidatesOptionsAndTheExistingStore) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
-  o.prefetch_banks = o.read_banks;
+  o.tuning.prefetch_banks = o.tuning.read_banks;
   EXPECT_EQ(Engine::Open(o).status().code(), StatusCode::kInvalidArgument);
   o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
   o.model.kv_heads = 0;
@@ -601,9 +602,9 @@ TEST_F(EngineTest, OpenValidatesOptionsAndTheExistingStore) {
 
 TEST_F(EngineTest, ByteSplitIssuesBytesOverSplitCallsAndRestoresBitExact) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
-  o.io_split_bytes = 3000;  // odd: O_DIRECT rounds each piece up to 4096
+  o.tuning.io_split_bytes = 3000;  // odd: O_DIRECT rounds each piece up to 4096
   Open(o);
-  EXPECT_EQ(engine_->options().io_split_bytes, 3000u);
+  EXPECT_EQ(engine_->options().tuning.io_split_bytes, 3000u);
   EXPECT_NE(engine_->DescribeBackends().find("split=3000 (configured)"), std::string::npos)
       << engine_->DescribeBackends();
   const bool direct = engine_->DescribeBackends().find("direct=on") != std::string::npos;
@@ -627,13 +628,13 @@ TEST_F(EngineTest, ByteSplitIssuesBytesOverSplitCallsAndRestoresBitExact) {
 
 TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
-  o.io_split_bytes = kIoSplitFillReads;
-  o.direct_io = DirectIoPreference::kOff;
+  o.tuning.io_split_bytes = kIoSplitFillReads;
+  o.direct_io = DirectIo::kOff;
   o.io_engine = IoEngineSelection::kAuto;
-  o.read_io_threads = 6;  // > read_workers (2)
+  o.tuning.read_io_threads = 6;  // > read_workers (2)
   Open(o);
-  EXPECT_EQ(engine_->options().read_io_threads, 6u);
-  EXPECT_EQ(engine_->options().io_split_bytes, kFillSplitBytes);
+  EXPECT_EQ(engine_->options().tuning.read_io_threads, 6u);
+  EXPECT_EQ(engine_->options().tuning.io_split_bytes, kFillSplitBytes);
   const std::string b = engine_->DescribeBackends();
   EXPECT_NE(b.find("read_io=6 threads (configured)"), std::string::npos) << b;
   // Threads copying pieces from the page cache: auto takes the posix pool for reads.
@@ -656,9 +657,9 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
 
   // As many threads as workers: nothing to fill, spans stay whole.
   o.store_dir = dir_.path() + "/store2";
-  o.read_io_threads = 2;
+  o.tuning.read_io_threads = 2;
   Open(o);
-  EXPECT_EQ(engine_->options().io_split_bytes, kIoSplitOff);
+  EXPECT_EQ(engine_->options().tuning.io_split_bytes, kIoSplitOff);
   EXPECT_NE(engine_->DescribeBackends().find(
                 "split=off (fill_reads: 2 read I/O threads, 2 read workers)"),
             std::string::npos)
@@ -671,13 +672,13 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
   // Auto threads on an O_DIRECT file (where the medium has it): four times the read workers,
   // 1 MiB pieces.
   o.store_dir = dir_.path() + "/store3";
-  o.read_io_threads = 0;
-  o.direct_io = DirectIoPreference::kPreferred;
+  o.tuning.read_io_threads = 0;
+  o.direct_io = DirectIo::kPreferred;
   Open(o);
   const std::string d = engine_->DescribeBackends();
   if (d.find("direct=on") != std::string::npos) {
-    EXPECT_EQ(engine_->options().read_io_threads, 8u);
-    EXPECT_EQ(engine_->options().io_split_bytes, kFillSplitBytesDirect);
+    EXPECT_EQ(engine_->options().tuning.read_io_threads, 8u);
+    EXPECT_EQ(engine_->options().tuning.io_split_bytes, kFillSplitBytesDirect);
     EXPECT_NE(d.find("split=1048576 reads and writes (fill_reads: 8 read I/O threads > 2 read "
                      "workers, "
                      "O_DIRECT)"),
@@ -687,18 +688,18 @@ TEST_F(EngineTest, FillReadsSplitsReadsOnlyWhenThreadsOutnumberWorkers) {
               std::string::npos)
         << d;
   } else {
-    EXPECT_GE(engine_->options().read_io_threads, 2u) << d;
+    EXPECT_GE(engine_->options().tuning.read_io_threads, 2u) << d;
     EXPECT_NE(d.find("(auto: "), std::string::npos) << d;
   }
 }
 
 TEST_F(EngineTest, AutoSplitProbesTheMediumAndSaysWhatItChose) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
-  o.io_split_bytes = kIoSplitAuto;
+  o.tuning.io_split_bytes = kIoSplitAuto;
   Open(o);
   const std::string b = engine_->DescribeBackends();
   EXPECT_NE(b.find("(auto: probe"), std::string::npos) << b;
-  const uint64_t split = engine_->options().io_split_bytes;
+  const uint64_t split = engine_->options().tuning.io_split_bytes;
   EXPECT_TRUE(split == kIoSplitOff || split == (1u << 20) || split == (512u << 10) ||
               split == (256u << 10))
       << split;
@@ -729,9 +730,9 @@ TEST_F(EngineTest, CuFileOnTheHostDeviceFallsBackWithTheReason) {
 
 TEST_F(EngineTest, SplitOptionIsValidated) {
   EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW);
-  o.io_split_bytes = 100;
+  o.tuning.io_split_bytes = 100;
   EXPECT_EQ(Engine::Open(o).status().code(), StatusCode::kInvalidArgument);
-  o.io_split_bytes = (1ull << 30) + 1;
+  o.tuning.io_split_bytes = (1ull << 30) + 1;
   EXPECT_EQ(Engine::Open(o).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -88,17 +88,17 @@ EngineOptions SmallOptions(const std::string& dir, const ModelSpec& model, uint6
                                                                      : DeviceSelection::kHost;
   o.io_engine = IoEngineSelection::kPosix;
   // Deterministic native call counts and no probe file per Open; the split tests opt in.
-  o.io_split_bytes = kIoSplitOff;
-  o.read_banks = 4;
-  o.prefetch_banks = 3;
-  o.read_workers = 2;
-  o.lookahead_layers = 2;
-  o.max_inflight_restores = 4;
-  o.store_banks = 4;
-  o.group_workers = 2;
-  o.write_workers = 2;
-  o.layer_group = std::min<uint32_t>(4, model.layers);
-  o.max_inflight_stores = 4;
+  o.tuning.io_split_bytes = kIoSplitOff;
+  o.tuning.read_banks = 4;
+  o.tuning.prefetch_banks = 3;
+  o.tuning.read_workers = 2;
+  o.tuning.lookahead_layers = 2;
+  o.tuning.max_inflight_restores = 4;
+  o.tuning.store_banks = 4;
+  o.tuning.group_workers = 2;
+  o.tuning.write_workers = 2;
+  o.tuning.layer_group = std::min<uint32_t>(4, model.layers);
+  o.tuning.max_inflight_stores = 4;
   o.max_request_tokens = 1 << 17;
   return o;
 }

@@ -173,81 +173,82 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g,
   if (o.store_dir.empty() && o.store_service.empty()) {
     return Bad("store_dir", "must name a directory (or set store_service)");
   }
-  if (!o.store_service.empty() && o.ablations.index != Ablations::Index::kTree) {
+  if (!o.store_service.empty() && o.tuning.ablations.index != Ablations::Index::kTree) {
     return Bad("store_service", "the index ablation (index=scalar) needs an embedded store");
   }
   if (!o.store_service.empty()) {
     if (Status t = service::ValidateTenant(o.tenant); !t.ok()) return Bad("tenant", t.message());
   }
-  if (o.store_service_timeout_ms == 0 || o.store_service_timeout_ms > 3600000) {
+  if (o.tuning.store_service_timeout_ms == 0 || o.tuning.store_service_timeout_ms > 3600000) {
     return Bad("store_service_timeout_ms", "must be in [1, 3600000]");
   }
-  if (o.store_service_spin_us > 10000) {
+  if (o.tuning.store_service_spin_us > 10000) {
     return Bad("store_service_spin_us", "at most 10000 (10 ms of polling per call)");
   }
-  if (o.read_bank_bytes == 0) o.read_bank_bytes = w;
-  if (o.layer_group == 0) {
-    o.layer_group = std::min({host_device ? kAutoLayerGroupHost : kAutoLayerGroupCuda, g.layers,
-                              kernels::kMaxGatherLayers});
+  if (o.tuning.read_bank_bytes == 0) o.tuning.read_bank_bytes = w;
+  if (o.tuning.layer_group == 0) {
+    o.tuning.layer_group = std::min({host_device ? kAutoLayerGroupHost : kAutoLayerGroupCuda,
+                                     g.layers, kernels::kMaxGatherLayers});
   }
-  if (o.group_workers == 0) {
-    o.group_workers =
+  if (o.tuning.group_workers == 0) {
+    o.tuning.group_workers =
         host_device ? std::clamp(usable_cpus, 1u, kAutoGroupWorkersCuda) : kAutoGroupWorkersCuda;
   }
-  if (o.store_bank_bytes == 0) {
-    const auto b = CheckedMul(2ull * o.layer_group, w);
+  if (o.tuning.store_bank_bytes == 0) {
+    const auto b = CheckedMul(2ull * o.tuning.layer_group, w);
     if (!b) return Bad("store_bank_bytes", "2 x layer_group x W overflows");
-    o.store_bank_bytes = *b;
+    o.tuning.store_bank_bytes = *b;
   }
 
   RANGEKV_RETURN_IF_ERROR(PackCountForCapacity(o.capacity_bytes, g).status());
 
-  RANGEKV_RETURN_IF_ERROR(CheckCount("read_banks", o.read_banks, 1, kMaxBanks));
-  if (o.read_bank_bytes < w || !IsAligned(o.read_bank_bytes, kIoAlignment)) {
+  RANGEKV_RETURN_IF_ERROR(CheckCount("read_banks", o.tuning.read_banks, 1, kMaxBanks));
+  if (o.tuning.read_bank_bytes < w || !IsAligned(o.tuning.read_bank_bytes, kIoAlignment)) {
     return Bad("read_bank_bytes",
                "must be a multiple of 4096 and at least W (" + std::to_string(w) + ")");
   }
-  RANGEKV_RETURN_IF_ERROR(CheckPool("read_banks", o.read_banks, o.read_bank_bytes));
-  RANGEKV_RETURN_IF_ERROR(CheckCount("read_workers", o.read_workers, 1, kMaxWorkers));
-  if (o.read_io_threads != 0) {
-    RANGEKV_RETURN_IF_ERROR(CheckCount("read_io_threads", o.read_io_threads, 1, 256));
+  RANGEKV_RETURN_IF_ERROR(CheckPool("read_banks", o.tuning.read_banks, o.tuning.read_bank_bytes));
+  RANGEKV_RETURN_IF_ERROR(CheckCount("read_workers", o.tuning.read_workers, 1, kMaxWorkers));
+  if (o.tuning.read_io_threads != 0) {
+    RANGEKV_RETURN_IF_ERROR(CheckCount("read_io_threads", o.tuning.read_io_threads, 1, 256));
   }
-  if (o.prefetch_banks >= o.read_banks) {
+  if (o.tuning.prefetch_banks >= o.tuning.read_banks) {
     return Bad("prefetch_banks", "must leave at least one read bank for scheduled restores (" +
-                                     std::to_string(o.prefetch_banks) + " >= read_banks " +
-                                     std::to_string(o.read_banks) + ")");
+                                     std::to_string(o.tuning.prefetch_banks) + " >= read_banks " +
+                                     std::to_string(o.tuning.read_banks) + ")");
   }
   // A window past the last layer is the whole model (as the default, 4, is on a shallower one).
-  o.lookahead_layers = std::min(o.lookahead_layers, g.layers);
+  o.tuning.lookahead_layers = std::min(o.tuning.lookahead_layers, g.layers);
   RANGEKV_RETURN_IF_ERROR(
-      CheckCount("max_inflight_restores", o.max_inflight_restores, 1, kMaxJobSlots));
+      CheckCount("max_inflight_restores", o.tuning.max_inflight_restores, 1, kMaxJobSlots));
 
-  RANGEKV_RETURN_IF_ERROR(CheckCount("layer_group", o.layer_group, 1,
+  RANGEKV_RETURN_IF_ERROR(CheckCount("layer_group", o.tuning.layer_group, 1,
                                      std::min<uint32_t>(g.layers, kernels::kMaxGatherLayers)));
-  RANGEKV_RETURN_IF_ERROR(CheckCount("store_banks", o.store_banks, 1, kMaxBanks));
-  const auto group_stripes = CheckedMul(o.layer_group, w);
-  if (!IsAligned(o.store_bank_bytes, kIoAlignment) || !group_stripes ||
-      o.store_bank_bytes < *group_stripes) {
+  RANGEKV_RETURN_IF_ERROR(CheckCount("store_banks", o.tuning.store_banks, 1, kMaxBanks));
+  const auto group_stripes = CheckedMul(o.tuning.layer_group, w);
+  if (!IsAligned(o.tuning.store_bank_bytes, kIoAlignment) || !group_stripes ||
+      o.tuning.store_bank_bytes < *group_stripes) {
     return Bad("store_bank_bytes",
                "must be a multiple of 4096 holding at least layer_group "
                "stripes (" +
                    std::to_string(group_stripes.value_or(0)) + " bytes)");
   }
-  RANGEKV_RETURN_IF_ERROR(CheckPool("store_banks", o.store_banks, o.store_bank_bytes));
-  RANGEKV_RETURN_IF_ERROR(CheckCount("group_workers", o.group_workers, 1, kMaxWorkers));
-  RANGEKV_RETURN_IF_ERROR(CheckCount("write_workers", o.write_workers, 1, kMaxWorkers));
   RANGEKV_RETURN_IF_ERROR(
-      CheckCount("max_inflight_stores", o.max_inflight_stores, 1, kMaxJobSlots));
-  if (o.free_reserve_packs != kFreeReserveAuto) {
-    RANGEKV_RETURN_IF_ERROR(CheckCount("free_reserve_packs", o.free_reserve_packs, 0, 64));
+      CheckPool("store_banks", o.tuning.store_banks, o.tuning.store_bank_bytes));
+  RANGEKV_RETURN_IF_ERROR(CheckCount("group_workers", o.tuning.group_workers, 1, kMaxWorkers));
+  RANGEKV_RETURN_IF_ERROR(CheckCount("write_workers", o.tuning.write_workers, 1, kMaxWorkers));
+  RANGEKV_RETURN_IF_ERROR(
+      CheckCount("max_inflight_stores", o.tuning.max_inflight_stores, 1, kMaxJobSlots));
+  if (o.tuning.free_reserve_packs != kFreeReserveAuto) {
+    RANGEKV_RETURN_IF_ERROR(CheckCount("free_reserve_packs", o.tuning.free_reserve_packs, 0, 64));
   }
   RANGEKV_RETURN_IF_ERROR(
       CheckCount("max_request_tokens", o.max_request_tokens, 1, kMaxRequestTokens));
-  if (o.max_removed_ranges > RemovalLog::kMaxCapacity) {
+  if (o.tuning.max_removed_ranges > RemovalLog::kMaxCapacity) {
     return Bad("max_removed_ranges", "must be at most " + std::to_string(RemovalLog::kMaxCapacity) +
-                                         ", got " + std::to_string(o.max_removed_ranges));
+                                         ", got " + std::to_string(o.tuning.max_removed_ranges));
   }
-  if (o.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
+  if (o.tuning.ablations.object_tokens == 0) return Bad("ablations.object_tokens", "must be > 0");
   if (o.durability.mode == Durability::Mode::kPeriodic) {
     RANGEKV_RETURN_IF_ERROR(CheckCount("durability.period_ms", o.durability.period_ms, 1, 60000));
   }
@@ -256,11 +257,11 @@ Result<EngineOptions> ResolveOptions(const EngineOptions& in, const Geometry& g,
                "must be at most 86400000 (a day; 0 turns it off), got " +
                    std::to_string(o.durability.checkpoint_interval_ms));
   }
-  if (o.io_split_bytes != kIoSplitAuto && o.io_split_bytes != kIoSplitOff &&
-      o.io_split_bytes != kIoSplitFillReads &&
-      (o.io_split_bytes < kMinSplitBytes || o.io_split_bytes > kMaxSplitBytes)) {
+  if (o.tuning.io_split_bytes != kIoSplitAuto && o.tuning.io_split_bytes != kIoSplitOff &&
+      o.tuning.io_split_bytes != kIoSplitFillReads &&
+      (o.tuning.io_split_bytes < kMinSplitBytes || o.tuning.io_split_bytes > kMaxSplitBytes)) {
     return Bad("io_split_bytes", "must be auto (0), off, fill_reads, or in [512, 1 GiB], got " +
-                                     std::to_string(o.io_split_bytes));
+                                     std::to_string(o.tuning.io_split_bytes));
   }
   return o;
 }
@@ -269,20 +270,20 @@ ReadIoPlan PlanReadIo(const EngineOptions& o, bool buffered, uint32_t usable_cpu
   ReadIoPlan plan;
   uint32_t threads = 0;
   std::string reason;
-  if (o.read_io_threads != 0) {
-    threads = o.read_io_threads;
+  if (o.tuning.read_io_threads != 0) {
+    threads = o.tuning.read_io_threads;
     reason = "configured";
   } else if (buffered) {
     const uint32_t hw = std::max<uint32_t>(usable_cpus, 1);
-    threads = std::max(o.read_workers, std::min(hw, kMaxAutoReadIoThreads));
+    threads = std::max(o.tuning.read_workers, std::min(hw, kMaxAutoReadIoThreads));
     reason = "auto: " + std::to_string(hw) + " usable CPUs, buffered";
   } else {
-    threads = kDirectReadIoThreadsPerWorker * o.read_workers;
+    threads = kDirectReadIoThreadsPerWorker * o.tuning.read_workers;
     reason = "auto: " + std::to_string(kDirectReadIoThreadsPerWorker) + " x read_workers, O_DIRECT";
   }
   plan.threads = std::min<uint32_t>(threads, 256);
   plan.why = std::to_string(plan.threads) + " threads (" + reason + ")";
-  if (o.io_split_bytes == kIoSplitFillReads && plan.threads > o.read_workers) {
+  if (o.tuning.io_split_bytes == kIoSplitFillReads && plan.threads > o.tuning.read_workers) {
     plan.fill_split_bytes = buffered ? kFillSplitBytes : kFillSplitBytesDirect;
   }
   return plan;

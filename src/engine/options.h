@@ -25,7 +25,7 @@ inline constexpr uint32_t kMaxWorkers = 512;
 inline constexpr uint32_t kMaxJobSlots = 4096;
 inline constexpr uint64_t kMaxRequestTokens = 1ull << 28;
 
-// The store shape's auto values (EngineOptions::group_workers / layer_group = 0).
+// The store shape's auto values (EngineTuning::group_workers / layer_group = 0).
 inline constexpr uint32_t kAutoGroupWorkersCuda = 8;  // also the host device's upper bound
 inline constexpr uint32_t kAutoLayerGroupCuda = 4;
 inline constexpr uint32_t kAutoLayerGroupHost = 2;
@@ -36,7 +36,7 @@ inline constexpr uint32_t kAutoLayerGroupHost = 2;
 Result<EngineOptions> ResolveOptions(const EngineOptions& options, const Geometry& geometry,
                                      bool host_device = false, uint32_t usable_cpus = 0);
 
-// The read side's I/O concurrency (EngineOptions::read_io_threads, io_split_bytes under
+// The read side's I/O concurrency (EngineTuning::read_io_threads, io_split_bytes under
 // kIoSplitFillReads) for a resolved `options` whose pack file is buffered or not, in a process
 // that may run on `usable_cpus` (UsableCpus(); 0: unknown, taken as 1). Pure: Open calls it
 // once the pack file is open.

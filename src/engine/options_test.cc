@@ -23,18 +23,18 @@ EngineOptions Base() {
 TEST(ResolveOptionsTest, DefaultsAreThePapersOnCuda) {
   auto r = ResolveOptions(Base(), Geometry8B(), /*host_device=*/false, /*usable_cpus=*/16);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->read_banks, 8u);
-  EXPECT_EQ(r->read_bank_bytes, 32 * kMiB);
-  EXPECT_EQ(r->read_workers, 4u);
-  EXPECT_EQ(r->prefetch_banks, 7u);
-  EXPECT_EQ(r->lookahead_layers, 4u);
-  EXPECT_EQ(r->store_banks, 8u);
-  EXPECT_EQ(r->store_bank_bytes, 256 * kMiB);
-  EXPECT_EQ(r->group_workers, 8u);
-  EXPECT_EQ(r->write_workers, 32u);
-  EXPECT_EQ(r->layer_group, 4u);
-  EXPECT_EQ(r->read_io_threads, 0u);  // auto, settled at Open (PlanReadIo)
-  EXPECT_EQ(r->io_split_bytes, kIoSplitFillReads);
+  EXPECT_EQ(r->tuning.read_banks, 8u);
+  EXPECT_EQ(r->tuning.read_bank_bytes, 32 * kMiB);
+  EXPECT_EQ(r->tuning.read_workers, 4u);
+  EXPECT_EQ(r->tuning.prefetch_banks, 7u);
+  EXPECT_EQ(r->tuning.lookahead_layers, 4u);
+  EXPECT_EQ(r->tuning.store_banks, 8u);
+  EXPECT_EQ(r->tuning.store_bank_bytes, 256 * kMiB);
+  EXPECT_EQ(r->tuning.group_workers, 8u);
+  EXPECT_EQ(r->tuning.write_workers, 32u);
+  EXPECT_EQ(r->tuning.layer_group, 4u);
+  EXPECT_EQ(r->tuning.read_io_threads, 0u);  // auto, settled at Open (PlanReadIo)
+  EXPECT_EQ(r->tuning.io_split_bytes, kIoSplitFillReads);
   auto packs = PackCountForCapacity(r->capacity_bytes, Geometry8B());
   ASSERT_TRUE(packs.ok());
   EXPECT_EQ(*packs, 16u);
@@ -45,23 +45,23 @@ TEST(ResolveOptionsTest, DefaultsAreThePapersOnCuda) {
 TEST(ResolveOptionsTest, TheStoreShapeFollowsTheHostDevicesCores) {
   auto r = ResolveOptions(Base(), Geometry8B(), /*host_device=*/true, /*usable_cpus=*/2);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->group_workers, 2u);
-  EXPECT_EQ(r->layer_group, 2u);
-  EXPECT_EQ(r->store_bank_bytes, 2 * 2 * 32 * kMiB);  // banks follow the resolved group
+  EXPECT_EQ(r->tuning.group_workers, 2u);
+  EXPECT_EQ(r->tuning.layer_group, 2u);
+  EXPECT_EQ(r->tuning.store_bank_bytes, 2 * 2 * 32 * kMiB);  // banks follow the resolved group
   r = ResolveOptions(Base(), Geometry8B(), true, 64);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->group_workers, kAutoGroupWorkersCuda);  // never more than on CUDA
-  r = ResolveOptions(Base(), Geometry8B(), true, 0);   // unknown CPUs: one worker
+  EXPECT_EQ(r->tuning.group_workers, kAutoGroupWorkersCuda);  // never more than on CUDA
+  r = ResolveOptions(Base(), Geometry8B(), true, 0);          // unknown CPUs: one worker
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->group_workers, 1u);
+  EXPECT_EQ(r->tuning.group_workers, 1u);
   EngineOptions o = Base();
-  o.group_workers = 5;
-  o.layer_group = 3;
+  o.tuning.group_workers = 5;
+  o.tuning.layer_group = 3;
   r = ResolveOptions(o, Geometry8B(), true, 2);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->group_workers, 5u);
-  EXPECT_EQ(r->layer_group, 3u);
-  EXPECT_EQ(r->store_bank_bytes, 2 * 3 * 32 * kMiB);
+  EXPECT_EQ(r->tuning.group_workers, 5u);
+  EXPECT_EQ(r->tuning.layer_group, 3u);
+  EXPECT_EQ(r->tuning.store_bank_bytes, 2 * 3 * 32 * kMiB);
   // A model shallower than the auto group: its layer count.
   ModelSpec shallow = Llama31_8BSpec();
   shallow.layers = 3;
@@ -69,32 +69,32 @@ TEST(ResolveOptionsTest, TheStoreShapeFollowsTheHostDevicesCores) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   r = ResolveOptions(Base(), *g, /*host_device=*/false, 16);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->layer_group, 3u);
+  EXPECT_EQ(r->tuning.layer_group, 3u);
   shallow.layers = 1;
   g = DeriveGeometry(shallow);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   r = ResolveOptions(Base(), *g, /*host_device=*/true, 2);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->layer_group, 1u);
+  EXPECT_EQ(r->tuning.layer_group, 1u);
 }
 
 // The read window is clipped to the model: past its last layer it is the whole model, so the
 // default (4) is no reason a shallower model fails.
 TEST(ResolveOptionsTest, LookaheadPastTheLastLayerIsTheWholeModel) {
   EngineOptions o = Base();
-  o.lookahead_layers = 33;
+  o.tuning.lookahead_layers = 33;
   auto r = ResolveOptions(o, Geometry8B());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->lookahead_layers, 32u);
+  EXPECT_EQ(r->tuning.lookahead_layers, 32u);
   ModelSpec shallow = Llama31_8BSpec();
   shallow.layers = 2;
   auto g = DeriveGeometry(shallow);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   o = Base();
-  o.layer_group = 2;  // layer_group is checked against the model, not clipped
+  o.tuning.layer_group = 2;  // layer_group is checked against the model, not clipped
   r = ResolveOptions(o, *g);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->lookahead_layers, 2u);
+  EXPECT_EQ(r->tuning.lookahead_layers, 2u);
 }
 
 void ExpectBad(EngineOptions o, std::string_view field) {
@@ -112,50 +112,50 @@ TEST(ResolveOptionsTest, EachBadFieldIsNamed) {
   o.capacity_bytes = 1 * kMiB;
   ExpectBad(o, "capacity_bytes");
   o = Base();
-  o.read_banks = 0;
+  o.tuning.read_banks = 0;
   ExpectBad(o, "read_banks");
   o = Base();
-  o.read_bank_bytes = 16 * kMiB;  // below W
+  o.tuning.read_bank_bytes = 16 * kMiB;  // below W
   ExpectBad(o, "read_bank_bytes");
   o = Base();
-  o.read_bank_bytes = 32 * kMiB + 1;
+  o.tuning.read_bank_bytes = 32 * kMiB + 1;
   ExpectBad(o, "read_bank_bytes");
   o = Base();
-  o.prefetch_banks = 8;
+  o.tuning.prefetch_banks = 8;
   ExpectBad(o, "prefetch_banks");
   o = Base();
-  o.read_workers = 0;
+  o.tuning.read_workers = 0;
   ExpectBad(o, "read_workers");
   o = Base();
-  o.store_bank_bytes = 64 * kMiB;  // below 4 stripes
+  o.tuning.store_bank_bytes = 64 * kMiB;  // below 4 stripes
   ExpectBad(o, "store_bank_bytes");
   o = Base();
-  o.layer_group = 9;  // more than a gather takes (0 is auto)
+  o.tuning.layer_group = 9;  // more than a gather takes (0 is auto)
   ExpectBad(o, "layer_group");
   o = Base();
-  o.write_workers = 0;
+  o.tuning.write_workers = 0;
   ExpectBad(o, "write_workers");
   o = Base();
-  o.max_inflight_restores = 0;
+  o.tuning.max_inflight_restores = 0;
   ExpectBad(o, "max_inflight_restores");
   o = Base();
   o.max_request_tokens = 0;
   ExpectBad(o, "max_request_tokens");
   o = Base();
-  o.read_banks = 1000;
-  o.read_bank_bytes = 1 * kGiB;
+  o.tuning.read_banks = 1000;
+  o.tuning.read_bank_bytes = 1 * kGiB;
   ExpectBad(o, "read_banks");
   o = Base();
-  o.ablations.object_tokens = 0;
+  o.tuning.ablations.object_tokens = 0;
   ExpectBad(o, "object_tokens");
   o = Base();
-  o.read_io_threads = 257;
+  o.tuning.read_io_threads = 257;
   ExpectBad(o, "read_io_threads");
   o = Base();
-  o.io_split_bytes = 100;
+  o.tuning.io_split_bytes = 100;
   ExpectBad(o, "io_split_bytes");
   o = Base();
-  o.store_service_spin_us = 10001;
+  o.tuning.store_service_spin_us = 10001;
   ExpectBad(o, "store_service_spin_us");
 }
 
@@ -185,14 +185,15 @@ TEST(PlanReadIoTest, AutoThreadsFollowTheCoresOnBufferedFilesAndTheWorkersOnDire
     EXPECT_EQ(p.fill_split_bytes, uint64_t{1} << 20) << cores;
     EXPECT_EQ(p.why, "16 threads (auto: 4 x read_workers, O_DIRECT)");
   }
-  o.read_workers = 24;  // more workers than the cap: the workers
+  o.tuning.read_workers = 24;  // more workers than the cap: the workers
   p = PlanReadIo(o, true, 16);
   EXPECT_EQ(p.threads, 24u);
   EXPECT_EQ(p.fill_split_bytes, 0u);
 }
 
 TEST(PlanReadIoTest, TheNodesReadSlotsAreWhatOneDefaultEngineKeepsInFlight) {
-  EXPECT_TRUE(EngineOptions{}.read_gate);  // engines pass a service's gate unless told not to
+  EXPECT_TRUE(
+      EngineOptions{}.tuning.read_gate);  // engines pass a service's gate unless told not to
   // The dev VM (2 CPUs): O_DIRECT's 4 x 4 threads; the 16-CPU GPU hosts: 16 either way; a big
   // host: the buffered cap (also 16). Never fewer than one default engine's O_DIRECT threads.
   for (uint32_t cpus : {0u, 1u, 2u, 16u, 128u}) {
@@ -203,7 +204,7 @@ TEST(PlanReadIoTest, TheNodesReadSlotsAreWhatOneDefaultEngineKeepsInFlight) {
 
 TEST(PlanReadIoTest, ConfiguredThreadsAndOtherSplitsAreKept) {
   EngineOptions o = Base();
-  o.read_io_threads = 8;
+  o.tuning.read_io_threads = 8;
   ReadIoPlan p = PlanReadIo(o, /*buffered=*/false, 16);
   EXPECT_EQ(p.threads, 8u);
   EXPECT_EQ(p.why, "8 threads (configured)");
@@ -211,13 +212,13 @@ TEST(PlanReadIoTest, ConfiguredThreadsAndOtherSplitsAreKept) {
   p = PlanReadIo(o, true, 2);
   EXPECT_EQ(p.threads, 8u);
   EXPECT_EQ(p.fill_split_bytes, kFillSplitBytes);
-  o.read_io_threads = 4;  // no more threads than workers: nothing to fill
+  o.tuning.read_io_threads = 4;  // no more threads than workers: nothing to fill
   EXPECT_EQ(PlanReadIo(o, true, 16).fill_split_bytes, 0u);
   EXPECT_EQ(PlanReadIo(o, false, 16).fill_split_bytes, 0u);
   // Only fill_reads derives a split; off, auto and sizes are the caller's (ResolveIoSplit).
-  o.read_io_threads = 16;
+  o.tuning.read_io_threads = 16;
   for (uint64_t split : {kIoSplitOff, kIoSplitAuto, uint64_t{4} << 20}) {
-    o.io_split_bytes = split;
+    o.tuning.io_split_bytes = split;
     EXPECT_EQ(PlanReadIo(o, true, 16).fill_split_bytes, 0u) << split;
     EXPECT_EQ(PlanReadIo(o, true, 16).threads, 16u);
   }

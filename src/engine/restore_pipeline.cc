@@ -26,17 +26,18 @@ TicketHold::~TicketHold() {
 RestorePipeline::RestorePipeline(const EngineContext& context)
     : context_(context),
       layers_(context.geometry.layers),
-      max_reads_per_stripe_(context.options->ablations.read_issue == Ablations::ReadIssue::kObject
+      max_reads_per_stripe_(context.options->tuning.ablations.read_issue ==
+                                    Ablations::ReadIssue::kObject
                                 ? static_cast<uint32_t>(std::min<uint64_t>(
                                       context.geometry.stripe_bytes / kIoAlignment,
                                       (context.geometry.tokens_per_stripe +
-                                       context.options->ablations.object_tokens - 1) /
-                                          context.options->ablations.object_tokens)) +
+                                       context.options->tuning.ablations.object_tokens - 1) /
+                                          context.options->tuning.ablations.object_tokens)) +
                                       2
                                 : 1),
       verify_(context.integrity != nullptr && context.options->checksum == ChecksumPolicy::kAlways),
-      jobs_(context_, context.options->read_banks, context.options->prefetch_banks, "restore",
-            "max_inflight_restores",
+      jobs_(context_, context.options->tuning.read_banks, context.options->tuning.prefetch_banks,
+            "restore", "max_inflight_restores",
             context.hooks != nullptr ? &context.hooks->read_bank_observer : nullptr) {}
 
 RestorePipeline::~RestorePipeline() { Stop(); }
@@ -50,20 +51,20 @@ Result<std::unique_ptr<RestorePipeline>> RestorePipeline::Create(const EngineCon
 Status RestorePipeline::Init() {
   const EngineOptions& o = *context_.options;
   Device& dev = *context_.device;
-  banks_.resize(o.read_banks);
+  banks_.resize(o.tuning.read_banks);
   std::vector<BankMemory*> memory;
   for (Bank& b : banks_) {
     RANGEKV_ASSIGN_OR_RETURN(b.fence, dev.CreateEvent());
     memory.push_back(&b);
   }
   RANGEKV_RETURN_IF_ERROR(
-      AllocateBankMemory(context_, o.read_bank_bytes, *context_.read_io, memory, "read"));
+      AllocateBankMemory(context_, o.tuning.read_bank_bytes, *context_.read_io, memory, "read"));
 
   const uint64_t max_spans_per_layer =
       (o.max_request_tokens + context_.geometry.tokens_per_stripe - 1) /
           context_.geometry.tokens_per_stripe +
       2;
-  for (uint32_t i = 0; i < o.max_inflight_restores; ++i) {
+  for (uint32_t i = 0; i < o.tuning.max_inflight_restores; ++i) {
     auto slot = std::make_unique<RestoreSlot>();
     slot->index = i;
     RANGEKV_ASSIGN_OR_RETURN(slot->stream, dev.CreateStream());
@@ -81,7 +82,7 @@ Status RestorePipeline::Init() {
     slot->views.resize(layers_);
     slots_.push_back(std::move(slot));
   }
-  for (uint32_t w = 0; w < o.read_workers; ++w) {
+  for (uint32_t w = 0; w < o.tuning.read_workers; ++w) {
     batches_.push_back(std::make_unique<IoBatch>(max_reads_per_stripe_));
   }
   if (verify_) {
@@ -105,11 +106,12 @@ Status RestorePipeline::Init() {
   {
     MutexLock l(mu_);
     jobs_.Init(slots_);
-    read_limit_ = o.read_workers;
-    fences_.resize(o.read_banks);
+    read_limit_ = o.tuning.read_workers;
+    fences_.resize(o.tuning.read_banks);
     publish_scratch_.reserve(layers_);
   }
-  for (uint32_t w = 0; w < o.read_workers; ++w) workers_.emplace_back([this, w] { ReadWorker(w); });
+  for (uint32_t w = 0; w < o.tuning.read_workers; ++w)
+    workers_.emplace_back([this, w] { ReadWorker(w); });
   reaper_ = std::thread([this] { Reaper(); });
   return OkStatus();
 }
@@ -129,7 +131,7 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(
   }
   // The slot is ours alone until the job is published below.
   SpanPlanOptions plan_options;
-  plan_options.bank_bytes = context_.options->read_bank_bytes;
+  plan_options.bank_bytes = context_.options->tuning.read_bank_bytes;
   plan_options.io_alignment_bytes = kIoAlignment;
   plan_options.max_spans = std::max<uint64_t>(slot->plan.capacity(), kDefaultMaxPlanSpans);
   // Verification checks whole digest blocks: read every block the valid tokens touch.
@@ -185,7 +187,8 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(
   st.hold = std::move(hold);
   st.claimed = claimed;
   st.progress.Reset(layers_, static_cast<uint32_t>(slot->plan.size() / layers_),
-                    context_.options->lookahead_layers, context_.options->ablations.delivery);
+                    context_.options->tuning.lookahead_layers,
+                    context_.options->tuning.ablations.delivery);
   st.bank_of.assign(st.progress.stripes(), kNoBank);
   st.layer_status.assign(layers_, OkStatus());
   ++slot->flag_value;
@@ -431,7 +434,7 @@ void RestorePipeline::FailUnservable() {
   // No bank is owned either (an owned bank is usable), so no stripe is reading, landed or
   // scattering: failing the pending ones settles every job. Backwards, because a job that
   // settles leaves the active list.
-  const Status none = Unavailable("every read bank is quarantined (unproven device work)");
+  const Status none = DeviceFault("every read bank is quarantined (unproven device work)");
   for (size_t k = jobs_.active_count(); k-- > 0;) {
     const std::shared_ptr<RestoreJob> job = jobs_.ServiceOrder(k);
     RestoreJobState& st = job->state.Locked(mu_);
@@ -524,12 +527,12 @@ Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& ba
   RANGEKV_RETURN_IF_ERROR(batch.Clear());
   File* file = context_.store->pack_file().file_at(span.file_index);
   if (file == nullptr) return Internal("span names an unknown file");
-  if (context_.options->ablations.read_issue == Ablations::ReadIssue::kStripe) {
+  if (context_.options->tuning.ablations.read_issue == Ablations::ReadIssue::kStripe) {
     return batch.Add({file, span.file_offset, buf, span.length_bytes, IoOp::kRead});
   }
   // read_issue=object: the same bytes, cut at logical object boundaries of the path (what a
   // per-object reader would issue), each piece aligned for direct I/O.
-  const uint64_t ot = context_.options->ablations.object_tokens;
+  const uint64_t ot = context_.options->tuning.ablations.object_tokens;
   const uint64_t s = context_.geometry.token_bytes;
   const uint64_t end = span.file_offset + span.length_bytes;
   uint64_t cur = span.file_offset;
@@ -929,7 +932,7 @@ void RestorePipeline::Stop() {
 }
 
 uint32_t RestorePipeline::SetReadShare(uint32_t readers) {
-  const uint32_t workers = context_.options->read_workers;
+  const uint32_t workers = context_.options->tuning.read_workers;
   const uint32_t r = std::max<uint32_t>(readers, 1);
   MutexLock l(mu_);
   read_limit_ = std::max<uint32_t>((workers + r - 1) / r, 1);

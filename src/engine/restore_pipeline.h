@@ -198,7 +198,7 @@ class RestorePipeline {
 
   // Reads in flight at once: at most read_workers (the default), or its share when `readers`
   // engines read the node's medium: ceil(read_workers / readers), at least 1
-  // (EngineOptions::share_reads). Reads already in flight finish. Returns the new limit.
+  // (EngineTuning::share_reads). Reads already in flight finish. Returns the new limit.
   uint32_t SetReadShare(uint32_t readers) EXCLUDES(mu_);
 
   // Cancels and abandons every job, then waits until all drained (no read, no fence left).
@@ -289,7 +289,7 @@ class RestorePipeline {
   // Quarantines the bank; when it was the last usable one, FailUnservable().
   void QuarantineBank(RestoreJob& job, uint32_t bank) REQUIRES(mu_);
   // When every read bank is quarantined, fails every pending stripe of every active job
-  // (kUnavailable): no bank will be free for them, and Finish / per-layer waits must return.
+  // (kDeviceFault): no bank will be free for them, and Finish / per-layer waits must return.
   void FailUnservable() REQUIRES(mu_);
   // Publishes settled layers, detects the drain, wakes waiters and workers.
   void AfterProgress(RestoreJob& job) REQUIRES(mu_);

@@ -14,7 +14,8 @@ namespace rangekv::engine_internal {
 StorePipeline::StorePipeline(const EngineContext& context)
     : context_(context),
       layers_(context.geometry.layers),
-      jobs_(context_, context.options->store_banks, 0, "store", "max_inflight_stores", nullptr) {}
+      jobs_(context_, context.options->tuning.store_banks, 0, "store", "max_inflight_stores",
+            nullptr) {}
 
 StorePipeline::~StorePipeline() { Stop(); }
 
@@ -27,7 +28,7 @@ Result<std::unique_ptr<StorePipeline>> StorePipeline::Create(const EngineContext
 Status StorePipeline::Init() {
   const EngineOptions& o = *context_.options;
   Device& dev = *context_.device;
-  banks_.resize(o.store_banks);
+  banks_.resize(o.tuning.store_banks);
   std::vector<BankMemory*> memory;
   for (Bank& b : banks_) {
     memory.push_back(&b);
@@ -38,22 +39,22 @@ Status StorePipeline::Init() {
       if (d == 0 || d > context_.geometry.tokens_per_stripe) {
         return Internal("digest block of " + std::to_string(d) + " tokens outside [1, T]");
       }
-      b.digest_capacity = o.store_bank_bytes / (d * context_.geometry.token_bytes) +
-                          uint64_t{o.layer_group} * kMaxBatchRecords;
+      b.digest_capacity = o.tuning.store_bank_bytes / (d * context_.geometry.token_bytes) +
+                          uint64_t{o.tuning.layer_group} * kMaxBatchRecords;
       RANGEKV_ASSIGN_OR_RETURN(b.digests, dev.AllocateDevice(b.digest_capacity * sizeof(uint64_t)));
       RANGEKV_ASSIGN_OR_RETURN(b.digests_host,
                                dev.AllocatePinnedHost(b.digest_capacity * sizeof(uint64_t)));
     }
-    b.batch = std::make_unique<IoBatch>(o.layer_group * kMaxBatchRecords);
+    b.batch = std::make_unique<IoBatch>(o.tuning.layer_group * kMaxBatchRecords);
     const uint32_t index = static_cast<uint32_t>(&b - banks_.data());
     b.batch->SetCallback([this, index](IoBatch&) { OnWritesDone(index); });
   }
   RANGEKV_RETURN_IF_ERROR(
-      AllocateBankMemory(context_, o.store_bank_bytes, *context_.write_io, memory, "store"));
+      AllocateBankMemory(context_, o.tuning.store_bank_bytes, *context_.write_io, memory, "store"));
 
   const uint64_t max_records = (o.max_request_tokens + context_.geometry.tokens_per_stripe - 1) /
                                context_.geometry.tokens_per_stripe;
-  for (uint32_t i = 0; i < o.max_inflight_stores; ++i) {
+  for (uint32_t i = 0; i < o.tuning.max_inflight_stores; ++i) {
     auto slot = std::make_unique<StoreSlot>();
     slot->index = i;
     for (uint32_t l = 0; l < layers_; ++l) {
@@ -66,7 +67,7 @@ Status StorePipeline::Init() {
     slots_.push_back(std::move(slot));
   }
   RANGEKV_ASSIGN_OR_RETURN(upload_stream_, dev.CreateStream());
-  workers_.resize(o.group_workers);
+  workers_.resize(o.tuning.group_workers);
   for (Worker& w : workers_) {
     RANGEKV_ASSIGN_OR_RETURN(w.stream, dev.CreateStream());
     RANGEKV_ASSIGN_OR_RETURN(w.done, dev.CreateEvent());
@@ -86,8 +87,8 @@ Status StorePipeline::Init() {
 
 Status StorePipeline::PlanBatches(StoreJob& job, StoreSlot& slot) {
   const Geometry& g = context_.geometry;
-  const uint64_t bank_bytes = context_.options->store_bank_bytes;
-  const uint32_t lg = context_.options->layer_group;
+  const uint64_t bank_bytes = context_.options->tuning.store_bank_bytes;
+  const uint32_t lg = context_.options->tuning.layer_group;
   SpanPlanOptions plan_options;
   plan_options.bank_bytes = bank_bytes;
   plan_options.io_alignment_bytes = kIoAlignment;
@@ -156,7 +157,7 @@ Status StorePipeline::Configure(StoreJob& job, Reservation& reservation) {
   group_of_batch.reserve(job.batches.size());
   for (const StoreBatch& b : job.batches) group_of_batch.push_back(b.group);
   StoreJobState& st = job.state.Locked(mu_);
-  st.progress.Reset(layers_, context_.options->layer_group, group_of_batch);
+  st.progress.Reset(layers_, context_.options->tuning.layer_group, group_of_batch);
   for (uint32_t l = 0; l < layers_; ++l) {
     if (st.produced[l]) st.progress.Produce(l);
   }
@@ -250,7 +251,7 @@ Result<std::shared_ptr<StoreJob>> StorePipeline::Begin(std::span<const int32_t> 
     // to settle, then reserve the rest. Until then the job holds the source slots.
     st.deferred = true;
     st.joined_id = reservation->reservation_id;
-    st.progress.Reset(layers_, o.layer_group, {});
+    st.progress.Reset(layers_, o.tuning.layer_group, {});
     Count(job.get(), &Counters::stores_joined);
   } else {
     Status configured = Configure(*job, *reservation);
@@ -307,7 +308,7 @@ void StorePipeline::RetryDeferred() {
 
 void StorePipeline::FailUnservable() {
   if (jobs_.usable_banks() != 0) return;
-  const Status none = Unavailable("every store bank is quarantined (unproven device work)");
+  const Status none = DeviceFault("every store bank is quarantined (unproven device work)");
   // AfterProgress may settle jobs (and, through RetryDeferred, others): start over after each.
   for (bool again = true; again;) {
     again = false;

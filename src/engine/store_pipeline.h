@@ -172,7 +172,7 @@ class StorePipeline {
   Status Configure(StoreJob& job, Reservation& reservation) REQUIRES(mu_);
   // Deferred jobs whose joined store settled reserve again (and start, or finish).
   void RetryDeferred() REQUIRES(mu_);
-  // When every store bank is quarantined, fails every active store (kUnavailable): no batch can
+  // When every store bank is quarantined, fails every active store (kDeviceFault): no batch can
   // be gathered any more, so each settles (aborted) instead of waiting for a bank forever.
   void FailUnservable() REQUIRES(mu_);
   // Ends a job that holds no reservation.

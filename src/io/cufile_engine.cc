@@ -110,8 +110,8 @@ class CuFileEngine final : public IoEngine {
         const cufile::Error e = api_.cuFileHandleRegister(&h, &d);
         if (e.err != cufile::kSuccess) {
           DeregisterHandles();
-          return Unavailable("cuFileHandleRegister(" + f->path() +
-                             ") failed: " + cufile::ErrorName(e));
+          return NotSupported("cuFileHandleRegister(" + f->path() +
+                              ") failed: " + cufile::ErrorName(e));
         }
         handles_.push_back({f, h});
       }
@@ -260,11 +260,11 @@ Result<std::unique_ptr<IoEngine>> MakeCuFileEngine(const IoEngineOptions& option
   }
   if (api.cuFileDriverOpen == nullptr || api.cuFileHandleRegister == nullptr ||
       api.cuFileRead == nullptr || api.cuFileWrite == nullptr) {
-    return Unavailable("cuFile function table incomplete");
+    return NotSupported("cuFile function table incomplete");
   }
   const cufile::Error open = api.cuFileDriverOpen();
   if (open.err != cufile::kSuccess) {
-    return Unavailable("cuFileDriverOpen failed: " + cufile::ErrorName(open));
+    return NotSupported("cuFileDriverOpen failed: " + cufile::ErrorName(open));
   }
   std::string mode = "mode=unknown";
   if (api.cuFileDriverGetProperties != nullptr) {

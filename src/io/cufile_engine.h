@@ -18,8 +18,8 @@
 // whether nvidia-fs is present (GDS) or cuFile serves every call through its POSIX path (compat,
 // nvfs version 0.0). Describe() says which, with the library version.
 //
-// Fallback: MakeCuFileEngine returns kUnavailable with the reason (library missing, a symbol
-// missing, driver open failing with its cuFile error) and RegisterFiles returns kUnavailable
+// Fallback: MakeCuFileEngine returns kNotSupported with the reason (library missing, a symbol
+// missing, driver open failing with its cuFile error) and RegisterFiles returns kNotSupported
 // when cuFile refuses a handle (e.g. 5027 on volumes whose udev attributes it cannot read), so
 // the caller can fall back to io_uring or posix and log why. cuFile needs a CUDA context: the
 // engine layer only asks for it with a CUDA device (src/engine/engine_core.cc).

@@ -135,28 +135,28 @@ class CuFileEngineTest : public ::testing::Test {
   TempDir dir_;
 };
 
-TEST_F(CuFileEngineTest, MissingLibraryIsUnavailableWithTheLoaderError) {
+TEST_F(CuFileEngineTest, MissingLibraryIsNotSupportedWithTheLoaderError) {
   auto e = MakeCuFileEngine(IoEngineOptions{}, {.library = dir_.Join("no/libcufile.so.0")});
-  ASSERT_EQ(e.status().code(), StatusCode::kUnavailable);
+  ASSERT_EQ(e.status().code(), StatusCode::kNotSupported);
   EXPECT_NE(e.status().message().find("cannot load"), std::string::npos) << e.status().ToString();
   // Through the factory with the same option.
   IoEngineOptions o;
   o.cufile_library = dir_.Join("no/libcufile.so.0");
-  EXPECT_EQ(MakeIoEngine(IoEngineKind::kCuFile, o).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(MakeIoEngine(IoEngineKind::kCuFile, o).status().code(), StatusCode::kNotSupported);
 }
 
-TEST_F(CuFileEngineTest, FailingDriverOpenIsUnavailableWithItsCuFileError) {
+TEST_F(CuFileEngineTest, FailingDriverOpenIsNotSupportedWithItsCuFileError) {
   Fake::open_error = 5033;
   const cufile::Api api = Fake::Table();
   auto e = MakeCuFileEngine(IoEngineOptions{}, {.api = &api});
-  ASSERT_EQ(e.status().code(), StatusCode::kUnavailable);
+  ASSERT_EQ(e.status().code(), StatusCode::kNotSupported);
   EXPECT_NE(e.status().message().find("5033 (CU_FILE_NVFS_SETUP_ERROR)"), std::string::npos)
       << e.status().ToString();
   EXPECT_EQ(Fake::opens, 1);
   EXPECT_EQ(Fake::closes, 0);  // a driver that did not open is not closed
 }
 
-TEST_F(CuFileEngineTest, RefusedHandleRegistrationIsUnavailableAndLeavesNoHandles) {
+TEST_F(CuFileEngineTest, RefusedHandleRegistrationIsNotSupportedAndLeavesNoHandles) {
   Fake::register_error = 5027;
   const cufile::Api api = Fake::Table();
   auto e = MakeCuFileEngine(IoEngineOptions{}, {.api = &api});
@@ -165,7 +165,7 @@ TEST_F(CuFileEngineTest, RefusedHandleRegistrationIsUnavailableAndLeavesNoHandle
   ASSERT_TRUE(file.ok());
   File* files[1] = {file->get()};
   const Status s = (*e)->RegisterFiles(files);
-  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported);
   EXPECT_NE(s.message().find("5027 (CU_FILE_HANDLE_NOT_REGISTERED)"), std::string::npos)
       << s.ToString();
   EXPECT_EQ((*e)->caps().files_registered, 0u);
@@ -274,7 +274,7 @@ TEST_F(CuFileEngineTest, RealLibraryWithoutAGpuFallsBackWithAReason) {
   if (found.empty()) GTEST_SKIP() << "no libcufile.so.0 here";
   auto e = MakeCuFileEngine(IoEngineOptions{}, {.library = found});
   if (e.ok()) GTEST_SKIP() << "cuFile opened here: " << (*e)->Describe();
-  EXPECT_EQ(e.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(e.status().code(), StatusCode::kNotSupported);
   EXPECT_NE(e.status().message().find("cuFileDriverOpen failed"), std::string::npos)
       << e.status().ToString();
 }

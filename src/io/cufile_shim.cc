@@ -15,7 +15,7 @@ Result<std::unique_ptr<Library>> Library::Load(const std::string& path) {
   void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (h == nullptr) {
     const char* why = ::dlerror();
-    return Unavailable("cannot load " + name + ": " + (why != nullptr ? why : "dlopen failed"));
+    return NotSupported("cannot load " + name + ": " + (why != nullptr ? why : "dlopen failed"));
   }
   std::unique_ptr<Library> lib(new Library());
   lib->handle_ = h;
@@ -39,7 +39,7 @@ Result<std::unique_ptr<Library>> Library::Load(const std::string& path) {
   resolve(a.cuFileWrite, "cuFileWrite", true);
   resolve(a.cuFileDriverGetProperties, "cuFileDriverGetProperties", false);
   resolve(a.cuFileGetVersion, "cuFileGetVersion", false);
-  if (!missing.empty()) return Unavailable(name + " lacks " + missing);
+  if (!missing.empty()) return NotSupported(name + " lacks " + missing);
   return lib;
 }
 

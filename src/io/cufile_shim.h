@@ -3,7 +3,7 @@
 // loader that fills a table of function pointers from libcufile.so.0 with dlopen/dlsym.
 //
 // Nothing here links libcufile: a machine without it builds and runs, and the engine that wants
-// cuFile learns why it cannot have it (kUnavailable with the dlopen/dlsym error). Where the real
+// cuFile learns why it cannot have it (kNotSupported with the dlopen/dlsym error). Where the real
 // header exists at build time, cufile_abi_check.cc static-asserts that these declarations match
 // it (sizes, offsets, signatures).
 //
@@ -88,7 +88,7 @@ class Library {
   const std::string& path() const { return path_; }
 
   // dlopen(`path`) (default "libcufile.so.0", found by the dynamic loader) and resolve every
-  // required symbol. kUnavailable naming the library and dlerror() when it cannot.
+  // required symbol. kNotSupported naming the library and dlerror() when it cannot.
   static Result<std::unique_ptr<Library>> Load(const std::string& path);
 
  private:

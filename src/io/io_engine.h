@@ -273,7 +273,7 @@ class IoEngine {
   // Caps the spans or pieces in flight at once at `limit` (0: no cap beyond the engine's own
   // threads or queue depth), from the next one handed out; those already in flight finish. The
   // engine's threads stay; the ones over the cap wait. Used to give a node's medium a fair
-  // share when several engines read it (EngineOptions::share_reads). Thread-safe.
+  // share when several engines read it (EngineTuning::share_reads). Thread-safe.
   virtual void SetConcurrencyLimit(uint32_t limit) = 0;
   // Makes every read span or piece from now on pass `gate` (null: none): a cap on reads in
   // flight shared with other engines, a node's store service's read gate
@@ -288,7 +288,7 @@ class IoEngine {
   void Wait(IoBatch& batch) { batch.Wait(); }
 };
 
-// Makes an engine. kInvalidArgument for options out of range; for kUring, kUnavailable with
+// Makes an engine. kInvalidArgument for options out of range; for kUring, kNotSupported with
 // the reason when io_uring cannot be used here (built without liburing, kernel without
 // io_uring, io_uring_disabled sysctl, seccomp), so the caller can fall back to kPosix and log
 // why.

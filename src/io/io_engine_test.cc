@@ -81,7 +81,7 @@ class IoEngineTest : public ::testing::TestWithParam<EngineParam> {
     options.queue_depth = 4;
     options.uring_submit = GetParam().submit;
     auto e = MakeIoEngine(GetParam().kind, options);
-    if (!e.ok() && e.status().code() == StatusCode::kUnavailable) {
+    if (!e.ok() && e.status().code() == StatusCode::kNotSupported) {
       unavailable_ = e.status().ToString();
       return nullptr;
     }
@@ -929,10 +929,10 @@ TEST(IoEngineFactoryTest, RejectsBadOptionsAndParsesNames) {
   EXPECT_FALSE((*posix)->caps().registered_buffers);
 }
 
-TEST(IoEngineFactoryTest, UringIsUsableOrUnavailableWithAReason) {
+TEST(IoEngineFactoryTest, UringIsUsableOrNotSupportedWithAReason) {
   auto uring = MakeIoEngine(IoEngineKind::kUring, IoEngineOptions{});
   if (!uring.ok()) {
-    EXPECT_EQ(uring.status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(uring.status().code(), StatusCode::kNotSupported);
     EXPECT_FALSE(uring.status().message().empty());
     return;
   }

@@ -93,8 +93,9 @@ class Ring {
       }
       if (err != -EINVAL) break;
     }
-    return Unavailable(std::string("io_uring_setup failed: ") + std::strerror(-err) +
-                       " (kernel without io_uring, kernel.io_uring_disabled, or a seccomp filter)");
+    return NotSupported(
+        std::string("io_uring_setup failed: ") + std::strerror(-err) +
+        " (kernel without io_uring, kernel.io_uring_disabled, or a seccomp filter)");
   }
 
   io_uring* get() { return &ring_; }

@@ -4,7 +4,7 @@
 namespace rangekv::io_internal {
 
 Result<std::unique_ptr<IoEngine>> MakeUringEngine(const IoEngineOptions&) {
-  return Unavailable("rangekv was built without liburing; the uring engine is not compiled in");
+  return NotSupported("rangekv was built without liburing; the uring engine is not compiled in");
 }
 
 }  // namespace rangekv::io_internal

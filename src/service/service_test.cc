@@ -199,7 +199,7 @@ TEST_F(ServiceTest, PrefixStoredByOneEngineIsRestoredByAnotherWithEmbeddedWork) 
 }
 
 // Each lookup and claim reply says how many sessions read now; an engine divides its stripe
-// reads and read I/O pieces in flight by it (EngineOptions::share_reads), and one reading alone
+// reads and read I/O pieces in flight by it (EngineTuning::share_reads), and one reading alone
 // gets its full counts back once the others' window passed.
 TEST_F(ServiceTest, ReadersDivideEachClientsReadConcurrency) {
   // A window wide enough for three restores on a loaded (or sanitized) CI machine.
@@ -210,10 +210,10 @@ TEST_F(ServiceTest, ReadersDivideEachClientsReadConcurrency) {
   so.reader_window_ms = kWindowMs;
   StartService(so);
   EngineOptions eo = ClientOptions(socket_);
-  eo.read_workers = 4;
-  eo.read_io_threads = 8;
+  eo.tuning.read_workers = 4;
+  eo.tuning.read_io_threads = 8;
   auto open = [&](bool share) {
-    eo.share_reads = share;
+    eo.tuning.share_reads = share;
     auto e = Engine::Open(eo);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     engines_.push_back(std::move(e).value());
@@ -571,7 +571,7 @@ Status SendWithFd(int fd, MessageType type, std::span<const uint8_t> body, int p
   return ReplyStatus(fd);
 }
 
-// Engines ask for the read gate by default (EngineOptions::read_gate); a service run without one
+// Engines ask for the read gate by default (EngineTuning::read_gate); a service run without one
 // answers kNotFound (the engine logs it as a choice, where a lost service's kUnavailable is
 // warned of) and keeps the session.
 TEST_F(ServiceTest, AServiceWithoutAGateAnswersNotFoundAndKeepsTheSession) {

@@ -628,7 +628,7 @@ Status StoreService::HandleHello(Session& s, std::span<const uint8_t> body, int*
           DirectoryOptions::ForGeometry(h.geometry, static_cast<uint32_t>(so.pack_count));
       so.directory.max_query_tokens = kMaxTokensPerMessage;
       so.directory.max_tickets = 1u << 16;
-      // As an engine's own store (EngineOptions::free_reserve_packs, auto): a reservation takes
+      // As an engine's own store (EngineTuning::free_reserve_packs, auto): a reservation takes
       // a slot whose eviction is already durable, so Reserve's BeforeOverwrite does not wait.
       so.directory.free_reserve_packs = AutoFreeReservePacks(
           options_.journal.mode != persist::DurabilityMode::kNone, so.pack_count);

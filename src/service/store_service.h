@@ -107,7 +107,7 @@ struct ServiceOptions {
   uint64_t reader_window_ms = 1000;
   // The node's read gate (read_gate.h; docs/store-service.md "A node-wide read gate"): the read
   // I/O pieces every session's engine together keeps in flight, for engines that ask
-  // (EngineOptions::read_gate). 0: no gate (kAttachReadGate is answered kNotFound).
+  // (EngineTuning::read_gate). 0: no gate (kAttachReadGate is answered kNotFound).
   uint32_t read_slots = 0;
   // The cluster tier (docs/scale-out.md): with remote.url set, every store the service opens
   // publishes its sealed packs to the bucket and the cluster directory, under the store's

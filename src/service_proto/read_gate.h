@@ -1,7 +1,7 @@
 // The node's read gate (docs/store-service.md "A node-wide read gate"): one page of shared
 // memory through which every session of a store service passes each read piece its engine
 // issues, so the node's engines together keep at most `slots` read pieces in flight, what one
-// engine alone keeps. Unlike a share fixed per session (EngineOptions::share_reads) it is
+// engine alone keeps. Unlike a share fixed per session (EngineTuning::share_reads) it is
 // work-conserving: an engine reading alone gets every slot, and a slot one engine is not using
 // goes to whichever read asks next.
 //

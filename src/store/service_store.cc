@@ -475,11 +475,21 @@ Status ServiceStore::Abort(uint64_t reservation_id) {
   std::vector<uint8_t> body, out;
   service::Encode(service::IdMessage{reservation_id}, &body);
   Status s = CallLocked(MessageType::kAbort, body, &out);
-  MutexLock l(mu_);
-  reservations_.erase(reservation_id);
-  orphans_.erase(reservation_id);
-  ++counters_.aborts;
-  return s.code() == StatusCode::kUnavailable ? OkStatus() : s;
+  bool reclaimed = false;
+  {
+    MutexLock l(mu_);
+    reservations_.erase(reservation_id);
+    orphans_.erase(reservation_id);
+    ++counters_.aborts;
+    reclaimed = s.code() == StatusCode::kUnavailable && !connected_;
+  }
+  if (!reclaimed) return s;
+  // The connection was lost during this call (LoseConnection warned of it): the service
+  // reclaims every reservation of a lost session, so the abort stands all the same.
+  Log(LogLevel::kInfo,
+      "store service " + socket_path_ + ": abort of reservation " + std::to_string(reservation_id) +
+          " left to the service's reclaim of the lost session (" + s.ToString() + ")");
+  return OkStatus();
 }
 
 bool ServiceStore::IsInFlight(uint64_t reservation_id) const {
@@ -578,7 +588,17 @@ Status ServiceStore::Release(uint64_t ticket_id) {
   std::vector<uint8_t> body, out;
   service::Encode(service::IdMessage{ticket_id}, &body);
   Status s = Call(MessageType::kRelease, body, &out);
-  return s.code() == StatusCode::kUnavailable ? OkStatus() : s;
+  if (s.code() != StatusCode::kUnavailable) return s;
+  {
+    MutexLock l(mu_);
+    if (connected_) return s;  // the service itself answered kUnavailable: the lease stays
+  }
+  // The connection was lost during this call (LoseConnection warned of it): the service
+  // reclaims every lease of a lost session, so the release stands all the same.
+  Log(LogLevel::kInfo,
+      "store service " + socket_path_ + ": release of ticket " + std::to_string(ticket_id) +
+          " left to the service's reclaim of the lost session (" + s.ToString() + ")");
+  return OkStatus();
 }
 
 CancelOutcome ServiceStore::Cancel(std::string_view request_id) {

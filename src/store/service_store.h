@@ -62,9 +62,9 @@ struct ServiceStoreOptions {
   // How long a call polls for its reply before sleeping (service::SpinUntilReadable).
   std::chrono::microseconds reply_spin{0};
   // A reply not in by then fails the call (kUnavailable) and drops the connection: a hung
-  // service never blocks a caller for longer (EngineOptions::store_service_timeout_ms).
+  // service never blocks a caller for longer (EngineTuning::store_service_timeout_ms).
   std::chrono::milliseconds call_timeout{60000};
-  // Ask every session for the service's read gate (EngineOptions::read_gate).
+  // Ask every session for the service's read gate (EngineTuning::read_gate).
   bool read_gate = false;
   std::string identity_record;  // sent at Hello (service::HelloRequest::identity)
 };
@@ -85,7 +85,7 @@ class ServiceStore final : public RangeIndex, public PayloadIntegrity, public Ge
   void Close() EXCLUDES(call_mu_, mu_);
   // Sessions of the service reading now, this one included, as its last lookup or claim reply
   // said (service::LookupReply::readers; 1 before any), clamped to [1, kMaxReaders]. The engine
-  // divides its read concurrency by it (EngineOptions::share_reads).
+  // divides its read concurrency by it (EngineTuning::share_reads).
   static constexpr uint32_t kMaxReaders = 1024;
   uint32_t readers() const { return readers_.load(std::memory_order_relaxed); }
   // The read gate of the current session (ServiceStoreOptions::read_gate): null when not asked

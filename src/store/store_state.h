@@ -80,7 +80,7 @@ struct StoreStateOptions {
   persist::StorePermissions permissions;
   // The publication journal (persist/journal_writer.h); mode kNone writes none.
   persist::JournalOptions journal{.mode = persist::DurabilityMode::kNone};
-  // RemovalLog capacity (EngineOptions::max_removed_ranges); 0: no log.
+  // RemovalLog capacity (EngineTuning::max_removed_ranges); 0: no log.
   uint64_t max_removed_ranges = 0;
   // Who holds the store's lock (persist/store_layout.h lock.rkv), for the message a second
   // opener gets: "pid <pid> (<holder>)".
@@ -94,8 +94,8 @@ struct StoreStateOptions {
   std::string service;
   std::string tenant = "default";
   uint32_t service_spin_us = 0;
-  uint32_t service_timeout_ms = 60000;  // EngineOptions::store_service_timeout_ms
-  bool read_gate = false;  // ask the service for its read gate (EngineOptions::read_gate)
+  uint32_t service_timeout_ms = 60000;  // EngineTuning::store_service_timeout_ms
+  bool read_gate = false;  // ask the service for its read gate (EngineTuning::read_gate)
   // The cluster tier (docs/scale-out.md; off when remote.url is empty): clients for lookups and
   // reads in every mode, and, for an embedded directory with remote.publish, a publisher that
   // uploads every pack this store publishes. Close() gives pending uploads up to

@@ -191,7 +191,7 @@ class Coordinator {
     w_.StorePrefixes(*a.engine, a.p, a.kv);
     // The engine's read concurrency: its read I/O engine's threads (read_io_threads as resolved
     // at Open), which the ceiling's grid includes.
-    ceiling_.Begin(a.p, eo.store_dir + "/packs.rkv", a.engine->options().read_io_threads);
+    ceiling_.Begin(a.p, eo.store_dir + "/packs.rkv", a.engine->options().tuning.read_io_threads);
     return a;
   }
 
@@ -253,7 +253,7 @@ class Coordinator {
       }
       pack_path = g.gl_pathv[0];
       globfree(&g);
-      read_io_threads = (*opened)->options().read_io_threads;
+      read_io_threads = (*opened)->options().tuning.read_io_threads;
       ConcurrentCheck((*opened)->Close(), "close");
     }
     ceiling_.Begin(a.p, pack_path, read_io_threads);  // with mode service: the N's first store

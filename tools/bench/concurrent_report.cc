@@ -49,7 +49,7 @@ void PrintConcurrentReport(const ConcurrentReport& rep, const ConcurrentOptions&
   if (o.mode != "embedded" && o.read_gate > 0) {
     std::fprintf(out,
                  "service clients pass the node's read gate: %u read pieces in flight across "
-                 "all of them (rangekv serve --read-slots, EngineOptions::read_gate)\n",
+                 "all of them (rangekv serve --read-slots, EngineTuning::read_gate)\n",
                  o.read_gate);
   } else if (o.mode != "embedded") {
     std::fprintf(out, "service clients' reads are not gated (--read-gate 0)\n");

@@ -105,14 +105,14 @@ namespace {
 // engine's own): read workers (lookahead at least as deep), read I/O threads, read banks
 // (prefetch capped one below).
 void SizeReads(EngineOptions& eo, uint32_t workers, uint32_t threads, uint32_t banks) {
-  eo.read_io_threads = threads;
+  eo.tuning.read_io_threads = threads;
   if (workers != 0) {
-    eo.read_workers = workers;
-    eo.lookahead_layers = std::max(eo.lookahead_layers, workers);
+    eo.tuning.read_workers = workers;
+    eo.tuning.lookahead_layers = std::max(eo.tuning.lookahead_layers, workers);
   }
   if (banks != 0) {
-    eo.read_banks = banks;
-    eo.prefetch_banks = std::min(eo.prefetch_banks, banks - 1);
+    eo.tuning.read_banks = banks;
+    eo.tuning.prefetch_banks = std::min(eo.tuning.prefetch_banks, banks - 1);
   }
 }
 
@@ -125,8 +125,8 @@ EngineOptions ConcurrentWorkload::Options(const RunPlan& p, const std::string& s
   if (!socket.empty()) {
     eo.store_service = "unix://" + socket;
     eo.tenant = "bench";
-    eo.share_reads = o_.client_share_reads == "on";
-    eo.read_gate = o_.read_gate > 0;
+    eo.tuning.share_reads = o_.client_share_reads == "on";
+    eo.tuning.read_gate = o_.read_gate > 0;
     SizeReads(eo, o_.client_read_workers, o_.client_read_threads, o_.client_read_banks);
   } else {
     SizeReads(eo, o_.embedded_read_workers, o_.embedded_read_threads, o_.embedded_read_banks);
@@ -141,11 +141,11 @@ EngineOptions ConcurrentWorkload::Options(const RunPlan& p, const std::string& s
   if (!io.ok()) ConcurrentFail("--io: " + io.status().ToString());
   eo.io_engine =
       *io == IoEngineKind::kUring ? IoEngineSelection::kUring : IoEngineSelection::kPosix;
-  eo.direct_io = o_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
+  eo.direct_io = o_.buffered ? DirectIo::kOff : DirectIo::kPreferred;
   eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, p.tokens + 1);
   // Every request of a round holds a job slot (plus the lookup-time prefetch it adopts).
-  eo.max_inflight_restores = std::max<uint32_t>(eo.max_inflight_restores, p.n);
-  eo.max_inflight_stores = std::max<uint32_t>(eo.max_inflight_stores, p.n);
+  eo.tuning.max_inflight_restores = std::max<uint32_t>(eo.tuning.max_inflight_restores, p.n);
+  eo.tuning.max_inflight_stores = std::max<uint32_t>(eo.tuning.max_inflight_stores, p.n);
   return eo;
 }
 

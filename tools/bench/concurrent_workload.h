@@ -43,9 +43,9 @@ struct ConcurrentOptions {
   uint32_t embedded_read_threads = 0;  // the embedded engine's read_io_threads (0: its auto)
   std::string variants = "distinct,same-prefix,mixed";
   bool interleave = false;                 // mode both: the two arms' rounds in turn
-  std::string client_share_reads = "off";  // service clients' EngineOptions::share_reads
+  std::string client_share_reads = "off";  // service clients' EngineTuning::share_reads
   // The in-process service's read gate (ServiceOptions::read_slots) and every client's
-  // EngineOptions::read_gate; 0: none. The command defaults it to rangekv serve's (--read-slots
+  // EngineTuning::read_gate; 0: none. The command defaults it to rangekv serve's (--read-slots
   // auto).
   uint32_t read_gate = 0;
   bool pin_clients = false;  // service client i runs on the i-th of N equal shares of the CPUs

@@ -237,12 +237,12 @@ Result<nlohmann::json> EngineLookups(const LookupBenchOptions& cfg) {
     eo.capacity_bytes = uint64_t{packs + 1} * geometry->pack_bytes;
     eo.device = DeviceSelection::kHost;
     eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, query.size());
-    eo.ablations.prefetch = Ablations::Prefetch::kDispatch;
+    eo.tuning.ablations.prefetch = Ablations::Prefetch::kDispatch;
     if (through_service) {
       eo.store_service = "unix://" + socket;
       eo.tenant = "bench-lookup";
       if (cfg.client_spin_us >= 0) {
-        eo.store_service_spin_us = static_cast<uint32_t>(cfg.client_spin_us);
+        eo.tuning.store_service_spin_us = static_cast<uint32_t>(cfg.client_spin_us);
       }
     } else {
       eo.store_dir = scratch->Join("embedded");
@@ -337,7 +337,7 @@ Result<nlohmann::json> EngineLookups(const LookupBenchOptions& cfg) {
       "us\n",
       cfg.store.c_str(), static_cast<unsigned long long>(cfg.prefix_tokens),
       static_cast<unsigned long long>(cfg.suffix_tokens), static_cast<unsigned long long>(T), packs,
-      cfg.reps, engines[1]->options().store_service_spin_us, cfg.service_spin_us);
+      cfg.reps, engines[1]->options().tuning.store_service_spin_us, cfg.service_spin_us);
   std::printf("%-9s %11s %10s %9s %9s %9s %8s %11s\n", "engine", "granularity", "median_us",
               "p10_us", "p90_us", "hit", "records", "x embedded");
   nlohmann::json results = nlohmann::json::array();
@@ -385,7 +385,7 @@ Result<nlohmann::json> EngineLookups(const LookupBenchOptions& cfg) {
                         {"miss_service_us", Median(miss_us[1])},
                         {"miss_embedded_us", Median(miss_us[0])},
                         {"query_copy_us", copy},
-                        {"client_spin_us", engines[1]->options().store_service_spin_us},
+                        {"client_spin_us", engines[1]->options().tuning.store_service_spin_us},
                         {"service_spin_us", cfg.service_spin_us},
                         {"machine", DescribeMachine(".").ToJson()},
                         {"date", UtcTimestamp()}};

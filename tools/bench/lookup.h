@@ -47,7 +47,7 @@ struct LookupBenchOptions {
   bool layerwise = true;  // also the per-(chunk, layer) scalar index
   uint64_t seed = 1;
   std::string store;             // "": the directories alone; service | unix://PATH: engines
-  int64_t client_spin_us = -1;   // EngineOptions::store_service_spin_us; -1: its default
+  int64_t client_spin_us = -1;   // EngineTuning::store_service_spin_us; -1: its default
   uint32_t service_spin_us = 0;  // ServiceOptions::request_spin of the in-process service
 };
 

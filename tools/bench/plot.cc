@@ -160,9 +160,9 @@ Status WriteSweepPlot(const SweepReport& report, const std::string& path) {
   const std::string cmd = "python3 -m rangekv.bench.plots '" + json_path + "' '" + path + "' 1>&2";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
-    return Unavailable("PNG needs python3 with the rangekv package and matplotlib (`" + cmd +
-                       "` exited " + std::to_string(WEXITSTATUS(rc)) +
-                       "); use --plot FILE.svg, which needs nothing");
+    return NotSupported("PNG needs python3 with the rangekv package and matplotlib (`" + cmd +
+                        "` exited " + std::to_string(WEXITSTATUS(rc)) +
+                        "); use --plot FILE.svg, which needs nothing");
   }
   return OkStatus();
 }

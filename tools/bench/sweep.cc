@@ -348,7 +348,7 @@ class Sweep {
   }
 
   // The raw-I/O ceiling's threads: --ceiling-threads, else the engine's thread count for that
-  // direction (the first engine's read I/O threads, EngineOptions::read_io_threads as resolved;
+  // direction (the first engine's read I/O threads, EngineTuning::read_io_threads as resolved;
   // 32 write workers by default).
   uint32_t CeilingThreads() const {
     if (o_.ceiling_threads != 0) return o_.ceiling_threads;
@@ -378,7 +378,7 @@ class Sweep {
     const uint64_t prefix_packs = (P_ + T - 1) / T;
     const uint64_t suffix_packs = (S_ + T - 1) / T;
     // Restore: the prefix (plus a spare slot). Store: the prefix, one suffix and a free reserve
-    // of one pack (EngineOptions::free_reserve_packs, set explicitly: the engine's auto reserve
+    // of one pack (EngineTuning::free_reserve_packs, set explicitly: the engine's auto reserve
     // starts at 32 packs, this store stands in for such a full store with a few), so after the
     // first few stores each one evicts the oldest suffix (an LRU leaf of the prefix) and reuses
     // a freed slot whose eviction is durable: the steady state of a full store.
@@ -392,31 +392,31 @@ class Sweep {
     eo.io_engine = o_.io == IoEngineKind::kUring    ? IoEngineSelection::kUring
                    : o_.io == IoEngineKind::kCuFile ? IoEngineSelection::kCuFile
                                                     : IoEngineSelection::kPosix;
-    eo.direct_io = o_.buffered ? DirectIoPreference::kOff : DirectIoPreference::kPreferred;
+    eo.direct_io = o_.buffered ? DirectIo::kOff : DirectIo::kPreferred;
     eo.max_request_tokens = std::max<uint64_t>(eo.max_request_tokens, P_ + S_ + 1);
-    if (o_.read_workers != 0) eo.read_workers = o_.read_workers;
-    if (o_.read_io_threads != 0) eo.read_io_threads = o_.read_io_threads;
+    if (o_.read_workers != 0) eo.tuning.read_workers = o_.read_workers;
+    if (o_.read_io_threads != 0) eo.tuning.read_io_threads = o_.read_io_threads;
     if (o_.read_banks != 0) {
-      eo.read_banks = o_.read_banks;
-      eo.prefetch_banks = std::min(eo.prefetch_banks, o_.read_banks - 1);
+      eo.tuning.read_banks = o_.read_banks;
+      eo.tuning.prefetch_banks = std::min(eo.tuning.prefetch_banks, o_.read_banks - 1);
     }
-    if (o_.lookahead_layers != 0) eo.lookahead_layers = o_.lookahead_layers;
-    if (o_.write_workers != 0) eo.write_workers = o_.write_workers;
-    if (o_.group_workers != 0) eo.group_workers = o_.group_workers;
-    if (o_.layer_group != 0) eo.layer_group = o_.layer_group;
+    if (o_.lookahead_layers != 0) eo.tuning.lookahead_layers = o_.lookahead_layers;
+    if (o_.write_workers != 0) eo.tuning.write_workers = o_.write_workers;
+    if (o_.group_workers != 0) eo.tuning.group_workers = o_.group_workers;
+    if (o_.layer_group != 0) eo.tuning.layer_group = o_.layer_group;
     eo.checksum = c.checksum_off ? ChecksumPolicy::kOff : o_.checksum;
     eo.durability = c.durability;
-    if (o_.workload == Workload::kStore) eo.free_reserve_packs = 1;
+    if (o_.workload == Workload::kStore) eo.tuning.free_reserve_packs = 1;
     // auto probes once, in the first engine of the run; later engines reuse that choice, so
     // every configuration and point runs with the same split.
-    eo.io_split_bytes = resolved_split_.value_or(o_.io_split_bytes);
-    eo.ablations = c.ablations;
-    eo.ablations.object_tokens = p.object_tokens;
+    eo.tuning.io_split_bytes = resolved_split_.value_or(o_.io_split_bytes);
+    eo.tuning.ablations = c.ablations;
+    eo.tuning.ablations.object_tokens = p.object_tokens;
     // Layered namings key (chunk, layer) objects; the engine's scalar index has no rank-slice
     // keys, so the TP naming is keyed as (chunk, layer) at the nearest chunk size.
-    eo.ablations.objects = p.sweep.shape == baseline::ObjectShape::kChunk
-                               ? Ablations::Objects::kChunk
-                               : Ablations::Objects::kChunkLayer;
+    eo.tuning.ablations.objects = p.sweep.shape == baseline::ObjectShape::kChunk
+                                      ? Ablations::Objects::kChunk
+                                      : Ablations::Objects::kChunkLayer;
     return Engine::Open(eo);
   }
 
@@ -589,10 +589,10 @@ class Sweep {
     // Only a probed split is pinned for later engines: fill_reads settles per engine the same
     // way, and pinning its read split would make later engines split writes too.
     if (!resolved_split_ && o_.io_split_bytes == kIoSplitAuto) {
-      resolved_split_ = session.engine->options().io_split_bytes;
+      resolved_split_ = session.engine->options().tuning.io_split_bytes;
     }
     if (engine_read_io_threads_ == 0) {
-      engine_read_io_threads_ = session.engine->options().read_io_threads;
+      engine_read_io_threads_ = session.engine->options().tuning.read_io_threads;
     }
     if (report_.engine_split.empty()) {
       // The first engine's (the one that probed, under auto).

@@ -72,7 +72,7 @@ struct SweepOptions {
   uint32_t ceiling_threads = 0;  // 0: the engine's read I/O threads or write (32) workers
   CeilingGrid ceiling_grid = CeilingGrid::kFull;
   uint64_t grid_cell_bytes = 256ull << 20;
-  // Engine byte split (EngineOptions::io_split_bytes): kIoSplitAuto probes once (the first
+  // Engine byte split (EngineTuning::io_split_bytes): kIoSplitAuto probes once (the first
   // engine) and later engines reuse its choice; kIoSplitFillReads settles per engine.
   uint64_t io_split_bytes = kIoSplitFillReads;
   uint64_t seed = 20261130;

@@ -37,7 +37,7 @@ comparison and the paired differences (arm minus resident at the same r) are per
 ``--workload`` picks what runs (comma list, or ``all``): ``single`` is the fixed request above;
 ``docqa`` (many documents, several questions each, at concurrency 1/4/8, vLLM's KV cache smaller
 than the documents) and ``breakeven`` (TTFT against prefix length on /dev/shm and disk, and the
-connector's break-even gate) are in serve_workloads.py. Every arm also records what its server
+connector's break-even threshold) are in serve_workloads.py. Every arm also records what its server
 reserves and moves (RSS of its process tree, the connector's bank bytes, vLLM's KV cache,
 RangeKV's payload bytes from /metrics). Output: markdown tables on stdout (the fixed request in
 the form of the paper's Table 3), ``--json`` with every sample, ``--plot DIR`` PNGs (plots.py).
@@ -512,8 +512,8 @@ def add_parser(sub) -> None:
     b.add_argument("--be-lengths", default="32,64,128,256,512,1024,2048,4096,8192",
                    help="prefix lengths")
     b.add_argument("--be-fit-points", type=int, default=3,
-                   help="the gate's lines are fitted to this many shortest lengths (gate.py "
-                        "gate_inputs_from_short_end)")
+                   help="the gate's lines are fitted to this many shortest lengths (break_even.py "
+                        "break_even_inputs_from_short_end)")
     b.add_argument("--be-suffix", type=int, default=32, help="new tokens after each prefix")
     b.add_argument("--be-reps", type=int, default=5)
     b.add_argument("--be-media", default="shm,disk",

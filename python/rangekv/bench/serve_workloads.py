@@ -13,8 +13,8 @@ docqa (LMCache's long-document QA shape): N documents of D tokens, each asked Q 
 breakeven: TTFT of recompute and of RangeKV against the cached prefix length (a short fixed
   suffix), with the store on /dev/shm (buffered: tmpfs has no O_DIRECT) and on a disk directory
   (O_DIRECT). Straight lines fitted to the medians at the shortest lengths (--be-fit-points)
-  give the gate's inputs (gate.py gate_inputs_from_short_end: 1 / prefill throughput, restore
-  bandwidth, fixed overhead); the crossing of the measured
+  give the break-even threshold's inputs (break_even.py break_even_inputs_from_short_end:
+  1 / prefill throughput, restore bandwidth, fixed overhead); the crossing of the measured
   medians is the shortest hit worth restoring. A last arm runs the connector with
   ``min_hit_tokens: "auto"`` fed those inputs, on the disk medium, over the same lengths: per
   length its median is compared with min(recompute, RangeKV without the gate), and whether it
@@ -27,7 +27,7 @@ import math
 import os
 import shutil
 
-from ..vllm.gate import break_even_tokens, gate_inputs_from_short_end
+from ..vllm.break_even import break_even_inputs_from_short_end, break_even_tokens
 from .harness import (
     Context,
     Server,
@@ -293,7 +293,7 @@ def _breakeven(ctx: Context, resources: list[dict], arms: list[dict], reqs: list
             continue
         out["crossings"][row["name"]] = crossing(lengths, rec["median_s"], row["median_s"])
         try:
-            out["fits"][row["name"]] = gate_inputs_from_short_end(
+            out["fits"][row["name"]] = break_even_inputs_from_short_end(
                 lengths, rec["median_s"], row["median_s"], bpt, args.be_fit_points)
         except ValueError:
             continue
@@ -306,11 +306,11 @@ def _breakeven(ctx: Context, resources: list[dict], arms: list[dict], reqs: list
         out["gate"] = {"medium": medium, "error": "no fitted lines for this medium (an arm failed "
                        "or the medium is not in --be-media)"}
         return out
-    gate_cfg = gate_config(fit, lengths)
+    gate_cfg = break_even_config(fit, lengths)
     threshold = break_even_tokens(
-        prefill_tokens_per_s=gate_cfg["gate_prefill_tokens_per_s"],
-        restore_bytes_per_s=gate_cfg["gate_restore_bandwidth"], bytes_per_token=bpt,
-        overhead_s=gate_cfg["gate_overhead_us"] * 1e-6, block_size=BLOCK,
+        prefill_tokens_per_s=gate_cfg["break_even_prefill_tokens_per_s"],
+        restore_bytes_per_s=gate_cfg["break_even_restore_bandwidth"], bytes_per_token=bpt,
+        overhead_s=gate_cfg["break_even_overhead_us"] * 1e-6, block_size=BLOCK,
         never=breakeven_max_len(args) + BLOCK)
     extra = connector_extra(args, base["store_dir"] + "-gate", breakeven_tokens(args),
                             direct_io=(medium == "disk"), **gate_cfg)
@@ -326,16 +326,17 @@ def _breakeven(ctx: Context, resources: list[dict], arms: list[dict], reqs: list
     return out
 
 
-def gate_config(fit: dict, lengths: list[int]) -> dict:
-    """The kv_connector_extra_config keys that feed `fit` (gate_inputs_from_fits) to the gate.
+def break_even_config(fit: dict, lengths: list[int]) -> dict:
+    """The kv_connector_extra_config keys that feed `fit` (break_even_inputs_from_fits) to the
+    connector's break-even threshold.
     A flat or falling recompute line (noise) gives a prefill rate as if the longest length
     took no time, i.e. everything restores; a flat RangeKV line gives an unbounded bandwidth
     capped at 1 TiB/s."""
     prefill = fit.get("prefill_tokens_per_s") or (max(lengths) * 1e6)
     restore = fit.get("restore_bytes_per_s") or float(1 << 40)
-    return {"min_hit_tokens": "auto", "gate_prefill_tokens_per_s": max(1, int(prefill)),
-            "gate_restore_bandwidth": max(1, int(min(restore, 1 << 40))),
-            "gate_overhead_us": int(round(fit.get("overhead_s", 0.0) * 1e6))}
+    return {"min_hit_tokens": "auto", "break_even_prefill_tokens_per_s": max(1, int(prefill)),
+            "break_even_restore_bandwidth": max(1, int(min(restore, 1 << 40))),
+            "break_even_overhead_us": int(round(fit.get("overhead_s", 0.0) * 1e6))}
 
 
 def gate_verdict(gate: dict, rec: dict, plain: dict, lengths: list[int], threshold: int,

@@ -4,7 +4,7 @@ Enable it with ``--kv-transfer-config`` naming ``"kv_connector":"RangeKVConnecto
 ``"kv_connector_module_path":"rangekv.vllm"`` (docs/integrations/vllm.md).
 
 The connector classes load on first use (vLLM reads them with ``getattr`` on this module), so
-the pure-Python parts (``config``, ``gate``) import without vLLM or torch.
+the pure-Python parts (``config``, ``break_even``) import without vLLM or torch.
 """
 
 from .config import KEYS, ConfigError, ConnectorConfig, parse_config, parse_size

@@ -8,6 +8,7 @@ silently running with a default. Pure Python: importable and testable without vL
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -120,17 +121,20 @@ KEYS: dict[str, _Key] = {
                                "Stripes are per layer either way: no speed-up is expected"),
     "lookup_timeout_ms": _Key(2000, "int", "bound on the scheduler's wait for a rank's lookup "
                               "answer (ms); no answer = no hit", minimum=1),
-    "min_hit_tokens": _Key(0, "int_or_auto", "break-even gate: restores shorter than this many "
-                           "tokens (beyond vLLM's own prefix hit) are reported as misses "
-                           "(recomputed); 'auto' derives it from the gate_* keys at start-up"),
-    "gate_prefill_tokens_per_s": _Key(0, "int", "with min_hit_tokens 'auto': the server's prefill "
-                                      "throughput (tokens/s), measured by `rangekv bench serve "
-                                      "--workload breakeven` (required with 'auto')"),
-    "gate_restore_bandwidth": _Key("probe", "size_or_probe", "with min_hit_tokens 'auto': restore "
-                                   "bandwidth in bytes per second (e.g. '2GiB'), or 'probe': read "
-                                   "back 64 MiB written to store_dir at start-up"),
-    "gate_overhead_us": _Key(2000, "int", "with min_hit_tokens 'auto': a restore's fixed cost "
-                             "(lookup, claim, first layer wait) in microseconds"),
+    "min_hit_tokens": _Key(0, "int_or_auto", "break-even threshold: restores shorter than this "
+                           "many tokens (beyond vLLM's own prefix hit) are reported as misses "
+                           "(recomputed); 'auto' derives it from the break_even_* keys at "
+                           "start-up"),
+    "break_even_prefill_tokens_per_s": _Key(0, "int", "with min_hit_tokens 'auto': the server's "
+                                            "prefill throughput (tokens/s), measured by `rangekv "
+                                            "bench serve --workload breakeven` (required with "
+                                            "'auto')"),
+    "break_even_restore_bandwidth": _Key("probe", "size_or_probe", "with min_hit_tokens 'auto': "
+                                         "restore bandwidth in bytes per second (e.g. '2GiB'), "
+                                         "or 'probe': read back 64 MiB written to store_dir at "
+                                         "start-up"),
+    "break_even_overhead_us": _Key(2000, "int", "with min_hit_tokens 'auto': a restore's fixed "
+                                   "cost (lookup, claim, first layer wait) in microseconds"),
     "save_mode": _Key("detach", "choice", "'detach': a step waits only until its KV was "
                       "extracted, writes continue as bounded write debt; 'visible': a step waits "
                       "until the stored prefix is visible to lookups", ("detach", "visible")),
@@ -202,10 +206,10 @@ class ConnectorConfig:
     reuse_granularity: int
     cross_layer_blocks: bool
     lookup_timeout_ms: int
-    min_hit_tokens: int | str      # tokens, or "auto" (gate.py derives it at start-up)
-    gate_prefill_tokens_per_s: int
-    gate_restore_bandwidth: int | str  # bytes per second, or "probe"
-    gate_overhead_us: int
+    min_hit_tokens: int | str      # tokens, or "auto" (break_even.py derives it at start-up)
+    break_even_prefill_tokens_per_s: int
+    break_even_restore_bandwidth: int | str  # bytes per second, or "probe"
+    break_even_overhead_us: int
     save_mode: str
     ablations: str
     read_banks: int
@@ -253,9 +257,26 @@ class ConnectorConfig:
             remote_lookup_timeout_ms=self.remote_lookup_timeout_ms)
 
 
+# Keys renamed, old name -> new name: still accepted, with a warning. "gate" names the store
+# service's read gate (read_gate) only.
+DEPRECATED_KEYS = {
+    "gate_prefill_tokens_per_s": "break_even_prefill_tokens_per_s",
+    "gate_restore_bandwidth": "break_even_restore_bandwidth",
+    "gate_overhead_us": "break_even_overhead_us",
+}
+
+
 def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
     """Validates ``kv_connector_extra_config``; raises ConfigError naming every bad key."""
     extra = dict(extra or {})
+    for old, new in DEPRECATED_KEYS.items():
+        if old not in extra:
+            continue
+        if new in extra:
+            raise ConfigError(f"{old}: the old name of {new}; set only {new}")
+        logging.getLogger("vllm.rangekv").warning(
+            "rangekv: kv_connector_extra_config key %r is deprecated; use %r", old, new)
+        extra[new] = extra.pop(old)
     unknown = sorted(set(extra) - set(KEYS))
     if unknown:
         raise ConfigError(
@@ -318,8 +339,8 @@ def parse_config(extra: Mapping[str, Any] | None) -> ConnectorConfig:
         raise ConfigError("remote: expected 's3://bucket[/prefix]' together with directory "
                           f"'redis://host:port/db', got remote={values['remote']!r} "
                           f"directory={values['directory']!r}")
-    if values["min_hit_tokens"] == "auto" and values["gate_prefill_tokens_per_s"] <= 0:
-        raise ConfigError("min_hit_tokens: 'auto' needs gate_prefill_tokens_per_s (the server's "
-                          "prefill tokens/s; `python -m rangekv.bench serve --workload breakeven` "
-                          "measures it and prints the keys)")
+    if values["min_hit_tokens"] == "auto" and values["break_even_prefill_tokens_per_s"] <= 0:
+        raise ConfigError("min_hit_tokens: 'auto' needs break_even_prefill_tokens_per_s (the "
+                          "server's prefill tokens/s; `python -m rangekv.bench serve --workload "
+                          "breakeven` measures it and prints the keys)")
     return ConnectorConfig(**values)

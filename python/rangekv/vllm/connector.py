@@ -111,7 +111,7 @@ class RangeKVConnector(KVConnectorBase_V1):
 
     @property
     def min_hit_tokens(self) -> int:
-        """The break-even gate's threshold in effect (tokens beyond vLLM's own hit)."""
+        """The break-even threshold's threshold in effect (tokens beyond vLLM's own hit)."""
         assert self._scheduler is not None
         return self._scheduler.min_hit_tokens
 

@@ -2,8 +2,8 @@
 sides fit together).
 
 For each new request it asks every rank's worker for the cached prefix (`channel.LookupClient`,
-with a bounded wait), applies the block rounding and the break-even gate, remembers the tickets,
-and once vLLM allocated blocks puts into the per-step metadata which requests restore which
+with a bounded wait), applies the block rounding and the break-even threshold, remembers the
+tickets, and once vLLM allocated blocks puts into the per-step metadata which requests restore which
 tokens into which blocks, and which requests' full prompt blocks this step completes (to store).
 """
 
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .break_even import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
 from .channel import LookupClient, socket_path
 from .config import ConnectorConfig
-from .gate import break_even_tokens, bytes_per_token, probe_read_bytes_per_s
 from .metadata import LoadSpec, RangeKVMetadata, StoreSpec
 
 if TYPE_CHECKING:
@@ -85,8 +85,8 @@ class RangeKVScheduler:
         self._min_hit_tokens = self._gate_threshold()
 
     def _gate_threshold(self) -> int:
-        """The break-even gate's threshold in tokens (gate.py): configured, or derived once at
-        start-up from the gate_* keys and the model's KV bytes per token."""
+        """The break-even threshold in tokens (break_even.py): configured, or derived once at
+        start-up from the break_even_* keys and the model's KV bytes per token."""
         cfg = self.cfg
         if cfg.min_hit_tokens != "auto":
             return int(cfg.min_hit_tokens)
@@ -99,32 +99,32 @@ class RangeKVScheduler:
             kv_heads=model.get_total_num_kv_heads(), head_size=model.get_head_size(),
             dtype_bytes=dtype_bytes)
         how = "configured"
-        bandwidth = cfg.gate_restore_bandwidth
+        bandwidth = cfg.break_even_restore_bandwidth
         if bandwidth == "probe":
             try:
                 bandwidth, how = probe_read_bytes_per_s(cfg.store_dir, direct=cfg.direct_io)
                 how = f"probed, {how}"
             except OSError as e:
-                # Without a bandwidth there is no break-even: restore every hit (gate off).
-                log.warning("rangekv: break-even gate: probing %s failed (%s); gate off",
+                # Without a bandwidth there is no break-even: restore every hit (threshold off).
+                log.warning("rangekv: break-even threshold: probing %s failed (%s); threshold off",
                             cfg.store_dir, e)
                 return 0
         never = self._vllm_config.model_config.max_model_len + self.block_size
         threshold = break_even_tokens(
-            prefill_tokens_per_s=cfg.gate_prefill_tokens_per_s, restore_bytes_per_s=bandwidth,
-            bytes_per_token=bpt, overhead_s=cfg.gate_overhead_us * 1e-6,
+            prefill_tokens_per_s=cfg.break_even_prefill_tokens_per_s, restore_bytes_per_s=bandwidth,
+            bytes_per_token=bpt, overhead_s=cfg.break_even_overhead_us * 1e-6,
             block_size=self.block_size, never=never)
-        log.info("rangekv: break-even gate: restores shorter than %d tokens are recomputed "
+        log.info("rangekv: break-even threshold: restores shorter than %d tokens are recomputed "
                  "(prefill %d tokens/s, restore %.3f GiB/s %s, overhead %.2f ms, %d KV bytes "
-                 "per token)%s", threshold, cfg.gate_prefill_tokens_per_s, bandwidth / (1 << 30),
-                 how, cfg.gate_overhead_us / 1000, bpt,
+                 "per token)%s", threshold, cfg.break_even_prefill_tokens_per_s,
+                 bandwidth / (1 << 30), how, cfg.break_even_overhead_us / 1000, bpt,
                  "; reading a token costs more than computing it: no restores" if
                  threshold >= never else "")
         return threshold
 
     @property
     def min_hit_tokens(self) -> int:
-        """The break-even gate's threshold in effect (tokens beyond vLLM's own hit)."""
+        """The break-even threshold's threshold in effect (tokens beyond vLLM's own hit)."""
         return self._min_hit_tokens
 
     def get_num_new_matched_tokens(self, request: Request,
@@ -159,7 +159,7 @@ class RangeKVScheduler:
         hit = min(found.hit, limit)
         hit = hit // self.block_size * self.block_size
         external = hit - num_computed_tokens
-        # The break-even gate weighs what RangeKV would deliver, not vLLM's own hit.
+        # The break-even threshold weighs what RangeKV would deliver, not vLLM's own hit.
         if external <= 0 or external < self._min_hit_tokens:
             return 0, False
         self._local_hit[req_id] = num_computed_tokens

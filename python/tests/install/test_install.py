@@ -180,7 +180,7 @@ def test_cpu_line_builds_no_cuda_kernels_and_names_the_fix():
                 "    rangekv.Engine(tempfile.mkdtemp() + '/s', layers=2, kv_heads=2, head_size=16,"
                 " dtype='bfloat16', layout='flash_attn_nhd', stripe_bytes=4096,"
                 " capacity_bytes=1 << 20, device='cuda')\n"
-                "except rangekv.Unavailable as e:\n"
+                "except rangekv.NotSupported as e:\n"
                 "    print(e)\n"], venv, cwd=WORK).stdout
     assert "no CUDA kernels" in cuda and "nvcc" in cuda, cuda
 

@@ -135,7 +135,7 @@ class PerObjectStore {
  public:
   // Creates the data file (preallocated), the payload pool(s), the slot buffer, a stream and
   // the I/O engine. Errors: kInvalidArgument (no device, zero sizes, bad geometry), and those
-  // of the Env, the device allocation and MakeIoEngine (kUnavailable for uring where it
+  // of the Env, the device allocation and MakeIoEngine (kNotSupported for uring where it
   // cannot run).
   static Result<std::unique_ptr<PerObjectStore>> Open(const PerObjectOptions& options);
   ~PerObjectStore();

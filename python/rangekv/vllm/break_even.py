@@ -1,4 +1,4 @@
-"""The connector's break-even gate: the shortest restore worth doing instead of recomputing.
+"""The connector's break-even threshold: the shortest restore worth doing instead of recomputing.
 
 Cost model (plain mode, where the whole prefix is delivered before the forward starts):
 
@@ -16,8 +16,8 @@ lookup answer, claim and bind, the wait for the first layer) that a recompute do
 
 The three inputs come from measurement: ``python -m rangekv.bench serve --workload breakeven``
 fits the two lines of the model above to TTFT measured through a real server at the shortest
-prefix lengths (gate_inputs_from_short_end: prefill is superlinear in the prefix, the lines
-are straight only near the crossing) and prints the ``kv_connector_extra_config`` that feeds
+prefix lengths (break_even_inputs_from_short_end: prefill is superlinear in the prefix, the
+lines are straight only near the crossing) and prints the ``kv_connector_extra_config`` that feeds
 them to the connector; the restore bandwidth can also
 be probed at start-up (:func:`probe_read_bytes_per_s`). Layerwise delivery overlaps reads with
 compute, so for it the same threshold is conservative (it may recompute a short hit that a
@@ -77,9 +77,9 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def gate_inputs_from_fits(recompute: tuple[float, float], restore: tuple[float, float],
-                          bytes_per_token: int) -> dict:
-    """The gate's inputs from two fitted TTFT lines (intercept s, slope s/token).
+def break_even_inputs_from_fits(recompute: tuple[float, float], restore: tuple[float, float],
+                                bytes_per_token: int) -> dict:
+    """The threshold's inputs from two fitted TTFT lines (intercept s, slope s/token).
 
     recompute's slope is 1 / prefill throughput; restore's slope is bytes_per_token / restore
     bandwidth; the difference of intercepts is the restore's fixed overhead (never below 0).
@@ -93,12 +93,12 @@ def gate_inputs_from_fits(recompute: tuple[float, float], restore: tuple[float, 
     }
 
 
-def gate_inputs_from_short_end(lengths: list[int], recompute_s: list, restore_s: list,
-                               bytes_per_token: int, points: int = 3) -> dict:
-    """The gate's inputs from TTFT medians measured at `lengths`: lines fitted to the `points`
-    shortest lengths with both medians (gate_inputs_from_fits), plus the fits themselves.
+def break_even_inputs_from_short_end(lengths: list[int], recompute_s: list, restore_s: list,
+                                     bytes_per_token: int, points: int = 3) -> dict:
+    """The threshold's inputs from TTFT medians measured at `lengths`: lines fitted to the `points`
+    shortest lengths with both medians (break_even_inputs_from_fits), plus the fits themselves.
 
-    Why only the short end: the gate decides short hits, and recompute's TTFT grows faster
+    Why only the short end: the threshold decides short hits, and recompute's TTFT grows faster
     than linearly with the prefix (attention is quadratic in it). A line through every length
     up to a long prefix is steep and has a large negative intercept, which reads as a large
     restore "overhead" and a threshold far above the real crossing (measured: 1.49 s of
@@ -111,7 +111,7 @@ def gate_inputs_from_short_end(lengths: list[int], recompute_s: list, restore_s:
     fr = fit_line([p[0] for p in pts], [p[1] for p in pts])
     fk = fit_line([p[0] for p in pts], [p[2] for p in pts])
     return {"recompute": fr, "rangekv": fk, "fit_lengths": [p[0] for p in pts],
-            **gate_inputs_from_fits(fr, fk, bytes_per_token)}
+            **break_even_inputs_from_fits(fr, fk, bytes_per_token)}
 
 
 def _timed_read(path: str, flags: int, buf: mmap.mmap, n: int) -> float:

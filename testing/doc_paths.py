@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+from test_counts import write_counts
+
 TOPS = "src|include|tools|testing|scripts|python|docs|fuzz|cmake"
 PATH = re.compile(r"(?<![\w/.:-])((?:" + TOPS + r")/[\w./+-]*[\w/])")
 HISTORY = re.compile(r"\bat [0-9a-f]{7,40}\b|in git history")
@@ -50,17 +52,6 @@ def check(root):
     return errors
 
 
-def write_counts(ok):
-    # One test case for scripts/test.sh's closing line (format: testing/gtest_main.cc).
-    directory = os.environ.get("RANGEKV_TEST_COUNTS_DIR")
-    if not directory:
-        return
-    tag = os.environ.get("RANGEKV_TEST_COUNTS_TAG", "run")
-    name = os.environ.get("RANGEKV_TEST_NAME", "doc_paths")
-    with open(os.path.join(directory, f"{tag}-{name}.txt"), "w", encoding="utf-8") as f:
-        f.write("1 0 0\n" if ok else "0 1 0\n")
-
-
 def main(argv):
     if len(argv) != 2:
         print(__doc__)
@@ -69,7 +60,7 @@ def main(argv):
     for e in errors:
         print(e)
     print(f"doc paths: {'FAILED' if errors else 'ok'}")
-    write_counts(not errors)
+    write_counts("doc_paths", not errors)
     return 1 if errors else 0
 
 

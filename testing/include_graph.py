@@ -27,6 +27,8 @@ import re
 import sys
 import tempfile
 
+from test_counts import write_counts
+
 # Lowest layer first. A module may include its own folder, the modules of lower layers and
 # those of its own layer (acyclic). Derived from the includes of production code: a module sits
 # one layer above the highest module it includes.
@@ -239,23 +241,12 @@ def self_test():
     return failures
 
 
-def write_counts(ok):
-    # One test case for scripts/test.sh's closing line (format: testing/gtest_main.cc).
-    directory = os.environ.get("RANGEKV_TEST_COUNTS_DIR")
-    if not directory:
-        return
-    tag = os.environ.get("RANGEKV_TEST_COUNTS_TAG", "run")
-    name = os.environ.get("RANGEKV_TEST_NAME", "include_graph")
-    with open(os.path.join(directory, f"{tag}-{name}.txt"), "w", encoding="utf-8") as f:
-        f.write("1 0 0\n" if ok else "0 1 0\n")
-
-
 def main(argv):
     if argv[1:] == ["--self-test"]:
         failures = self_test()
         for f in failures:
             print(f"FAIL {f}")
-        write_counts(not failures)
+        write_counts("include_graph", not failures)
         return 1 if failures else 0
     if len(argv) != 2:
         print(__doc__)
@@ -266,7 +257,7 @@ def main(argv):
     order = " < ".join("{" + ", ".join(layer) + "}" if len(layer) > 1 else layer[0]
                        for layer in LAYERS)
     print(f"include graph: {'FAILED' if errors else 'ok'}; layers: {order}")
-    write_counts(not errors)
+    write_counts("include_graph", not errors)
     return 1 if errors else 0
 
 

@@ -61,7 +61,7 @@
 #include "persist/offline.h"
 #include "persist/store_layout.h"
 #include "rangekv/env.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 
 namespace rangekv {
 namespace {
@@ -241,7 +241,7 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
     }
     return OkStatus();
   };
-  auto opened = engine_internal::OpenEngineForTesting(o, config);
+  auto opened = testing::OpenEngineForTesting(o, config);
   if (!opened.ok()) Fail(2, "open: " + opened.status().ToString());
   Engine& engine = **opened;
   auto kv = engine_testing::KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);

@@ -47,7 +47,7 @@
 #include "engine/engine_test_util.h"
 #include "persist/offline.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 extern char** environ;
@@ -186,7 +186,7 @@ Recovered CheckStore(const CrashWorkload& w, const std::string& dir, const std::
                      uint64_t packs = CrashWorkload::kPacks) {
   Recovered r;
   r.hit.assign(w.prefixes.size(), 0);
-  auto opened = engine_internal::OpenEngineForTesting(w.Options(dir, packs), {});
+  auto opened = testing::OpenEngineForTesting(w.Options(dir, packs), {});
   EXPECT_TRUE(opened.ok()) << what << ": reopen failed: " << opened.status().ToString();
   if (!opened.ok()) return r;
   r.opened = true;
@@ -540,7 +540,7 @@ TEST(EngineCrashTest, FsckAfterAKillPredictsWhatTheNextOpenKeeps) {
     EXPECT_TRUE(predicted.opens) << kp.label;
     EXPECT_FALSE(predicted.in_use_by.has_value()) << kp.label << ": the driver was killed";
 
-    auto opened = engine_internal::OpenEngineForTesting(w.Options(dir, kAllPacks), {});
+    auto opened = testing::OpenEngineForTesting(w.Options(dir, kAllPacks), {});
     ASSERT_TRUE(opened.ok()) << kp.label << ": " << opened.status().ToString();
     Engine& engine = **opened;
     const StoreRecovery& got = engine.recovery();
@@ -549,7 +549,7 @@ TEST(EngineCrashTest, FsckAfterAKillPredictsWhatTheNextOpenKeeps) {
     EXPECT_EQ(predicted.packs, got.packs_loaded) << kp.label << ": " << predicted.detail;
     EXPECT_EQ(predicted.publications_kept, got.journal_publications_kept) << kp.label;
     EXPECT_EQ(predicted.publications_dropped, got.journal_publications_dropped) << kp.label;
-    EXPECT_EQ(predicted_packs, visible(engine_internal::EngineDirectory(engine)))
+    EXPECT_EQ(predicted_packs, visible(testing::EngineDirectory(engine)))
         << kp.label << ": fsck predicted other packs than the open kept";
     if (predicted.publications_dropped > 0) {
       // Each drop is named as a problem of kind `journal`.

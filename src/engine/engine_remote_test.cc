@@ -15,7 +15,7 @@
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
 #include "service/store_service.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 #include "testing/remote_servers.h"
 #include "testing/temp_dir.h"
 

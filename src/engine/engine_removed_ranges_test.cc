@@ -10,7 +10,7 @@
 
 #include "engine/engine_test_util.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
@@ -112,7 +112,7 @@ TEST_F(EngineRemovedRangesTest, InvalidationReportsTheClippedTailThenTheHead) {
   const auto tokens = RandomTokens(2 * kT, 1);
   const auto a = Store(tokens, 1);
   ASSERT_EQ(a.size(), 2u);
-  Directory& dir = engine_internal::EngineDirectory(*engine_);
+  Directory& dir = testing::EngineDirectory(*engine_);
   // Every path through tokens[0, 100) loses positions >= 99: a[1] keeps [kT, 99).
   const std::span<const int32_t> t(tokens);
   auto clipped = dir.InvalidatePrefix(engine_->namespace_id(), t.first(100));

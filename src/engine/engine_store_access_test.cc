@@ -15,7 +15,7 @@
 #include "persist/store_access.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
@@ -47,7 +47,7 @@ class EngineStoreAccessTest : public ::testing::Test {
     return SmallOptions(StoreDir(), SmallModel(4, 2, 16), 8192, /*packs=*/4);
   }
   static Result<std::unique_ptr<Engine>> Open(const EngineOptions& o) {
-    return engine_internal::OpenEngineForTesting(o, {});
+    return testing::OpenEngineForTesting(o, {});
   }
   // Opens, dirties (one store) and closes cleanly: every store file exists afterwards.
   void MakeStore(const EngineOptions& o) {

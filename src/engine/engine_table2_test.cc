@@ -23,7 +23,7 @@
 
 #include "engine/engine_test_util.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
@@ -165,7 +165,7 @@ std::unique_ptr<FullGeometryEngine> OpenFullGeometry(Ablations ablations = {}) {
   o.tuning.layer_group = 4;  // the paper's (a host device's auto group is 2)
   engine_internal::EngineInternalConfig config;
   config.device = f->device.get();
-  auto e = engine_internal::OpenEngineForTesting(o, config);
+  auto e = testing::OpenEngineForTesting(o, config);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (!e.ok()) return nullptr;
   f->engine = std::move(e).value();

@@ -15,7 +15,7 @@
 #include "engine/paged_views.h"
 #include "kernels/paged_kv.h"
 #include "persist/store_access.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 
 namespace rangekv::engine_testing {
 
@@ -166,8 +166,7 @@ Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout
   f->kv_.layout = layout;
   f->kv_.num_blocks = num_blocks;
   for (uint32_t l = 0; l < g.layers; ++l) {
-    RANGEKV_ASSIGN_OR_RETURN(void* p,
-                             engine_internal::AllocateDeviceMemory(engine, f->layer_bytes_));
+    RANGEKV_ASSIGN_OR_RETURN(void* p, testing::AllocateDeviceMemory(engine, f->layer_bytes_));
     f->kv_.layer_base.push_back(p);
     f->mirror_.emplace_back(f->layer_bytes_, 0);
   }
@@ -177,7 +176,7 @@ Result<std::unique_ptr<KvFixture>> KvFixture::Make(Engine& engine, KvCacheLayout
 Status KvFixture::Sync() {
   for (size_t l = 0; l < mirror_.size(); ++l) {
     RANGEKV_RETURN_IF_ERROR(
-        engine_internal::CopyToHost(*engine_, mirror_[l].data(), kv_.layer_base[l], layer_bytes_));
+        testing::CopyToHost(*engine_, mirror_[l].data(), kv_.layer_base[l], layer_bytes_));
   }
   return OkStatus();
 }
@@ -185,8 +184,8 @@ Status KvFixture::Sync() {
 Status KvFixture::Poison(uint8_t value) {
   for (size_t l = 0; l < mirror_.size(); ++l) {
     std::fill(mirror_[l].begin(), mirror_[l].end(), value);
-    RANGEKV_RETURN_IF_ERROR(engine_internal::CopyToDevice(*engine_, kv_.layer_base[l],
-                                                          mirror_[l].data(), layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        testing::CopyToDevice(*engine_, kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
   }
   return OkStatus();
 }
@@ -204,8 +203,8 @@ Status KvFixture::Fill(std::span<const int32_t> tokens, uint64_t first,
       CanonicalRow(seed, l, first + i, tokens[first + i], row.data(), row.size());
       RowAt(view, slots[i], row.data(), /*compare=*/false);
     }
-    RANGEKV_RETURN_IF_ERROR(engine_internal::CopyToDevice(*engine_, kv_.layer_base[l],
-                                                          mirror_[l].data(), layer_bytes_));
+    RANGEKV_RETURN_IF_ERROR(
+        testing::CopyToDevice(*engine_, kv_.layer_base[l], mirror_[l].data(), layer_bytes_));
   }
   return OkStatus();
 }

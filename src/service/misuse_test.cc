@@ -43,7 +43,7 @@
 #include "service/service_test_shapes.h"
 #include "service/store_service.h"
 #include "service_proto/unix_socket.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv::service {

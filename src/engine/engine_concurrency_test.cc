@@ -11,25 +11,26 @@
 #include <vector>
 
 #include "device/host_device.h"
-#include "engine/engine_test_util.h"
 #include "rangekv/engine.h"
+#include "testing/engine_fixture.h"
 #include "testing/engine_internals.h"
 #include "testing/fault_env.h"
 #include "testing/gauged_file.h"
+#include "testing/jitter_env.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
-using engine_testing::WaitMode;
+using testing::Envelope;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
+using testing::WaitMode;
 
 constexpr uint64_t kW = 8192;  // 4 layers x 128-byte rows: T = 64
 constexpr uint64_t kT = 64;
@@ -276,7 +277,7 @@ class EngineManyRequestsTest : public ::testing::Test {
     auto d = CreateHostDevice(jitter);
     ASSERT_TRUE(d.ok());
     device_ = std::move(d).value();
-    jitter_env_ = std::make_unique<engine_testing::JitterEnv>(DefaultEnv(), 11, 200);
+    jitter_env_ = std::make_unique<testing::JitterEnv>(DefaultEnv(), 11, 200);
     faults_ = std::make_unique<rangekv::testing::FaultInjectingEnv>(jitter_env_.get());
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW, 64);
     o.env = faults_.get();
@@ -327,7 +328,7 @@ class EngineManyRequestsTest : public ::testing::Test {
 
   testing::TempDir dir_;
   std::unique_ptr<Device> device_;  // outlives the engine
-  std::unique_ptr<engine_testing::JitterEnv> jitter_env_;
+  std::unique_ptr<testing::JitterEnv> jitter_env_;
   std::unique_ptr<rangekv::testing::FaultInjectingEnv> faults_;
   std::unique_ptr<Engine> engine_;
   uint64_t rule_offset_ = 0;

@@ -44,9 +44,9 @@
 
 #include "base/log.h"
 #include "engine/crash_workload.h"
-#include "engine/engine_test_util.h"
 #include "persist/offline.h"
 #include "rangekv/engine.h"
+#include "testing/engine_fixture.h"
 #include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
@@ -55,7 +55,7 @@ extern char** environ;
 namespace rangekv {
 namespace {
 
-using engine_testing::CrashWorkload;
+using testing::CrashWorkload;
 
 constexpr uint32_t kSessions = 4;
 constexpr uint32_t kOps = 10;
@@ -193,13 +193,13 @@ Recovered CheckStore(const CrashWorkload& w, const std::string& dir, const std::
   Engine& engine = **opened;
   r.loaded = engine.recovery().loaded;
   r.replayed = engine.recovery().journal_replayed;
-  auto kv = engine_testing::KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
+  auto kv = testing::KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
   EXPECT_TRUE(kv.ok());
   if (!kv.ok()) return r;
   for (size_t p = 0; p < w.prefixes.size(); ++p) {
-    auto res = engine_testing::RestoreAndVerify(
-        engine, **kv, engine_testing::Envelope("check" + std::to_string(p)), w.prefixes[p], 1,
-        CrashWorkload::kPayloadSeed, p);
+    auto res =
+        testing::RestoreAndVerify(engine, **kv, testing::Envelope("check" + std::to_string(p)),
+                                  w.prefixes[p], 1, CrashWorkload::kPayloadSeed, p);
     EXPECT_TRUE(res.ok()) << what << ": " << res.status().ToString();
     if (!res.ok() || res->lookup.hit_tokens == 0) continue;
     ++r.hits;

@@ -18,27 +18,28 @@
 #include <thread>
 
 #include "base/log.h"
-#include "engine/engine_test_util.h"
 #include "persist/persist_test_util.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
+#include "testing/engine_fixture.h"
 #include "testing/engine_internals.h"
 #include "testing/fault_env.h"
+#include "testing/gate_env.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::GateEnv;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
-using engine_testing::WaitMode;
+using testing::Envelope;
+using testing::GateEnv;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
+using testing::WaitMode;
 
 constexpr uint64_t kW = 8192;  // 4 layers x (2 heads x 16 x bf16 = 128 B): T = 64
 constexpr uint64_t kT = 64;

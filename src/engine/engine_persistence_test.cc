@@ -11,24 +11,24 @@
 #include <vector>
 
 #include "base/log.h"
-#include "engine/engine_test_util.h"
 #include "persist/offline.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
+#include "testing/engine_fixture.h"
 #include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
+using testing::Envelope;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
 
 // 4 layers, s = 128 bytes, W = 8 KiB: T = 64 tokens per stripe; digest blocks of 16 tokens, so
 // a stripe has 4 blocks and partial restores start and end mid-block.

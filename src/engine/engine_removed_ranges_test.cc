@@ -8,8 +8,8 @@
 #include <ostream>
 #include <vector>
 
-#include "engine/engine_test_util.h"
 #include "rangekv/engine.h"
+#include "testing/engine_fixture.h"
 #include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
@@ -23,11 +23,11 @@ void PrintTo(const RemovedRange& r, std::ostream* os) {
 
 namespace {
 
-using engine_testing::KvFixture;
-using engine_testing::RandomTokens;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
+using testing::KvFixture;
+using testing::RandomTokens;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
 
 // 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per pack.
 constexpr uint64_t kW = 8192;

@@ -11,25 +11,25 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "persist/identity_record.h"
 #include "persist/store_layout.h"
 #include "rangekv/build_info.h"
+#include "testing/engine_fixture.h"
 #include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
-using engine_testing::WaitMode;
+using testing::Envelope;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
+using testing::WaitMode;
 
 // 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per stripe.
 constexpr uint64_t kW = 8192;

@@ -19,13 +19,13 @@
 #include <string>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "service/service_test_shapes.h"
 #include "service/store_service.h"
 #include "service_proto/read_gate.h"
+#include "testing/engine_fixture.h"
 
 using namespace rangekv;
-using namespace rangekv::engine_testing;
+using namespace rangekv::testing;
 
 namespace {
 
@@ -89,9 +89,8 @@ int Restore(const std::string& socket, int clients) {
   if (!fixture.ok()) return Fail(fixture.status().ToString());
   for (int c = 0; c < clients; ++c) {
     const auto tokens = service_test::ClientTokens(c);
-    auto r = RestoreAndVerify(*engine, **fixture,
-                              engine_testing::Envelope("restore-" + std::to_string(c)), tokens,
-                              service_test::kGranularity, service_test::kSeed, 7 + c);
+    auto r = RestoreAndVerify(*engine, **fixture, testing::Envelope("restore-" + std::to_string(c)),
+                              tokens, service_test::kGranularity, service_test::kSeed, 7 + c);
     if (!r.ok()) return Fail(r.status().ToString());
     const uint64_t want =
         (tokens.size() - 1) / service_test::kGranularity * service_test::kGranularity;
@@ -117,11 +116,11 @@ int Hold(const std::string& socket) {
   // A restore of client 0's prefix, claimed and bound, never finished.
   const auto tokens = service_test::ClientTokens(0);
   auto lookup =
-      engine->Lookup(engine_testing::Envelope("held-restore"), tokens, service_test::kGranularity);
+      engine->Lookup(testing::Envelope("held-restore"), tokens, service_test::kGranularity);
   if (!lookup.ok() || lookup->hit_tokens == 0) return Fail("hold: no hit");
   RestoreRequest rr;
   rr.ticket = lookup->ticket;
-  rr.envelope = engine_testing::Envelope("held-restore");
+  rr.envelope = testing::Envelope("held-restore");
   rr.tokens = tokens;
   rr.endpoint_tokens = lookup->hit_tokens;
   auto restore = engine->StartRestore(rr);
@@ -132,7 +131,7 @@ int Hold(const std::string& socket) {
   Status filled = (*fixture)->Fill(held, 0, slots, service_test::kSeed);
   if (!filled.ok()) return Fail(filled.ToString());
   StoreRequest sr;
-  sr.envelope = engine_testing::Envelope("held-store");
+  sr.envelope = testing::Envelope("held-store");
   sr.tokens = held;
   sr.kv = &(*fixture)->kv();
   sr.slot_mapping = slots;
@@ -175,8 +174,8 @@ int Gate(const std::string& socket, int slots, bool hangup) {
 // Holds an embedded engine open on DIR (misuse_test: a second opener must fail, naming this
 // process; after SIGKILL the kernel releases the store's lock).
 int Open(const std::string& dir) {
-  EngineOptions o = engine_testing::SmallOptions(dir, service_test::Model(), service_test::kW,
-                                                 service_test::kPacks);
+  EngineOptions o =
+      testing::SmallOptions(dir, service_test::Model(), service_test::kW, service_test::kPacks);
   auto e = Engine::Open(o);
   if (!e.ok()) return Fail("open: " + e.status().ToString());
   std::printf("OPEN\n");

@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "base/log.h"
-#include "persist/persist_test_util.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
+#include "testing/dir_journal_env.h"
 #include "testing/engine_fixture.h"
 #include "testing/engine_internals.h"
 #include "testing/fault_env.h"
@@ -878,7 +878,7 @@ TEST(EnginePowerLossTest, ReopenLoadsTheLatestCleanStateOrDiscards) {
                    std::to_string(mask));
       const std::string dir = root.path() + "/" + std::to_string(cases++);
       rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
-      persist::testing::DirJournalEnv journal(&faults);
+      testing::DirJournalEnv journal(&faults);
       {
         auto e = open(&journal, dir);
         ASSERT_NE(e, nullptr);
@@ -972,7 +972,7 @@ TEST(EnginePowerLossTest, AcknowledgedDurablePublicationSurvivesEveryPowerLoss) 
                    std::to_string(mask));
       const std::string dir = root.path() + "/" + std::to_string(cases++);
       rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
-      persist::testing::DirJournalEnv journal(&faults);
+      testing::DirJournalEnv journal(&faults);
       {
         auto e = open(&journal, dir);
         ASSERT_NE(e, nullptr);
@@ -1053,7 +1053,7 @@ TEST(EnginePowerLossTest, PublicationOlderThanThePeriodSurvivesEveryPowerLoss) {
     SCOPED_TRACE("surviving entries mask " + std::to_string(mask));
     const std::string dir = root.path() + "/" + std::to_string(cases++);
     rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
-    persist::testing::DirJournalEnv journal(&faults);
+    testing::DirJournalEnv journal(&faults);
     {
       auto e = OpenSmall(&journal, dir, 8, "periodic:20");
       ASSERT_NE(e, nullptr);

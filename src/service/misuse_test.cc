@@ -50,14 +50,14 @@
 namespace rangekv::service {
 namespace {
 
-using service_test::ClientOptions;
-using service_test::kGranularity;
-using service_test::kSeed;
-using service_test::kT;
-using service_test::kW;
-using service_test::RawHello;
+using testing::ClientOptions;
 using testing::Envelope;
+using testing::kGranularity;
+using testing::kSeed;
+using testing::kT;
 using testing::KvFixture;
+using testing::kW;
+using testing::RawHello;
 using testing::RestoreAndVerify;
 using testing::StoreAll;
 using Clock = std::chrono::steady_clock;
@@ -167,8 +167,8 @@ constexpr uint64_t kOnePackHit = (kT - 1) / kGranularity * kGranularity;
 
 // ---- two owners ---------------------------------------------------------------------------------
 
-EngineOptions Embedded(const std::string& dir, uint64_t packs = service_test::kPacks) {
-  return testing::SmallOptions(dir, service_test::Model(), kW, packs);
+EngineOptions Embedded(const std::string& dir, uint64_t packs = testing::kPacks) {
+  return testing::SmallOptions(dir, testing::Model(), kW, packs);
 }
 
 TEST(MisuseTest, ASecondEngineOnOneStoreFailsAtOnceNamingTheHolder) {
@@ -261,17 +261,17 @@ class MisuseServiceTest : public ::testing::Test {
     service_.reset();
     Start(o);
   }
-  Engine& Client(uint64_t capacity_packs = service_test::kPacks) {
+  Engine& Client(uint64_t capacity_packs = testing::kPacks) {
     EngineOptions o = ClientOptions(socket_);
-    o.capacity_bytes = capacity_packs * o.capacity_bytes / service_test::kPacks;
+    o.capacity_bytes = capacity_packs * o.capacity_bytes / testing::kPacks;
     auto e = Engine::Open(o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     engines_.push_back(std::move(e).value());
     return *engines_.back();
   }
   std::string StoreDir() {
-    auto g = DeriveGeometry(service_test::Model(), kW);
-    return dir_.Join("svc") + "/default/" + DeriveNamespace(service_test::Model(), *g).ToHex();
+    auto g = DeriveGeometry(testing::Model(), kW);
+    return dir_.Join("svc") + "/default/" + DeriveNamespace(testing::Model(), *g).ToHex();
   }
 
   testing::TempDir dir_;
@@ -402,7 +402,7 @@ TEST(MisuseServiceCrashTest, AcknowledgedPublicationsSurviveACrashWhateverTheFir
   Child restarted = Driver({"serve", dir.Join("svc"), socket, "every_publish"});
   ASSERT_TRUE(WaitForLine(restarted, "LISTENING"));
   EngineOptions o = ClientOptions(socket);
-  o.capacity_bytes = 2 * (o.capacity_bytes / service_test::kPacks);  // two packs, asked first
+  o.capacity_bytes = 2 * (o.capacity_bytes / testing::kPacks);  // two packs, asked first
   auto e = Engine::Open(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   auto f = KvFixture::Make(**e, KvCacheLayout::kFlashAttnNhd, 64);

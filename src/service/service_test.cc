@@ -29,13 +29,13 @@
 namespace rangekv::service {
 namespace {
 
-using service_test::ClientOptions;
-using service_test::ClientTokens;
-using service_test::kGranularity;
-using service_test::kSeed;
-using service_test::RawHello;
+using testing::ClientOptions;
+using testing::ClientTokens;
 using testing::Envelope;
+using testing::kGranularity;
+using testing::kSeed;
 using testing::KvFixture;
+using testing::RawHello;
 using testing::RestoreAndVerify;
 using testing::StoreAll;
 
@@ -412,7 +412,7 @@ TEST_F(ServiceTest, SigkilledClientIsReclaimedAndOthersAreUnaffected) {
   }));
   EXPECT_EQ(service_->stats().sessions_reclaimed, 1u);
   // Nothing the holder was writing became visible; its prefix stores and restores cleanly now.
-  const auto held = service_test::HeldTokens();
+  const auto held = testing::HeldTokens();
   auto miss = a.Lookup(Envelope("after"), held, kGranularity);
   ASSERT_TRUE(miss.ok());
   EXPECT_EQ(miss->hit_tokens, 0u);

@@ -12,7 +12,7 @@
 #include "service_proto/unix_socket.h"
 #include "testing/engine_fixture.h"
 
-namespace rangekv::service_test {
+namespace rangekv::testing {
 
 // 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per stripe.
 inline constexpr uint64_t kW = 8192;
@@ -62,4 +62,4 @@ inline Result<int> RawHello(const std::string& socket) {
   return fd;
 }
 
-}  // namespace rangekv::service_test
+}  // namespace rangekv::testing

@@ -57,9 +57,6 @@ std::unique_ptr<Device> DeviceConformance::MakeAnother() const {
 
 namespace {
 
-using kernels::testing::kPoison;
-using kernels::testing::LayoutCase;
-
 template <typename T>
 T Take(Result<T> r) {
   EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -201,7 +198,7 @@ TEST_P(DeviceConformance, CopiesRunInStreamOrder) {
   PinnedHostBuffer out2 = Take(device_->AllocatePinnedHost(kBytes));
   PinnedHostBuffer out1 = Take(device_->AllocatePinnedHost(kBytes));
   std::mt19937_64 rng(1);
-  kernels::testing::FillRandom(src.span(), rng);
+  FillRandom(src.span(), rng);
 
   // Each step depends on the previous one having finished, and the Fill would destroy the
   // data if it overtook the device-to-device copy.
@@ -438,15 +435,14 @@ TEST_P(DeviceConformance, KernelLaunchesValidateTheirArguments) {
 // reference's stripe (skipped tokens keep the poison).
 TEST_P(DeviceConformance, ScatterAndGatherMatchTheReference) {
   std::unique_ptr<Stream> s = Take(device_->CreateStream());
-  for (const LayoutCase& c :
-       kernels::testing::AllLayoutCases(GetParam().case_scale * 7919, GetParam().case_scale)) {
+  for (const LayoutCase& c : AllLayoutCases(GetParam().case_scale * 7919, GetParam().case_scale)) {
     SCOPED_TRACE(c.Name());
     std::mt19937_64 rng(c.seed);
     const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, c.shape));
-    const uint64_t stripe_bytes = c.num_tokens * kernels::testing::RowBytes(c);
+    const uint64_t stripe_bytes = c.num_tokens * RowBytes(c);
     std::vector<uint8_t> stripe(stripe_bytes);
-    kernels::testing::FillRandom(stripe, rng);
-    const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 10, rng);
+    FillRandom(stripe, rng);
+    const std::vector<int64_t> slots = CaseSlotMapping(c, 10, rng);
 
     DeviceBuffer d_paged = Take(device_->AllocateDevice(layer_bytes));
     DeviceBuffer d_stripe = Take(device_->AllocateDevice(stripe_bytes));
@@ -480,16 +476,16 @@ TEST_P(DeviceConformance, ScatterAndGatherMatchTheReference) {
     host_scatter.stripe = stripe.data();
     host_scatter.slots = slots.data();
     kernels::ScatterReference(host_scatter);
-    const std::vector<uint8_t> oracle_paged = kernels::testing::OracleScatter(
-        c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
-    ASSERT_EQ(kernels::testing::FirstDifference(ref_paged, oracle_paged), -1);
+    const std::vector<uint8_t> oracle_paged =
+        OracleScatter(c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
+    ASSERT_EQ(FirstDifference(ref_paged, oracle_paged), -1);
 
     const std::vector<uint8_t> got_paged = Download(*device_, *s, d_paged.data(), layer_bytes);
-    ASSERT_EQ(kernels::testing::FirstDifference(got_paged, ref_paged), -1) << "scatter";
+    ASSERT_EQ(FirstDifference(got_paged, ref_paged), -1) << "scatter";
     const std::vector<uint8_t> got_back = Download(*device_, *s, d_back.data(), stripe_bytes);
-    const std::vector<uint8_t> oracle_back = kernels::testing::OracleGather(
-        c, oracle_paged, std::vector<uint8_t>(stripe_bytes, kPoison), slots);
-    ASSERT_EQ(kernels::testing::FirstDifference(got_back, oracle_back), -1) << "gather";
+    const std::vector<uint8_t> oracle_back =
+        OracleGather(c, oracle_paged, std::vector<uint8_t>(stripe_bytes, kPoison), slots);
+    ASSERT_EQ(FirstDifference(got_back, oracle_back), -1) << "gather";
   }
 }
 
@@ -506,11 +502,11 @@ TEST_P(DeviceConformance, KernelsReadPinnedHostMemoryWhenAdvertised) {
   const LayoutCase c{
       .layout = kernels::PagedLayout::kFlashAttnHnd, .shape = shape, .num_tokens = 500};
   const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
-  const uint64_t stripe_bytes = c.num_tokens * kernels::testing::RowBytes(c);
+  const uint64_t stripe_bytes = c.num_tokens * RowBytes(c);
   PinnedHostBuffer stripe = Take(device_->AllocatePinnedHost(stripe_bytes));
-  kernels::testing::FillRandom({stripe.data(), stripe_bytes}, rng);
-  const std::vector<int64_t> slots = kernels::testing::RandomSlotMapping(
-      shape.num_blocks * shape.block_size, c.num_tokens, 5, rng);
+  FillRandom({stripe.data(), stripe_bytes}, rng);
+  const std::vector<int64_t> slots =
+      RandomSlotMapping(shape.num_blocks * shape.block_size, c.num_tokens, 5, rng);
   DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
   Upload(*device_, *s, d_slots.data(),
          {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
@@ -528,9 +524,9 @@ TEST_P(DeviceConformance, KernelsReadPinnedHostMemoryWhenAdvertised) {
   a.digests = static_cast<uint64_t*>(digest.data());
   ASSERT_TRUE(s->Digest(a).ok());
   const std::vector<uint8_t> got = Download(*device_, *s, paged.data(), layer_bytes);
-  const std::vector<uint8_t> want = kernels::testing::OracleScatter(
-      c, std::vector<uint8_t>(layer_bytes, kPoison), {stripe.data(), stripe_bytes}, slots);
-  ASSERT_EQ(kernels::testing::FirstDifference(got, want), -1);
+  const std::vector<uint8_t> want = OracleScatter(c, std::vector<uint8_t>(layer_bytes, kPoison),
+                                                  {stripe.data(), stripe_bytes}, slots);
+  ASSERT_EQ(FirstDifference(got, want), -1);
   const std::vector<uint8_t> raw = Download(*device_, *s, digest.data(), 8);
   uint64_t d;
   std::memcpy(&d, raw.data(), 8);
@@ -553,10 +549,10 @@ TEST_P(DeviceConformance, GatherOfALayerGroupMatchesTheReference) {
     const LayoutCase c{.layout = layout, .shape = shape, .num_tokens = shape.num_blocks * 12};
     SCOPED_TRACE(c.Name());
     const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(layout, shape));
-    const uint64_t region = c.num_tokens * kernels::testing::RowBytes(c);
+    const uint64_t region = c.num_tokens * RowBytes(c);
     const uint64_t stride = region + 8192;
     constexpr uint32_t kLayers = 4;
-    const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 15, rng);
+    const std::vector<int64_t> slots = CaseSlotMapping(c, 15, rng);
     DeviceBuffer d_slots = Take(device_->AllocateDevice(slots.size() * sizeof(int64_t)));
     Upload(*device_, *s, d_slots.data(),
            {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
@@ -567,7 +563,7 @@ TEST_P(DeviceConformance, GatherOfALayerGroupMatchesTheReference) {
     kernels::GatherArgs g;
     for (uint32_t l = 0; l < kLayers; ++l) {
       layers.emplace_back(layer_bytes);
-      kernels::testing::FillRandom(layers.back(), rng);
+      FillRandom(layers.back(), rng);
       d_layers.push_back(Take(device_->AllocateDevice(layer_bytes)));
       Upload(*device_, *s, d_layers.back().data(), layers.back());
       g.src[l] = Take(kernels::MakePagedKvView(layout, shape, d_layers.back().data()));
@@ -580,10 +576,9 @@ TEST_P(DeviceConformance, GatherOfALayerGroupMatchesTheReference) {
     ASSERT_TRUE(s->Gather(g).ok());
     const std::vector<uint8_t> got = Download(*device_, *s, bank.data(), stride * kLayers);
     for (uint32_t l = 0; l < kLayers; ++l) {
-      const std::vector<uint8_t> want = kernels::testing::OracleGather(
-          c, layers[l], std::vector<uint8_t>(region, kPoison), slots);
-      ASSERT_EQ(kernels::testing::FirstDifference(
-                    std::span<const uint8_t>(got.data() + l * stride, region), want),
+      const std::vector<uint8_t> want =
+          OracleGather(c, layers[l], std::vector<uint8_t>(region, kPoison), slots);
+      ASSERT_EQ(FirstDifference(std::span<const uint8_t>(got.data() + l * stride, region), want),
                 -1)
           << "layer " << l;
       ASSERT_TRUE(AllBytes({got.data() + l * stride + region, stride - region}, kPoison))
@@ -642,8 +637,8 @@ TEST_P(DeviceConformance, CrossLayerStridedViewsMatchTheSixDimensionalOracle) {
       std::vector<DeviceBuffer> keep;
       for (uint32_t l = 0; l < L; ++l) {
         stripes.emplace_back(tokens * row);
-        kernels::testing::FillRandom(stripes.back(), rng);
-        maps.push_back(kernels::testing::RandomSlotMapping(N * B, tokens, 10, rng));
+        FillRandom(stripes.back(), rng);
+        maps.push_back(RandomSlotMapping(N * B, tokens, 10, rng));
         keep.push_back(Take(device_->AllocateDevice(stripes.back().size())));
         Upload(*device_, *s, keep.back().data(), stripes.back());
         keep.push_back(Take(device_->AllocateDevice(tokens * sizeof(int64_t))));
@@ -668,7 +663,7 @@ TEST_P(DeviceConformance, CrossLayerStridedViewsMatchTheSixDimensionalOracle) {
         }
       }
       const std::vector<uint8_t> got = Download(*device_, *s, d_all.data(), total);
-      ASSERT_EQ(kernels::testing::FirstDifference(got, want), -1) << "scatter";
+      ASSERT_EQ(FirstDifference(got, want), -1) << "scatter";
 
       for (uint32_t l = 0; l < L; ++l) {
         DeviceBuffer back = Take(device_->AllocateDevice(tokens * row));
@@ -684,9 +679,7 @@ TEST_P(DeviceConformance, CrossLayerStridedViewsMatchTheSixDimensionalOracle) {
         for (uint32_t i = 0; i < tokens; ++i) {
           if (maps[l][i] < 0) std::memset(expect.data() + i * row, kPoison, row);
         }
-        ASSERT_EQ(kernels::testing::FirstDifference(
-                      Download(*device_, *s, back.data(), tokens * row), expect),
-                  -1)
+        ASSERT_EQ(FirstDifference(Download(*device_, *s, back.data(), tokens * row), expect), -1)
             << "gather of layer " << l;
       }
     }
@@ -699,7 +692,7 @@ TEST_P(DeviceConformance, DigestMatchesTheReference) {
   const uint64_t big = (3ull << 20) * GetParam().case_scale + 5;
   const uint64_t buffer_bytes = big + 64;
   std::vector<uint8_t> host(buffer_bytes);
-  kernels::testing::FillRandom(host, rng);
+  FillRandom(host, rng);
   DeviceBuffer data = Take(device_->AllocateDevice(buffer_bytes));
   Upload(*device_, *s, data.data(), host);
   DeviceBuffer digests = Take(device_->AllocateDevice(kernels::kMaxDigestSpans * 8));
@@ -756,12 +749,12 @@ struct VerdictCase {
          .shape = shape,
          .num_tokens = shape.num_blocks * 12};
     layer_bytes = Take(kernels::PagedLayerBytes(c.layout, shape));
-    row = kernels::testing::RowBytes(c);
+    row = RowBytes(c);
     stripe.resize(c.num_tokens * row);
-    kernels::testing::FillRandom(stripe, rng);
+    FillRandom(stripe, rng);
     d_stripe = Take(device.AllocateDevice(stripe.size()));
     Upload(device, s, d_stripe.data(), stripe);
-    slots = kernels::testing::CaseSlotMapping(c, 0, rng);
+    slots = CaseSlotMapping(c, 0, rng);
     d_slots = Take(device.AllocateDevice(slots.size() * sizeof(int64_t)));
     Upload(device, s, d_slots.data(),
            {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
@@ -828,9 +821,9 @@ TEST_P(DeviceConformance, DigestVerdictGatesTheScatter) {
     if (corrupt) {
       EXPECT_TRUE(AllBytes(got, kPoison)) << "a gated scatter wrote";
     } else {
-      const std::vector<uint8_t> want = kernels::testing::OracleScatter(
-          c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
-      EXPECT_EQ(kernels::testing::FirstDifference(got, want), -1);
+      const std::vector<uint8_t> want =
+          OracleScatter(c, std::vector<uint8_t>(layer_bytes, kPoison), stripe, slots);
+      EXPECT_EQ(FirstDifference(got, want), -1);
     }
   }
   kernels::DigestArgs half = a;
@@ -883,9 +876,9 @@ TEST_P(DeviceConformance, VerifiedScatterWritesMatchingSpansAndFlagsTheOthers) {
     if (lo >= hi) return into;
     LayoutCase part = c;
     part.num_tokens = hi - lo;
-    return kernels::testing::OracleScatter(
-        part, std::move(into), std::span<const uint8_t>(stripe).subspan(lo * row, (hi - lo) * row),
-        std::span<const int64_t>(slots).subspan(lo, hi - lo));
+    return OracleScatter(part, std::move(into),
+                         std::span<const uint8_t>(stripe).subspan(lo * row, (hi - lo) * row),
+                         std::span<const int64_t>(slots).subspan(lo, hi - lo));
   };
   const std::vector<uint8_t> poison(layer_bytes, kPoison);
   for (const int corrupt : {-1, 0, 1, 2}) {
@@ -913,7 +906,7 @@ TEST_P(DeviceConformance, VerifiedScatterWritesMatchingSpansAndFlagsTheOthers) {
     }
     const std::vector<uint8_t> got = Download(*device_, *s, paged.data(), layer_bytes);
     if (corrupt < 0) {
-      EXPECT_EQ(kernels::testing::FirstDifference(got, matching), -1);
+      EXPECT_EQ(FirstDifference(got, matching), -1);
     } else if (GetParam().kind != DeviceKind::kHost) {
       EXPECT_TRUE(AllBytes(got, kPoison)) << "the default (gated) form wrote";
     } else {
@@ -953,8 +946,8 @@ TEST_P(DeviceConformance, GatherDigestWritesTheGatherAndDigestsWhatItWrote) {
   const uint64_t layer_bytes = v.layer_bytes, row = v.row;
   std::mt19937_64 rng(556);
   std::vector<uint8_t> kv0(layer_bytes), kv1(layer_bytes);
-  kernels::testing::FillRandom(kv0, rng);
-  kernels::testing::FillRandom(kv1, rng);
+  FillRandom(kv0, rng);
+  FillRandom(kv1, rng);
   DeviceBuffer paged1 = Take(device_->AllocateDevice(layer_bytes));
   Upload(*device_, *s, v.paged.data(), kv0);
   Upload(*device_, *s, paged1.data(), kv1);
@@ -968,13 +961,13 @@ TEST_P(DeviceConformance, GatherDigestWritesTheGatherAndDigestsWhatItWrote) {
     LayoutCase c = v.c;
     c.layout = layout;
     ASSERT_EQ(Take(kernels::PagedLayerBytes(layout, c.shape)), layer_bytes);
-    const std::vector<int64_t> slots = kernels::testing::CaseSlotMapping(c, 0, rng);
+    const std::vector<int64_t> slots = CaseSlotMapping(c, 0, rng);
     Upload(*device_, *s, d_slots.data(),
            {reinterpret_cast<const uint8_t*>(slots.data()), slots.size() * sizeof(int64_t)});
     std::vector<uint8_t> want(2 * stride, kPoison);
     for (uint32_t l = 0; l < 2; ++l) {
-      const std::vector<uint8_t> rows = kernels::testing::OracleGather(
-          c, l == 0 ? kv0 : kv1, std::vector<uint8_t>(region, kPoison), slots);
+      const std::vector<uint8_t> rows =
+          OracleGather(c, l == 0 ? kv0 : kv1, std::vector<uint8_t>(region, kPoison), slots);
       std::copy(rows.begin(), rows.end(), want.begin() + l * stride);
     }
     // Blocks of a multiple of 64 rows and of one row more, at most 15 per layer (the scaled
@@ -1002,13 +995,12 @@ TEST_P(DeviceConformance, GatherDigestWritesTheGatherAndDigestsWhatItWrote) {
       kernels::DigestedGatherArgs untiled = a;  // the last span reaches 64 bytes into the gap
       untiled.digest.spans[untiled.digest.num_spans - 1].bytes += 64;
       for (const kernels::DigestedGatherArgs* args : {&a, &untiled}) {
-        SCOPED_TRACE(std::string(kernels::testing::LayoutName(layout)) + ", blocks of " +
-                     std::to_string(block_rows) + " rows" +
-                     (args == &a ? "" : ", a span reaching into the gap"));
+        SCOPED_TRACE(std::string(LayoutName(layout)) + ", blocks of " + std::to_string(block_rows) +
+                     " rows" + (args == &a ? "" : ", a span reaching into the gap"));
         ASSERT_TRUE(s->Fill(bank.data(), kPoison, 2 * stride).ok());
         ASSERT_TRUE(s->GatherDigest(*args).ok());
         const std::vector<uint8_t> got = Download(*device_, *s, bank.data(), 2 * stride);
-        EXPECT_EQ(kernels::testing::FirstDifference(got, want), -1);
+        EXPECT_EQ(FirstDifference(got, want), -1);
         const std::vector<uint8_t> computed =
             Download(*device_, *s, digests.data(), args->digest.num_spans * 8);
         for (uint32_t k = 0; k < args->digest.num_spans; ++k) {

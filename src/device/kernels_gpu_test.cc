@@ -127,7 +127,7 @@ TEST_F(GpuThroughput, ScatterGatherDigestAtTheEightBGeometry) {
   DeviceBuffer stripe = Take(device_->AllocateDevice(kStripeBytes));
   DeviceBuffer bank = Take(device_->AllocateDevice(4 * kStripeBytes));
   std::vector<uint8_t> host_stripe(kStripeBytes);
-  kernels::testing::FillRandom(host_stripe, rng);
+  testing::FillRandom(host_stripe, rng);
   Upload(stripe.data(), host_stripe);
   PinnedHostBuffer pinned_stripe = Take(device_->AllocatePinnedHost(kStripeBytes));
   std::memcpy(pinned_stripe.data(), host_stripe.data(), kStripeBytes);
@@ -139,12 +139,12 @@ TEST_F(GpuThroughput, ScatterGatherDigestAtTheEightBGeometry) {
                                     .head_size = sh.head_size,
                                     .elem_bytes = 2};
     const uint64_t token_bytes =
-        uint64_t{kernels::testing::NumPlanes(sh.layout)} * sh.heads * sh.head_size * 2;
+        uint64_t{testing::NumPlanes(sh.layout)} * sh.heads * sh.head_size * 2;
     const uint32_t tokens = static_cast<uint32_t>(kStripeBytes / token_bytes);
     kernels::PagedShape layer_shape = shape;
     layer_shape.num_blocks = 4 * ((tokens + sh.block_size - 1) / sh.block_size);  // 4 stripes
     const uint64_t layer_bytes = Take(kernels::PagedLayerBytes(sh.layout, layer_shape));
-    const std::string name = std::string(kernels::testing::LayoutName(sh.layout)) +
+    const std::string name = std::string(testing::LayoutName(sh.layout)) +
                              " B=" + std::to_string(sh.block_size) +
                              " s=" + std::to_string(token_bytes);
 
@@ -204,7 +204,7 @@ TEST_F(GpuThroughput, ScatterGatherDigestAtTheEightBGeometry) {
     host_scatter.slots = slots.data();
     kernels::ScatterReference(host_scatter);
     const std::vector<uint8_t> got_layer = Download(layers[0].data(), layer_bytes);
-    ASSERT_EQ(kernels::testing::FirstDifference(got_layer, ref), -1) << name;
+    ASSERT_EQ(testing::FirstDifference(got_layer, ref), -1) << name;
   }
 
   // Digest: one 32 MiB span, and a batch of 8 (a store bank's spans).

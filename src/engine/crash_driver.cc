@@ -57,16 +57,16 @@
 
 #include "base/log.h"
 #include "engine/crash_workload.h"
-#include "engine/engine_test_util.h"
 #include "persist/offline.h"
 #include "persist/store_layout.h"
 #include "rangekv/env.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::CrashWorkload;
+using testing::CrashWorkload;
 
 enum class Point : uint8_t {
   kNone,
@@ -241,10 +241,10 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
     }
     return OkStatus();
   };
-  auto opened = engine_internal::OpenEngineForTesting(o, config);
+  auto opened = testing::OpenEngineForTesting(o, config);
   if (!opened.ok()) Fail(2, "open: " + opened.status().ToString());
   Engine& engine = **opened;
-  auto kv = engine_testing::KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
+  auto kv = testing::KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
   if (!kv.ok()) Fail(2, "fixture: " + kv.status().ToString());
   uint64_t op_index = 0;
   for (const CrashWorkload::Op& op : w.sessions[session]) {
@@ -252,9 +252,9 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
     const uint64_t slot_seed = session * 1000 + op_index++;
     if (g_pace_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(g_pace_us));
     if (op.kind == CrashWorkload::OpKind::kRestore) {
-      auto r = engine_testing::RestoreAndVerify(
-          engine, **kv, engine_testing::Envelope("r" + std::to_string(slot_seed)), tokens,
-          op.granularity, CrashWorkload::kPayloadSeed, slot_seed);
+      auto r = testing::RestoreAndVerify(engine, **kv,
+                                         testing::Envelope("r" + std::to_string(slot_seed)), tokens,
+                                         op.granularity, CrashWorkload::kPayloadSeed, slot_seed);
       if (!r.ok()) Fail(2, "restore: " + r.status().ToString());
       if (r->lookup.hit_tokens == 0) continue;
       if (!r->outcome.status.ok() || !r->outcome.failed.empty() || r->mismatches != 0 ||
@@ -268,8 +268,7 @@ void RunSession(const CrashWorkload& w, const std::string& dir, uint32_t session
     const StoreWait wait = op.kind == CrashWorkload::OpKind::kStoreDetached
                                ? StoreWait::kDetach
                                : StoreWait::kUntilVisible;
-    auto r = engine_testing::StoreAll(engine, **kv, tokens, CrashWorkload::kPayloadSeed, slot_seed,
-                                      wait);
+    auto r = testing::StoreAll(engine, **kv, tokens, CrashWorkload::kPayloadSeed, slot_seed, wait);
     if (!r.ok()) Fail(2, "store: " + r.status().ToString());
     // A store may be refused when the store is full of leased packs; anything else is a bug.
     if (!r->outcome.status.ok() && r->outcome.status.code() != StatusCode::kResourceExhausted) {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/engine_test_util.h"
+#include "testing/engine_fixture.h"
 
-namespace rangekv::engine_testing {
+namespace rangekv::testing {
 
 CrashWorkload CrashWorkload::Make(uint64_t seed, uint32_t sessions, uint32_t ops_per_session) {
   CrashWorkload w;
@@ -52,4 +52,4 @@ EngineOptions CrashWorkload::Options(const std::string& store_dir, uint64_t pack
   return o;
 }
 
-}  // namespace rangekv::engine_testing
+}  // namespace rangekv::testing

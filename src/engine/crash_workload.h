@@ -5,7 +5,7 @@
 //
 // The pool: prefixes of 10..200 tokens, about half of them sharing a random-length head with an
 // earlier prefix (divergent paths share packs up to the divergence). Payload row of path
-// position p, token v, layer l = engine_testing::CanonicalRow(kPayloadSeed, l, p, v): a pure
+// position p, token v, layer l = testing::CanonicalRow(kPayloadSeed, l, p, v): a pure
 // function of the path, so shared heads have identical bytes whichever prefix stored them. The
 // store holds 6 packs of 64 tokens, fewer than the pool needs, so stores evict and overwrite
 // slots that an older snapshot still lists (a stale snapshot would serve wrong bytes).
@@ -19,7 +19,7 @@
 
 #include "rangekv/engine.h"
 
-namespace rangekv::engine_testing {
+namespace rangekv::testing {
 
 struct CrashWorkload {
   static constexpr uint64_t kPayloadSeed = 0x43726173684B5631ull;
@@ -47,4 +47,4 @@ struct CrashWorkload {
   EngineOptions Options(const std::string& store_dir, uint64_t packs = kPacks) const;
 };
 
-}  // namespace rangekv::engine_testing
+}  // namespace rangekv::testing

@@ -19,7 +19,7 @@ Engine::~Engine() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  // The production open: nothing injected (tests inject through testing/engine_testing.h).
+  // The production open: nothing injected (tests inject through testing/engine_internals.h).
   RANGEKV_ASSIGN_OR_RETURN(auto core, EngineCore::Open(options, {}));
   return EngineAccess::Wrap(std::move(core));
 }

@@ -11,25 +11,26 @@
 #include <vector>
 
 #include "device/host_device.h"
-#include "engine/engine_test_util.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/fault_env.h"
 #include "testing/gauged_file.h"
+#include "testing/jitter_env.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
-using engine_testing::WaitMode;
+using testing::Envelope;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
+using testing::WaitMode;
 
 constexpr uint64_t kW = 8192;  // 4 layers x 128-byte rows: T = 64
 constexpr uint64_t kT = 64;
@@ -49,20 +50,20 @@ class EngineConcurrencyTest : public ::testing::Test {
     o.tuning.max_inflight_stores = kThreads;
     engine_internal::EngineInternalConfig config;
     config.device = device_.get();
-    auto e = engine_internal::OpenEngineForTesting(o, config);
+    auto e = testing::OpenEngineForTesting(o, config);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
   }
   void TearDown() override {
     if (engine_ != nullptr) {
-      auto read = engine_internal::ReadPoolState(*engine_);
+      auto read = testing::ReadPoolState(*engine_);
       EXPECT_EQ(read.owned_banks, 0u);
       EXPECT_EQ(read.quarantined_banks, 0u);
       EXPECT_EQ(read.free_slots, static_cast<uint32_t>(kThreads));
-      auto store = engine_internal::StorePoolState(*engine_);
+      auto store = testing::StorePoolState(*engine_);
       EXPECT_EQ(store.owned_banks, 0u);
       EXPECT_EQ(store.free_slots, static_cast<uint32_t>(kThreads));
-      for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+      for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
         EXPECT_EQ(s.leases, 0u);
       }
     }
@@ -146,13 +147,13 @@ TEST(EngineReadShareTest, ReadShareCapsStripeReadsInFlight) {
   };
   restore();  // full share: 4 workers over 32 stripe reads of 2 ms overlap
   EXPECT_GE(gauge.max.load(), 2u);
-  EXPECT_EQ(engine_internal::SetReadShareForTesting(engine, 4), 1u);
+  EXPECT_EQ(testing::SetReadShareForTesting(engine, 4), 1u);
   restore();
   EXPECT_EQ(gauge.max.load(), 1u);
-  EXPECT_EQ(engine_internal::SetReadShareForTesting(engine, 3), 2u);
+  EXPECT_EQ(testing::SetReadShareForTesting(engine, 3), 2u);
   restore();
   EXPECT_LE(gauge.max.load(), 2u);
-  EXPECT_EQ(engine_internal::SetReadShareForTesting(engine, 1), 4u);
+  EXPECT_EQ(testing::SetReadShareForTesting(engine, 1), 4u);
   restore();
   EXPECT_GE(gauge.max.load(), 2u);
   EXPECT_TRUE(engine.Close().ok());
@@ -276,7 +277,7 @@ class EngineManyRequestsTest : public ::testing::Test {
     auto d = CreateHostDevice(jitter);
     ASSERT_TRUE(d.ok());
     device_ = std::move(d).value();
-    jitter_env_ = std::make_unique<engine_testing::JitterEnv>(DefaultEnv(), 11, 200);
+    jitter_env_ = std::make_unique<testing::JitterEnv>(DefaultEnv(), 11, 200);
     faults_ = std::make_unique<rangekv::testing::FaultInjectingEnv>(jitter_env_.get());
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(4, 2, 16), kW, 64);
     o.env = faults_.get();
@@ -284,22 +285,22 @@ class EngineManyRequestsTest : public ::testing::Test {
     o.tuning.max_inflight_stores = kSlots;
     engine_internal::EngineInternalConfig config;
     config.device = device_.get();
-    auto e = engine_internal::OpenEngineForTesting(o, config);
+    auto e = testing::OpenEngineForTesting(o, config);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
   }
   void TearDown() override {
     if (engine_ == nullptr) return;
-    auto read = engine_internal::ReadPoolState(*engine_);
+    auto read = testing::ReadPoolState(*engine_);
     EXPECT_EQ(read.owned_banks, 0u);
     EXPECT_EQ(read.quarantined_banks, 0u);
     EXPECT_EQ(read.active_jobs, 0u);
     EXPECT_EQ(read.free_slots, static_cast<uint32_t>(kSlots));
-    auto store = engine_internal::StorePoolState(*engine_);
+    auto store = testing::StorePoolState(*engine_);
     EXPECT_EQ(store.owned_banks, 0u);
     EXPECT_EQ(store.active_jobs, 0u);
     EXPECT_EQ(store.free_slots, static_cast<uint32_t>(kSlots));
-    for (const SlotInfo& slot : engine_internal::EngineDirectory(*engine_).Slots()) {
+    for (const SlotInfo& slot : testing::EngineDirectory(*engine_).Slots()) {
       EXPECT_EQ(slot.leases, 0u);
       EXPECT_NE(slot.state, SlotState::kReserved);
     }
@@ -315,11 +316,10 @@ class EngineManyRequestsTest : public ::testing::Test {
   // File offset of layer `layer` of the pack holding path token `token`. REQUIRES: the store
   // holds one prompt only.
   uint64_t StripeOffset(uint64_t token, uint32_t layer) {
-    auto& dir = engine_internal::EngineDirectory(*engine_);
+    auto& dir = testing::EngineDirectory(*engine_);
     for (const StoredPack& p : dir.ListPacks(engine_->namespace_id())) {
       if (p.record.path_token_begin <= token && token < p.record.path_token_end()) {
-        return engine_internal::EngineStore(*engine_).layout().Address(p.record.pack_slot, layer,
-                                                                       0);
+        return testing::EngineStore(*engine_).layout().Address(p.record.pack_slot, layer, 0);
       }
     }
     ADD_FAILURE() << "no pack holds token " << token;
@@ -328,7 +328,7 @@ class EngineManyRequestsTest : public ::testing::Test {
 
   testing::TempDir dir_;
   std::unique_ptr<Device> device_;  // outlives the engine
-  std::unique_ptr<engine_testing::JitterEnv> jitter_env_;
+  std::unique_ptr<testing::JitterEnv> jitter_env_;
   std::unique_ptr<rangekv::testing::FaultInjectingEnv> faults_;
   std::unique_ptr<Engine> engine_;
   uint64_t rule_offset_ = 0;
@@ -444,8 +444,8 @@ TEST_F(EngineManyRequestsTest, ConcurrentRestoresAndStoresAreBitExactFairAndIsol
   for (const std::string& e : errors) EXPECT_TRUE(e.empty()) << e;
   EXPECT_EQ(bad.load(), 0);
   // Drain the detached stores' write debt before TearDown checks the pools.
-  while (engine_internal::StorePoolState(*engine_).active_jobs != 0 ||
-         engine_internal::ReadPoolState(*engine_).active_jobs != 0) {
+  while (testing::StorePoolState(*engine_).active_jobs != 0 ||
+         testing::ReadPoolState(*engine_).active_jobs != 0) {
     std::this_thread::yield();
   }
 }

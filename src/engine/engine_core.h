@@ -38,7 +38,7 @@
 namespace rangekv::engine_internal {
 
 // What tests can add to an engine at Open (Engine::Open passes an empty one; tests pass theirs
-// through OpenEngineForTesting, testing/engine_testing.h).
+// through OpenEngineForTesting, testing/engine_internals.h).
 struct EngineInternalConfig {
   Device* device = nullptr;  // borrowed, outlives the engine; overrides options.device
   EngineTestHooks hooks;
@@ -88,7 +88,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Result<Stream*> FindStream(DeviceStreamRef ref) const EXCLUDES(mu_);
   // Device memory for paged KV in tests and tools (the serving engine brings its own), owned
   // until Close() and counted apart from payload allocations; synchronous copies to and from
-  // it. Reached through testing/engine_testing.h, not through the public Engine.
+  // it. Reached through testing/engine_internals.h, not through the public Engine.
   Result<void*> AllocateDeviceMemory(uint64_t bytes) EXCLUDES(mu_);
   Status CopyToDevice(void* device_dst, const void* host_src, uint64_t bytes) EXCLUDES(mu_);
   Status CopyToHost(void* host_dst, const void* device_src, uint64_t bytes) EXCLUDES(mu_);
@@ -168,7 +168,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 };
 
 // Access to an Engine's internals: Engine::Open wraps a core with it, and the test-support
-// library (testing/engine_testing.h) reaches a core through it.
+// library (testing/engine_internals.h) reaches a core through it.
 class EngineAccess {
  public:
   static EngineCore& Core(const Engine& engine) { return *engine.core_; }

@@ -44,10 +44,10 @@
 
 #include "base/log.h"
 #include "engine/crash_workload.h"
-#include "engine/engine_test_util.h"
 #include "persist/offline.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 extern char** environ;
@@ -55,7 +55,7 @@ extern char** environ;
 namespace rangekv {
 namespace {
 
-using engine_testing::CrashWorkload;
+using testing::CrashWorkload;
 
 constexpr uint32_t kSessions = 4;
 constexpr uint32_t kOps = 10;
@@ -186,20 +186,20 @@ Recovered CheckStore(const CrashWorkload& w, const std::string& dir, const std::
                      uint64_t packs = CrashWorkload::kPacks) {
   Recovered r;
   r.hit.assign(w.prefixes.size(), 0);
-  auto opened = engine_internal::OpenEngineForTesting(w.Options(dir, packs), {});
+  auto opened = testing::OpenEngineForTesting(w.Options(dir, packs), {});
   EXPECT_TRUE(opened.ok()) << what << ": reopen failed: " << opened.status().ToString();
   if (!opened.ok()) return r;
   r.opened = true;
   Engine& engine = **opened;
   r.loaded = engine.recovery().loaded;
   r.replayed = engine.recovery().journal_replayed;
-  auto kv = engine_testing::KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
+  auto kv = testing::KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, 64);
   EXPECT_TRUE(kv.ok());
   if (!kv.ok()) return r;
   for (size_t p = 0; p < w.prefixes.size(); ++p) {
-    auto res = engine_testing::RestoreAndVerify(
-        engine, **kv, engine_testing::Envelope("check" + std::to_string(p)), w.prefixes[p], 1,
-        CrashWorkload::kPayloadSeed, p);
+    auto res =
+        testing::RestoreAndVerify(engine, **kv, testing::Envelope("check" + std::to_string(p)),
+                                  w.prefixes[p], 1, CrashWorkload::kPayloadSeed, p);
     EXPECT_TRUE(res.ok()) << what << ": " << res.status().ToString();
     if (!res.ok() || res->lookup.hit_tokens == 0) continue;
     ++r.hits;
@@ -540,7 +540,7 @@ TEST(EngineCrashTest, FsckAfterAKillPredictsWhatTheNextOpenKeeps) {
     EXPECT_TRUE(predicted.opens) << kp.label;
     EXPECT_FALSE(predicted.in_use_by.has_value()) << kp.label << ": the driver was killed";
 
-    auto opened = engine_internal::OpenEngineForTesting(w.Options(dir, kAllPacks), {});
+    auto opened = testing::OpenEngineForTesting(w.Options(dir, kAllPacks), {});
     ASSERT_TRUE(opened.ok()) << kp.label << ": " << opened.status().ToString();
     Engine& engine = **opened;
     const StoreRecovery& got = engine.recovery();
@@ -549,7 +549,7 @@ TEST(EngineCrashTest, FsckAfterAKillPredictsWhatTheNextOpenKeeps) {
     EXPECT_EQ(predicted.packs, got.packs_loaded) << kp.label << ": " << predicted.detail;
     EXPECT_EQ(predicted.publications_kept, got.journal_publications_kept) << kp.label;
     EXPECT_EQ(predicted.publications_dropped, got.journal_publications_dropped) << kp.label;
-    EXPECT_EQ(predicted_packs, visible(engine_internal::EngineDirectory(engine)))
+    EXPECT_EQ(predicted_packs, visible(testing::EngineDirectory(engine)))
         << kp.label << ": fsck predicted other packs than the open kept";
     if (predicted.publications_dropped > 0) {
       // Each drop is named as a problem of kind `journal`.

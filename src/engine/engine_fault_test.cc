@@ -18,27 +18,28 @@
 #include <thread>
 
 #include "base/log.h"
-#include "engine/engine_test_util.h"
-#include "persist/persist_test_util.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/dir_journal_env.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/fault_env.h"
+#include "testing/gate_env.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::GateEnv;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
-using engine_testing::WaitMode;
+using testing::Envelope;
+using testing::GateEnv;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
+using testing::WaitMode;
 
 constexpr uint64_t kW = 8192;  // 4 layers x (2 heads x 16 x bf16 = 128 B): T = 64
 constexpr uint64_t kT = 64;
@@ -51,7 +52,7 @@ class EngineFaultTest : public ::testing::Test {
     EngineOptions o = SmallOptions(dir_.path() + "/store", SmallModel(8, 2, 16), kW);
     o.env = env;
     o.tuning.write_workers = write_workers;
-    auto e = engine_internal::OpenEngineForTesting(o, config);
+    auto e = testing::OpenEngineForTesting(o, config);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
     pack_path_ = dir_.path() + "/store/packs.rkv";
@@ -63,26 +64,25 @@ class EngineFaultTest : public ::testing::Test {
   }
   // File offset of layer `layer` of the pack holding path token `token`.
   uint64_t StripeOffset(uint64_t token, uint32_t layer) {
-    auto& dir = engine_internal::EngineDirectory(*engine_);
+    auto& dir = testing::EngineDirectory(*engine_);
     for (const StoredPack& p : dir.ListPacks(engine_->namespace_id())) {
       if (p.record.path_token_begin <= token && token < p.record.path_token_end()) {
-        return engine_internal::EngineStore(*engine_).layout().Address(p.record.pack_slot, layer,
-                                                                       0);
+        return testing::EngineStore(*engine_).layout().Address(p.record.pack_slot, layer, 0);
       }
     }
     ADD_FAILURE() << "no pack holds token " << token;
     return 0;
   }
   void ExpectEverythingReturned() {
-    auto read = engine_internal::ReadPoolState(*engine_);
+    auto read = testing::ReadPoolState(*engine_);
     EXPECT_EQ(read.owned_banks, 0u);
     EXPECT_EQ(read.free_slots, 4u);
     EXPECT_EQ(read.active_jobs, 0u);
-    auto store = engine_internal::StorePoolState(*engine_);
+    auto store = testing::StorePoolState(*engine_);
     EXPECT_EQ(store.owned_banks, 0u);
     EXPECT_EQ(store.free_slots, 4u);
     EXPECT_EQ(store.active_jobs, 0u);
-    for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+    for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
       EXPECT_EQ(s.leases, 0u);
       EXPECT_NE(s.state, SlotState::kReserved);
     }
@@ -189,7 +189,7 @@ TEST_F(EngineFaultTest, FailedStoreGroupMakesNothingVisibleAndReclaimsAfterWrite
   rangekv::testing::FaultRule rule;
   rule.path = pack_path_;
   rule.op = rangekv::testing::FaultOp::kWrite;
-  rule.offset = engine_internal::EngineStore(*engine_).layout().Address(0, 5, 0);
+  rule.offset = testing::EngineStore(*engine_).layout().Address(0, 5, 0);
   rule.length = kW;
   rule.kind = rangekv::testing::FaultKind::kNoSpace;
   rule.times = 1;
@@ -213,18 +213,18 @@ TEST_F(EngineFaultTest, FailedStoreGroupMakesNothingVisibleAndReclaimsAfterWrite
   auto lookup = engine_->Lookup(Envelope("peek"), tokens, 1);
   ASSERT_TRUE(lookup.ok());
   EXPECT_EQ(lookup->hit_tokens, 0u);
-  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Slot(0).state, SlotState::kReserved);
+  EXPECT_EQ(testing::EngineDirectory(*engine_).Slot(0).state, SlotState::kReserved);
   gate.Open();
   StoreOutcome out = handle->Finish();
   EXPECT_EQ(out.status.code(), StatusCode::kNoSpace) << out.status.ToString();
   EXPECT_FALSE(out.visible);
   EXPECT_EQ(engine_->GetStats().stores_aborted, 1u);
   // Reclaimed now, nothing visible, nothing quarantined.
-  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Slot(0).state, SlotState::kFree);
+  EXPECT_EQ(testing::EngineDirectory(*engine_).Slot(0).state, SlotState::kFree);
   lookup = engine_->Lookup(Envelope("after"), tokens, 1);
   ASSERT_TRUE(lookup.ok());
   EXPECT_EQ(lookup->hit_tokens, 0u);
-  EXPECT_EQ(engine_internal::StorePoolState(*engine_).quarantined_banks, 0u);
+  EXPECT_EQ(testing::StorePoolState(*engine_).quarantined_banks, 0u);
   ExpectEverythingReturned();
 
   // The fault fired once: storing again succeeds and restores bit for bit.
@@ -283,11 +283,11 @@ TEST_F(EngineFaultTest, CancelWithReadsInFlightReusesNoBankEarlyAndLeaksNothing)
   handle->Cancel();
 
   // The two banks under in-flight reads stay owned; the leases stay while reads are in flight.
-  auto pool = engine_internal::ReadPoolState(*engine_);
+  auto pool = testing::ReadPoolState(*engine_);
   EXPECT_EQ(pool.owned_banks, 2u);
   EXPECT_EQ(pool.quarantined_banks, 0u);
   uint32_t leased = 0;
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) leased += s.leases;
+  for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) leased += s.leases;
   EXPECT_GT(leased, 0u);
 
   gate.Open();
@@ -332,10 +332,10 @@ TEST_F(EngineFaultTest, ReleasedPrefetchKeepsLeasesUntilItsReadsDrain) {
   gate.WaitHeld(2);
   engine_->ReleaseRequest(env);  // the request finished unclaimed
   uint32_t leased = 0;
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) leased += s.leases;
+  for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) leased += s.leases;
   EXPECT_GT(leased, 0u);  // reads in flight still need the packs
   gate.Open();
-  while (engine_internal::ReadPoolState(*engine_).active_jobs != 0) std::this_thread::yield();
+  while (testing::ReadPoolState(*engine_).active_jobs != 0) std::this_thread::yield();
   ExpectEverythingReturned();
 }
 
@@ -359,7 +359,7 @@ TEST_F(EngineFaultTest, UnprovenScatterFenceQuarantinesTheBank) {
   EXPECT_EQ(r->mismatches, 0u);
   EXPECT_EQ(r->poisoned_rows, 0u);
   EXPECT_EQ(r->outcome.work.quarantines, 1u);
-  auto pool = engine_internal::ReadPoolState(*engine_);
+  auto pool = testing::ReadPoolState(*engine_);
   EXPECT_EQ(pool.quarantined_banks, 1u);
   EXPECT_EQ(pool.free_banks, 3u);
   // The engine keeps serving with the banks it can prove.
@@ -398,7 +398,7 @@ TEST_F(EngineFaultTest, RestoreWhoseBanksAllGetQuarantinedFinishesWithItsTokensF
     EXPECT_EQ(r->outcome.work.failed_spans, 32u);
     EXPECT_EQ(r->mismatches, 0u);
     EXPECT_EQ(r->poisoned_rows, 0u);
-    auto pool = engine_internal::ReadPoolState(*engine_);
+    auto pool = testing::ReadPoolState(*engine_);
     EXPECT_EQ(pool.quarantined_banks, 4u);
     EXPECT_EQ(pool.owned_banks, 0u);
     EXPECT_EQ(pool.active_jobs, 0u);
@@ -413,7 +413,7 @@ TEST_F(EngineFaultTest, RestoreWhoseBanksAllGetQuarantinedFinishesWithItsTokensF
     EXPECT_EQ(again->outcome.failed[0], (TokenInterval{0, 4 * kT}));
     EXPECT_EQ(again->outcome.work.read_bank_acquisitions, 0u);
     EXPECT_EQ(again->poisoned_rows, 0u);
-    for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+    for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
       EXPECT_EQ(s.leases, 0u);
     }
   }
@@ -428,7 +428,7 @@ TEST_F(EngineFaultTest, StoreWhoseBanksAllGetQuarantinedFailsInsteadOfWaiting) {
   Open(DefaultEnv(), config);
   auto src = Fixture();
   uint32_t stores = 0;
-  while (engine_internal::StorePoolState(*engine_).quarantined_banks < 4) {
+  while (testing::StorePoolState(*engine_).quarantined_banks < 4) {
     ASSERT_LT(stores, 4u);  // each store quarantines at least the bank of its first gather
     auto r = StoreAll(*engine_, *src, RandomTokens(2 * kT, 40 + stores), 7, stores + 1);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -442,15 +442,14 @@ TEST_F(EngineFaultTest, StoreWhoseBanksAllGetQuarantinedFailsInsteadOfWaiting) {
       << last->outcome.status.ToString();
   EXPECT_FALSE(last->outcome.visible);
   EXPECT_EQ(last->outcome.work.store_bank_acquisitions, 0u);
-  auto pool = engine_internal::StorePoolState(*engine_);
+  auto pool = testing::StorePoolState(*engine_);
   EXPECT_EQ(pool.owned_banks, 0u);
   EXPECT_EQ(pool.active_jobs, 0u);
   EXPECT_EQ(pool.free_slots, 4u);
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+  for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
     EXPECT_NE(s.state, SlotState::kReserved);
   }
-  EXPECT_TRUE(
-      engine_internal::EngineDirectory(*engine_).ListPacks(engine_->namespace_id()).empty());
+  EXPECT_TRUE(testing::EngineDirectory(*engine_).ListPacks(engine_->namespace_id()).empty());
 }
 
 // Flips one byte of the pack file at `offset` (as bit rot or a foreign writer would).
@@ -614,7 +613,7 @@ TEST_F(EngineFaultTest, TornWriteFailsItsStoreAndTheEngineKeepsServing) {
   rangekv::testing::FaultRule rule;
   rule.path = pack_path_;
   rule.op = rangekv::testing::FaultOp::kWrite;
-  rule.offset = engine_internal::EngineStore(*engine_).layout().Address(3, 5, 0);
+  rule.offset = testing::EngineStore(*engine_).layout().Address(3, 5, 0);
   rule.length = kW;
   rule.kind = rangekv::testing::FaultKind::kTornWrite;
   rule.times = 1;
@@ -628,7 +627,7 @@ TEST_F(EngineFaultTest, TornWriteFailsItsStoreAndTheEngineKeepsServing) {
   auto lookup = engine_->Lookup(Envelope("torn"), torn, 1);
   ASSERT_TRUE(lookup.ok());
   EXPECT_EQ(lookup->hit_tokens, 0u);
-  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Slot(3).state, SlotState::kFree);
+  EXPECT_EQ(testing::EngineDirectory(*engine_).Slot(3).state, SlotState::kFree);
   // The other prefix keeps serving, bit for bit.
   auto other = RestoreAndVerify(*engine_, *dst, Envelope("kept"), kept, 1, 21, 3);
   ASSERT_TRUE(other.ok());
@@ -717,7 +716,7 @@ std::unique_ptr<Engine> OpenSmall(Env* env, const std::string& dir, uint64_t pac
   EXPECT_TRUE(o.durability.Set(durability).ok());
   engine_internal::EngineInternalConfig config;
   config.hooks = std::move(hooks);
-  auto e = engine_internal::OpenEngineForTesting(o, config);
+  auto e = testing::OpenEngineForTesting(o, config);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;
 }
@@ -856,7 +855,7 @@ TEST(EnginePowerLossTest, ReopenLoadsTheLatestCleanStateOrDiscards) {
     o.durability.mode = Durability::Mode::kNone;  // the store without a journal
     engine_internal::EngineInternalConfig config;
     config.hooks = std::move(hooks);
-    auto e = engine_internal::OpenEngineForTesting(o, config);
+    auto e = testing::OpenEngineForTesting(o, config);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? std::move(e).value() : nullptr;
   };
@@ -879,7 +878,7 @@ TEST(EnginePowerLossTest, ReopenLoadsTheLatestCleanStateOrDiscards) {
                    std::to_string(mask));
       const std::string dir = root.path() + "/" + std::to_string(cases++);
       rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
-      persist::testing::DirJournalEnv journal(&faults);
+      testing::DirJournalEnv journal(&faults);
       {
         auto e = open(&journal, dir);
         ASSERT_NE(e, nullptr);
@@ -907,7 +906,7 @@ TEST(EnginePowerLossTest, ReopenLoadsTheLatestCleanStateOrDiscards) {
           ASSERT_TRUE(stored->outcome.visible);
         }
         if (point < 0) {
-          engine_internal::AbandonStoreForTesting(*e);
+          testing::AbandonStoreForTesting(*e);
           EXPECT_TRUE(e->Close().ok());
         } else {
           EXPECT_EQ(e->Close().code(), StatusCode::kAborted);
@@ -973,7 +972,7 @@ TEST(EnginePowerLossTest, AcknowledgedDurablePublicationSurvivesEveryPowerLoss) 
                    std::to_string(mask));
       const std::string dir = root.path() + "/" + std::to_string(cases++);
       rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
-      persist::testing::DirJournalEnv journal(&faults);
+      testing::DirJournalEnv journal(&faults);
       {
         auto e = open(&journal, dir);
         ASSERT_NE(e, nullptr);
@@ -1002,7 +1001,7 @@ TEST(EnginePowerLossTest, AcknowledgedDurablePublicationSurvivesEveryPowerLoss) 
           EXPECT_TRUE(acked);
         }
         if (point < 0) {
-          engine_internal::AbandonStoreForTesting(*e);
+          testing::AbandonStoreForTesting(*e);
           EXPECT_TRUE(e->Close().ok());
         } else {
           EXPECT_EQ(e->Close().code(), StatusCode::kAborted);
@@ -1054,7 +1053,7 @@ TEST(EnginePowerLossTest, PublicationOlderThanThePeriodSurvivesEveryPowerLoss) {
     SCOPED_TRACE("surviving entries mask " + std::to_string(mask));
     const std::string dir = root.path() + "/" + std::to_string(cases++);
     rangekv::testing::FaultInjectingEnv faults(DefaultEnv());
-    persist::testing::DirJournalEnv journal(&faults);
+    testing::DirJournalEnv journal(&faults);
     {
       auto e = OpenSmall(&journal, dir, 8, "periodic:20");
       ASSERT_NE(e, nullptr);
@@ -1077,7 +1076,7 @@ TEST(EnginePowerLossTest, PublicationOlderThanThePeriodSurvivesEveryPowerLoss) {
       auto younger = StoreAll(*e, **kv, b, 52, 2);
       ASSERT_TRUE(younger.ok() && younger->outcome.status.ok());
       kv->reset();
-      engine_internal::AbandonStoreForTesting(*e);  // no clean shutdown: the power goes
+      testing::AbandonStoreForTesting(*e);  // no clean shutdown: the power goes
       EXPECT_TRUE(e->Close().ok());
     }
     const size_t pending = journal.Pending().size();
@@ -1085,7 +1084,7 @@ TEST(EnginePowerLossTest, PublicationOlderThanThePeriodSurvivesEveryPowerLoss) {
     ASSERT_TRUE(journal.Crash(mask).ok());
     {
       EngineOptions o = SmallOptions(dir, SmallModel(8, 2, 16), kW, /*packs=*/8);
-      auto e = engine_internal::OpenEngineForTesting(o, {});
+      auto e = testing::OpenEngineForTesting(o, {});
       ASSERT_TRUE(e.ok()) << e.status().ToString();
       auto kv = KvFixture::Make(**e, KvCacheLayout::kFlashAttnNhd, 64);
       ASSERT_TRUE(kv.ok());

@@ -11,24 +11,24 @@
 #include <vector>
 
 #include "base/log.h"
-#include "engine/engine_test_util.h"
 #include "persist/offline.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
+using testing::Envelope;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
 
 // 4 layers, s = 128 bytes, W = 8 KiB: T = 64 tokens per stripe; digest blocks of 16 tokens, so
 // a stripe has 4 blocks and partial restores start and end mid-block.
@@ -64,7 +64,7 @@ class EnginePersistenceTest : public ::testing::Test {
   std::unique_ptr<Engine> Open(EngineOptions o = {}, engine_internal::EngineInternalConfig c = {}) {
     if (o.store_dir.empty()) o = Options();
     if (c.digest_block_tokens == 0) c.digest_block_tokens = kBlock;
-    auto e = engine_internal::OpenEngineForTesting(o, c);
+    auto e = testing::OpenEngineForTesting(o, c);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? std::move(e).value() : nullptr;
   }
@@ -136,10 +136,10 @@ class EnginePersistenceTest : public ::testing::Test {
   // File offset of path token `path_token` in layer `layer`, in the pack that holds it (the
   // caller makes sure only one stored path has a pack there).
   static uint64_t PayloadOffset(Engine& e, uint64_t path_token, uint32_t layer) {
-    for (const StoredPack& p : engine_internal::EngineDirectory(e).ListPacks(e.namespace_id())) {
+    for (const StoredPack& p : testing::EngineDirectory(e).ListPacks(e.namespace_id())) {
       if (p.record.path_token_begin <= path_token && path_token < p.record.path_token_end()) {
-        return engine_internal::EngineStore(e).layout().Address(
-            p.record.pack_slot, layer, path_token - p.record.path_token_begin);
+        return testing::EngineStore(e).layout().Address(p.record.pack_slot, layer,
+                                                        path_token - p.record.path_token_begin);
       }
     }
     ADD_FAILURE() << "no pack holds path token " << path_token;
@@ -265,7 +265,7 @@ TEST_F(EnginePersistenceTest, PartialRestoresVerifyWholeDigestBlocks) {
 
   // A flipped byte in pack token 2 of layer 1 lies outside the requested tokens but inside the
   // first block they touch: it is read and caught, and the pack is dropped.
-  FlipByte(engine_internal::EngineStore(*e).pack_file().path(), PayloadOffset(*e, 66, 1) + 5);
+  FlipByte(testing::EngineStore(*e).pack_file().path(), PayloadOffset(*e, 66, 1) + 5);
   RangeResult bad = RestoreRange(*e, a_, 70, 120, "mid2");
   EXPECT_EQ(bad.outcome.status.code(), StatusCode::kCorruption) << bad.outcome.status.ToString();
   ASSERT_EQ(bad.outcome.failed.size(), 1u);
@@ -292,7 +292,7 @@ TEST_F(EnginePersistenceTest, DirtyReopenWithoutAJournalDiscardsTheIndexWithALog
     auto e = Open(NoJournal());
     ASSERT_TRUE(e->recovery().loaded);
     EXPECT_EQ(RestoreExact(*e, a_, "ro"), a_.size() - 1);
-    engine_internal::AbandonStoreForTesting(*e);
+    testing::AbandonStoreForTesting(*e);
   }
   {
     auto e = Open(NoJournal());
@@ -302,7 +302,7 @@ TEST_F(EnginePersistenceTest, DirtyReopenWithoutAJournalDiscardsTheIndexWithALog
     Store(*e, RandomTokens(40, 5), 5);
     EXPECT_TRUE(DefaultEnv()->FileExists(persist::StorePaths(StoreDir()).dirty_marker()));
     epoch = e->recovery().store_epoch;
-    engine_internal::AbandonStoreForTesting(*e);
+    testing::AbandonStoreForTesting(*e);
   }
   ScopedLogCapture log;
   auto e = Open(NoJournal());
@@ -315,7 +315,7 @@ TEST_F(EnginePersistenceTest, DirtyReopenWithoutAJournalDiscardsTheIndexWithALog
   EXPECT_EQ(Hit(*e, RandomTokens(40, 5), "miss-d"), 0u);
   // Generations of the new session lie above everything issued before.
   ExpectServesAgain(*e);
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*e).Slots()) {
+  for (const SlotInfo& s : testing::EngineDirectory(*e).Slots()) {
     if (s.state == SlotState::kVisible) {
       EXPECT_GE(s.generation, e->recovery().store_epoch << 32);
     }
@@ -344,7 +344,7 @@ TEST_F(EnginePersistenceTest, DirtyReopenReplaysTheJournalAndFindsEveryPrefixBit
     EXPECT_GT(e->GetStats().journal_commits, 0u);
     EXPECT_GT(e->GetStats().journal_durable_publications, 0u);
     kv->reset();
-    engine_internal::AbandonStoreForTesting(*e);  // dies dirty
+    testing::AbandonStoreForTesting(*e);  // dies dirty
   }
   ScopedLogCapture log;
   auto e = Open();
@@ -385,7 +385,7 @@ TEST_F(EnginePersistenceTest, CorruptedOrTruncatedSnapshotIsDetectedAndNothingOl
     EXPECT_EQ(e->recovery().reason, c.reason) << e->recovery().detail;
     EXPECT_TRUE(log.Contains(std::string("index discarded (") + c.reason + ")"));
     ExpectEverythingMisses(*e);
-    engine_internal::AbandonStoreForTesting(*e);  // keep the damaged snapshot for the next case
+    testing::AbandonStoreForTesting(*e);  // keep the damaged snapshot for the next case
   }
   // Deleted: missing_snapshot.
   ASSERT_TRUE(DefaultEnv()->DeleteFile(paths.snapshot()).ok());
@@ -435,14 +435,14 @@ TEST_F(EnginePersistenceTest, TruncatedPackFileDoesNotOpenAndAGrownOneDiscards) 
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(e->recovery().reason, "pack_size_mismatch") << e->recovery().detail;
     ExpectEverythingMisses(*e);
-    engine_internal::AbandonStoreForTesting(*e);
+    testing::AbandonStoreForTesting(*e);
   }
   {
     auto f = DefaultEnv()->OpenFile(pack, {.mode = OpenMode::kReadWrite});
     ASSERT_TRUE(f.ok());
     ASSERT_TRUE((*f)->Truncate(size - kW).ok());  // the last pack's last stripe is cut
   }
-  auto e = engine_internal::OpenEngineForTesting(Options(), {});
+  auto e = testing::OpenEngineForTesting(Options(), {});
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kTruncated) << e.status().ToString();
   EXPECT_NE(e.status().message().find("packs.rkv"), std::string::npos) << e.status().ToString();
@@ -480,7 +480,7 @@ TEST_F(EnginePersistenceTest, ChecksumOffSkipsVerificationButStillRecordsDigests
     ASSERT_TRUE(stored.ok() && stored->outcome.status.ok());
     EXPECT_GT(stored->work.digest_launches, 0u);
     flipped_at = PayloadOffset(*e, kT + 3, 2);
-    FlipByte(engine_internal::EngineStore(*e).pack_file().path(), flipped_at);
+    FlipByte(testing::EngineStore(*e).pack_file().path(), flipped_at);
     // Off means off: nothing is verified, and the flipped byte is delivered as it is.
     auto dst = Fixture(*e);
     auto r = RestoreAndVerify(*e, *dst, Envelope("off"), a_, 1, kSeed, 2);
@@ -534,13 +534,13 @@ TEST_F(EnginePersistenceTest, FsckOfACleanEngineStoreFindsNothingThenNamesAFlipp
   {
     auto e = Open();
     bool found = false;
-    for (const StoredPack& p : engine_internal::EngineDirectory(*e).ListPacks(e->namespace_id())) {
+    for (const StoredPack& p : testing::EngineDirectory(*e).ListPacks(e->namespace_id())) {
       if (p.record.path_token_begin != kPackBegin) continue;
-      at = engine_internal::EngineStore(*e).layout().Address(p.record.pack_slot, 3, 50);
+      at = testing::EngineStore(*e).layout().Address(p.record.pack_slot, 3, 50);
       found = true;
     }
     ASSERT_TRUE(found);
-    engine_internal::AbandonStoreForTesting(*e);  // read-only: the snapshot stays valid
+    testing::AbandonStoreForTesting(*e);  // read-only: the snapshot stays valid
   }
   FlipByte(persist::StorePaths(StoreDir()).pack(), at);
   auto report = persist::Fsck(DefaultEnv(), StoreDir());

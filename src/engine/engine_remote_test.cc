@@ -10,12 +10,12 @@
 #include <cstdlib>
 #include <random>
 
-#include "engine/engine_test_util.h"
 #include "remote/cluster_directory.h"
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
 #include "service/store_service.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/remote_servers.h"
 #include "testing/temp_dir.h"
 
@@ -23,14 +23,14 @@ namespace rangekv {
 namespace {
 
 using engine_internal::EngineAccess;
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
 using std::chrono::milliseconds;
+using testing::Envelope;
+using testing::KvFixture;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
 
 constexpr uint64_t kStripe = 64 << 10;  // s = 512: T = 128 tokens per pack
 
@@ -94,7 +94,7 @@ TEST(EngineRemote, NodeBRestoresWhatNodeAPublishedBitExact) {
   auto fb = KvFixture::Make(**b, KvCacheLayout::kFlashAttnNhd, 256);
   ASSERT_TRUE(fb.ok());
   auto r = RestoreAndVerify(**b, **fb, Envelope("b1"), tokens, 16, 11, 3,
-                            engine_testing::WaitMode::kEveryLayer);
+                            testing::WaitMode::kEveryLayer);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->lookup.hit_tokens, 992u);
   EXPECT_TRUE(r->outcome.status.ok()) << r->outcome.status.ToString();

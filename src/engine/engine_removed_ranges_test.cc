@@ -8,9 +8,9 @@
 #include <ostream>
 #include <vector>
 
-#include "engine/engine_test_util.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
@@ -23,11 +23,11 @@ void PrintTo(const RemovedRange& r, std::ostream* os) {
 
 namespace {
 
-using engine_testing::KvFixture;
-using engine_testing::RandomTokens;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
+using testing::KvFixture;
+using testing::RandomTokens;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
 
 // 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per pack.
 constexpr uint64_t kW = 8192;
@@ -112,7 +112,7 @@ TEST_F(EngineRemovedRangesTest, InvalidationReportsTheClippedTailThenTheHead) {
   const auto tokens = RandomTokens(2 * kT, 1);
   const auto a = Store(tokens, 1);
   ASSERT_EQ(a.size(), 2u);
-  Directory& dir = engine_internal::EngineDirectory(*engine_);
+  Directory& dir = testing::EngineDirectory(*engine_);
   // Every path through tokens[0, 100) loses positions >= 99: a[1] keeps [kT, 99).
   const std::span<const int32_t> t(tokens);
   auto clipped = dir.InvalidatePrefix(engine_->namespace_id(), t.first(100));

@@ -11,18 +11,18 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine_test_util.h"
 #include "persist/store_access.h"
 #include "persist/store_layout.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
+using testing::SmallModel;
+using testing::SmallOptions;
 
 uint32_t Mode(const std::string& path) {
   struct stat st;
@@ -47,15 +47,15 @@ class EngineStoreAccessTest : public ::testing::Test {
     return SmallOptions(StoreDir(), SmallModel(4, 2, 16), 8192, /*packs=*/4);
   }
   static Result<std::unique_ptr<Engine>> Open(const EngineOptions& o) {
-    return engine_internal::OpenEngineForTesting(o, {});
+    return testing::OpenEngineForTesting(o, {});
   }
   // Opens, dirties (one store) and closes cleanly: every store file exists afterwards.
   void MakeStore(const EngineOptions& o) {
     auto e = Open(o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
-    auto src = engine_testing::KvFixture::Make(**e, KvCacheLayout::kFlashAttnNhd, 64);
+    auto src = testing::KvFixture::Make(**e, KvCacheLayout::kFlashAttnNhd, 64);
     ASSERT_TRUE(src.ok()) << src.status().ToString();
-    auto r = engine_testing::StoreAll(**e, **src, engine_testing::RandomTokens(80, 1), 7, 1);
+    auto r = testing::StoreAll(**e, **src, testing::RandomTokens(80, 1), 7, 1);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_TRUE((*e)->Close().ok());
   }

@@ -21,16 +21,18 @@
 
 #include <numeric>
 
-#include "engine/engine_test_util.h"
 #include "rangekv/engine.h"
-#include "testing/engine_testing.h"
+#include "testing/count_only_device.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
+#include "testing/payload_free_env.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
+using testing::Envelope;
+using testing::KvFixture;
 
 constexpr uint64_t kPrefixTokens = 49152;
 constexpr uint64_t kSuffixTokens = 16128;
@@ -54,7 +56,7 @@ constexpr Naming kNamings[] = {
     {"327680", 327680, 1, true},          // 1,280 chunks of 38/39 tokens x 32 layers x 8 slices
 };
 
-std::vector<int32_t> RequestTokens() { return engine_testing::RandomTokens(kRequestTokens, 2024); }
+std::vector<int32_t> RequestTokens() { return testing::RandomTokens(kRequestTokens, 2024); }
 
 // A PROT_NONE reservation standing in for paged KV that no kernel may touch.
 class Reservation {
@@ -146,14 +148,14 @@ StoreOutcome StoreTokens(Engine& engine, std::span<const int32_t> tokens, const 
 // ---- the full 8B geometry, payload-free ----------------------------------------------------
 
 struct FullGeometryEngine {
-  engine_testing::PayloadFreeEnv env;
+  testing::PayloadFreeEnv env;
   std::unique_ptr<Device> device;
   std::unique_ptr<Engine> engine;
 };
 
 std::unique_ptr<FullGeometryEngine> OpenFullGeometry(Ablations ablations = {}) {
   auto f = std::make_unique<FullGeometryEngine>();
-  auto device = engine_testing::MakeCountOnlyDevice();
+  auto device = testing::MakeCountOnlyDevice();
   EXPECT_TRUE(device.ok());
   f->device = std::move(device).value();
   EngineOptions o;  // the paper's defaults: 8x32 MiB read banks, 8x256 MiB store banks, ...
@@ -165,7 +167,7 @@ std::unique_ptr<FullGeometryEngine> OpenFullGeometry(Ablations ablations = {}) {
   o.tuning.layer_group = 4;  // the paper's (a host device's auto group is 2)
   engine_internal::EngineInternalConfig config;
   config.device = f->device.get();
-  auto e = engine_internal::OpenEngineForTesting(o, config);
+  auto e = testing::OpenEngineForTesting(o, config);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (!e.ok()) return nullptr;
   f->engine = std::move(e).value();
@@ -274,7 +276,7 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
   // 32 layers, 1 head x 4 x bf16: s = 16 bytes; W = 128 KiB keeps T = 8192 tokens per stripe.
   EngineOptions o;
   o.store_dir = dir.path() + "/store";
-  o.model = engine_testing::SmallModel(32, 1, 4);
+  o.model = testing::SmallModel(32, 1, 4);
   o.stripe_bytes = 128 * 1024;
   o.capacity_bytes = 12 * 32 * o.stripe_bytes;  // 12 packs (48 MiB)
   o.device = DeviceSelection::kHost;
@@ -297,7 +299,7 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
   auto dst = KvFixture::Make(engine, KvCacheLayout::kFlashAttnNhd, blocks);
   ASSERT_TRUE(src.ok() && dst.ok());
   constexpr uint64_t kSeed = 77;
-  const auto src_slots = engine_testing::RandomSlots(kRequestTokens, (*src)->num_slots(), 1);
+  const auto src_slots = testing::RandomSlots(kRequestTokens, (*src)->num_slots(), 1);
   ASSERT_TRUE((*src)->Fill(tokens, 0, src_slots, kSeed).ok());
 
   EngineStats work;
@@ -309,8 +311,7 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
   for (const Naming& naming : kNamings) {
     SCOPED_TRACE(naming.label);
     ASSERT_TRUE((*dst)->Poison(0x5A).ok());
-    const auto slots =
-        engine_testing::RandomSlots(kRequestTokens, (*dst)->num_slots(), naming.objects);
+    const auto slots = testing::RandomSlots(kRequestTokens, (*dst)->num_slots(), naming.objects);
     RestoreOutcome restored = RestoreNamed(engine, naming, tokens, (*dst)->kv(), slots, &work);
     ASSERT_TRUE(restored.status.ok()) << restored.status.ToString();
     ExpectRestoreWork(work, naming.label);
@@ -328,8 +329,7 @@ TEST(Table2RealBytesTest, SameCountsAndEveryRestoreBitExact) {
   EXPECT_EQ(work.bytes_written, 32u * (8192 + 7936) * 16);
 
   // The stored suffix restores bit for bit too (hit: all but the last token, rounded to 16).
-  auto all =
-      engine_testing::RestoreAndVerify(engine, **dst, Envelope("everything"), tokens, 16, kSeed, 5);
+  auto all = testing::RestoreAndVerify(engine, **dst, Envelope("everything"), tokens, 16, kSeed, 5);
   ASSERT_TRUE(all.ok()) << all.status().ToString();
   EXPECT_EQ(all->lookup.hit_tokens, kRequestTokens - 16);
   EXPECT_EQ(all->lookup.records_selected, 8u);

@@ -11,25 +11,25 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "persist/identity_record.h"
 #include "persist/store_layout.h"
 #include "rangekv/build_info.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RandomSlots;
-using engine_testing::RandomTokens;
-using engine_testing::RestoreAndVerify;
-using engine_testing::SmallModel;
-using engine_testing::SmallOptions;
-using engine_testing::StoreAll;
-using engine_testing::WaitMode;
+using testing::Envelope;
+using testing::KvFixture;
+using testing::RandomSlots;
+using testing::RandomTokens;
+using testing::RestoreAndVerify;
+using testing::SmallModel;
+using testing::SmallOptions;
+using testing::StoreAll;
+using testing::WaitMode;
 
 // 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per stripe.
 constexpr uint64_t kW = 8192;
@@ -100,13 +100,13 @@ TEST_F(EngineTest, StoreThenRestoreIsBitExact) {
   EXPECT_EQ(r->outcome.work.payload_allocations, 0u);
 
   // Everything returned: banks, slots, leases.
-  auto read_pool = engine_internal::ReadPoolState(*engine_);
+  auto read_pool = testing::ReadPoolState(*engine_);
   EXPECT_EQ(read_pool.free_banks, 4u);
   EXPECT_EQ(read_pool.free_slots, 4u);
-  auto store_pool = engine_internal::StorePoolState(*engine_);
+  auto store_pool = testing::StorePoolState(*engine_);
   EXPECT_EQ(store_pool.free_banks, 4u);
   EXPECT_EQ(store_pool.free_slots, 4u);
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+  for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
     EXPECT_EQ(s.leases, 0u);
   }
 }
@@ -191,7 +191,7 @@ TEST_F(EngineTest, PrefetchReadsStartAtLookupAndScattersWaitForBinding) {
   EXPECT_EQ(mid.prefetched_stripes, 3u);
   EXPECT_EQ(mid.scatter_launches, 0u);
   EXPECT_EQ(mid.ready_events, 0u);
-  auto pool = engine_internal::ReadPoolState(*engine_);
+  auto pool = testing::ReadPoolState(*engine_);
   EXPECT_EQ(pool.owned_banks, 3u);
   EXPECT_EQ(pool.prefetch_banks, 3u);
 
@@ -232,10 +232,10 @@ TEST_F(EngineTest, ReleasingAnUnclaimedPrefetchDrainsAndCancelsTheTicket) {
   ASSERT_TRUE(lookup.ok() && lookup->prefetch_started);
   engine_->ReleaseRequest(env);
   ASSERT_TRUE(Eventually([&] {
-    auto p = engine_internal::ReadPoolState(*engine_);
+    auto p = testing::ReadPoolState(*engine_);
     return p.active_jobs == 0 && p.free_slots == 4 && p.free_banks == 4;
   }));
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+  for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
     EXPECT_EQ(s.leases, 0u);
   }
   EXPECT_EQ(engine_->GetStats().cancelled_restores, 1u);
@@ -277,13 +277,12 @@ TEST_F(EngineTest, ClaimOfOtherTokensThanPrefetchedStartsAFreshJobAndDrainsThePr
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(*bad, 0u);
   // The abandoned prefetch drains; then the shared ticket is released exactly once.
-  ASSERT_TRUE(
-      Eventually([&] { return engine_internal::ReadPoolState(*engine_).active_jobs == 0; }));
+  ASSERT_TRUE(Eventually([&] { return testing::ReadPoolState(*engine_).active_jobs == 0; }));
   EXPECT_EQ(engine_->GetStats().cancelled_restores, 1u);
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+  for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
     EXPECT_EQ(s.leases, 0u);
   }
-  EXPECT_EQ(engine_internal::EngineDirectory(*engine_).Stats().outstanding_tickets, 0u);
+  EXPECT_EQ(testing::EngineDirectory(*engine_).Stats().outstanding_tickets, 0u);
 }
 
 TEST_F(EngineTest, APrefetchReadsOnlyPastTheCallersLocalTokensAndTheClaimAdoptsIt) {
@@ -402,8 +401,7 @@ TEST_F(EngineTest, StagingCopiesAndTheEventWaitPathDeliverTheSameBytes) {
   config.disable_stream_memory_ops = true;  // StreamWaitLayer through events
   ModelSpec hnd = SmallModel(4, 2, 16);
   hnd.layout = KvCacheLayout::kFlashAttnHnd;
-  auto e =
-      engine_internal::OpenEngineForTesting(SmallOptions(dir_.path() + "/store", hnd, kW), config);
+  auto e = testing::OpenEngineForTesting(SmallOptions(dir_.path() + "/store", hnd, kW), config);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   engine_ = std::move(e).value();
   auto src = Fixture(KvCacheLayout::kFlashAttnHnd);
@@ -470,8 +468,7 @@ TEST_F(EngineTest, GatherWaitsForTheProducerStreamWithoutBlockingTheHost) {
   ASSERT_TRUE(handle.ok());
   for (uint32_t l = 0; l < 4; ++l) ASSERT_TRUE(handle->LayerProduced(l, *producer).ok());
   // A group worker took the batch and a bank, and its gather waits on the producer's event.
-  ASSERT_TRUE(
-      Eventually([&] { return engine_internal::StorePoolState(*engine_).owned_banks == 1; }));
+  ASSERT_TRUE(Eventually([&] { return testing::StorePoolState(*engine_).owned_banks == 1; }));
   EXPECT_FALSE(handle->extracted());
   EXPECT_EQ(engine_->GetStats().native_writes, 0u);
   {
@@ -769,7 +766,7 @@ TEST_F(EngineTest, StoreRejectsBadInputAndUnproducedLayersAbort) {
   auto lookup = engine_->Lookup(Envelope("after"), tokens, 1);
   ASSERT_TRUE(lookup.ok());
   EXPECT_EQ(lookup->hit_tokens, 0u);
-  for (const SlotInfo& s : engine_internal::EngineDirectory(*engine_).Slots()) {
+  for (const SlotInfo& s : testing::EngineDirectory(*engine_).Slots()) {
     EXPECT_EQ(s.state, SlotState::kFree);
   }
 }
@@ -870,7 +867,7 @@ TEST_P(EngineBlockLayoutTest, FullPartialAndDivergentPrefixesRoundTripBitExact) 
   Store(*src, p3, 3, {h + 2, opaque() ? 10 * b : p3.size()});
   EXPECT_EQ(Restore(*dst, "p3", p3, 10 * b), 0u);
   EXPECT_EQ(Restore(*dst, "p2-again", p2, 12 * b), 0u);
-  EXPECT_TRUE(engine_internal::EngineDirectory(*engine_).CheckInvariants().ok());
+  EXPECT_TRUE(testing::EngineDirectory(*engine_).CheckInvariants().ok());
 }
 
 TEST_P(EngineBlockLayoutTest, AnotherLayoutIsRejectedByBindSlotsAndBeginStore) {

@@ -6,25 +6,25 @@
 
 #include "base/check.h"
 
-namespace rangekv::kernels::testing {
+namespace rangekv::testing {
 
-const char* LayoutName(PagedLayout layout) {
+const char* LayoutName(kernels::PagedLayout layout) {
   switch (layout) {
-    case PagedLayout::kFlashAttnNhd:
+    case kernels::PagedLayout::kFlashAttnNhd:
       return "FlashAttnNhd";
-    case PagedLayout::kFlashAttnHnd:
+    case kernels::PagedLayout::kFlashAttnHnd:
       return "FlashAttnHnd";
-    case PagedLayout::kFlashInferNhd:
+    case kernels::PagedLayout::kFlashInferNhd:
       return "FlashInferNhd";
-    case PagedLayout::kFlashInferHnd:
+    case kernels::PagedLayout::kFlashInferHnd:
       return "FlashInferHnd";
-    case PagedLayout::kMla:
+    case kernels::PagedLayout::kMla:
       return "Mla";
-    case PagedLayout::kPackedNhd:
+    case kernels::PagedLayout::kPackedNhd:
       return "PackedNhd";
-    case PagedLayout::kPackedHnd:
+    case kernels::PagedLayout::kPackedHnd:
       return "PackedHnd";
-    case PagedLayout::kCpuBlock:
+    case kernels::PagedLayout::kCpuBlock:
       return "CpuBlock";
   }
   return "Unknown";
@@ -37,7 +37,9 @@ std::string LayoutCase::Name() const {
          std::to_string(num_tokens);
 }
 
-uint32_t NumPlanes(PagedLayout layout) { return layout == PagedLayout::kMla ? 1 : 2; }
+uint32_t NumPlanes(kernels::PagedLayout layout) {
+  return layout == kernels::PagedLayout::kMla ? 1 : 2;
+}
 
 uint64_t RowBytes(const LayoutCase& c) {
   return uint64_t{NumPlanes(c.layout)} * c.shape.num_heads * c.shape.head_size * c.shape.elem_bytes;
@@ -47,17 +49,18 @@ std::vector<LayoutCase> AllLayoutCases(uint64_t seed, uint32_t scale) {
   std::mt19937_64 rng(seed);
   auto pick = [&](std::initializer_list<uint32_t> v) { return *(v.begin() + rng() % v.size()); };
   std::vector<LayoutCase> cases;
-  for (PagedLayout layout :
-       {PagedLayout::kFlashAttnNhd, PagedLayout::kFlashAttnHnd, PagedLayout::kFlashInferNhd,
-        PagedLayout::kFlashInferHnd, PagedLayout::kMla, PagedLayout::kPackedNhd,
-        PagedLayout::kPackedHnd, PagedLayout::kCpuBlock}) {
+  for (kernels::PagedLayout layout :
+       {kernels::PagedLayout::kFlashAttnNhd, kernels::PagedLayout::kFlashAttnHnd,
+        kernels::PagedLayout::kFlashInferNhd, kernels::PagedLayout::kFlashInferHnd,
+        kernels::PagedLayout::kMla, kernels::PagedLayout::kPackedNhd,
+        kernels::PagedLayout::kPackedHnd, kernels::PagedLayout::kCpuBlock}) {
     for (uint32_t block_size : {16u, 32u, 64u, 128u, 256u}) {
       for (uint32_t elem_bytes : {1u, 2u}) {
         LayoutCase c;
         c.layout = layout;
         c.shape.block_size = block_size;
         c.shape.elem_bytes = elem_bytes;
-        if (layout == PagedLayout::kMla) {
+        if (layout == kernels::PagedLayout::kMla) {
           c.shape.num_heads = 1;
           c.shape.head_size = pick({576, 512, 72, 33});  // 33: odd bytes, narrow accesses
         } else {
@@ -68,7 +71,7 @@ std::vector<LayoutCase> AllLayoutCases(uint64_t seed, uint32_t scale) {
         c.shape.num_blocks = block_size >= 128 ? (2 + static_cast<uint32_t>(rng() % 5)) * scale
                                                : (4 + static_cast<uint32_t>(rng() % 13)) * scale;
         const uint32_t slots = c.shape.num_blocks * block_size;
-        if (layout == PagedLayout::kCpuBlock) {
+        if (layout == kernels::PagedLayout::kCpuBlock) {
           // Whole blocks only; usually fewer than the layer holds.
           const uint32_t n = c.shape.num_blocks;
           c.num_tokens =
@@ -86,35 +89,36 @@ std::vector<LayoutCase> AllLayoutCases(uint64_t seed, uint32_t scale) {
   return cases;
 }
 
-uint64_t OracleOffset(PagedLayout layout, const PagedShape& s, uint32_t plane, uint32_t block,
-                      uint32_t token, uint32_t head, uint32_t byte) {
+uint64_t OracleOffset(kernels::PagedLayout layout, const kernels::PagedShape& s, uint32_t plane,
+                      uint32_t block, uint32_t token, uint32_t head, uint32_t byte) {
   const uint64_t N = s.num_blocks, B = s.block_size, H = s.num_heads;
   const uint64_t head_bytes = uint64_t{s.head_size} * s.elem_bytes;
   uint64_t vector_index = 0;  // index of the head vector in C order of the tensor shape
   switch (layout) {
-    case PagedLayout::kFlashAttnNhd:  // [2, N, B, H, D]
+    case kernels::PagedLayout::kFlashAttnNhd:  // [2, N, B, H, D]
       vector_index = ((plane * N + block) * B + token) * H + head;
       break;
-    case PagedLayout::kFlashAttnHnd:  // [2, N, H, B, D]
+    case kernels::PagedLayout::kFlashAttnHnd:  // [2, N, H, B, D]
       vector_index = ((plane * N + block) * H + head) * B + token;
       break;
-    case PagedLayout::kFlashInferNhd:  // [N, 2, B, H, D]
+    case kernels::PagedLayout::kFlashInferNhd:  // [N, 2, B, H, D]
       vector_index = ((block * 2 + plane) * B + token) * H + head;
       break;
-    case PagedLayout::kFlashInferHnd:  // [N, 2, H, B, D]
+    case kernels::PagedLayout::kFlashInferHnd:  // [N, 2, H, B, D]
       vector_index = ((block * 2 + plane) * H + head) * B + token;
       break;
-    case PagedLayout::kMla:  // [N, B, latent]
+    case kernels::PagedLayout::kMla:  // [N, B, latent]
       RANGEKV_CHECK(plane == 0 && head == 0);
       vector_index = block * B + token;
       break;
-    case PagedLayout::kPackedNhd:  // [N, B, H, 2D]: (block, token, head, plane) of D-vectors
+    case kernels::PagedLayout::kPackedNhd:  // [N, B, H, 2D]: (block, token, head, plane) of
+                                            // D-vectors
       vector_index = ((block * B + token) * H + head) * 2 + plane;
       break;
-    case PagedLayout::kPackedHnd:  // [N, H, B, 2D]
+    case kernels::PagedLayout::kPackedHnd:  // [N, H, B, 2D]
       vector_index = ((block * H + head) * B + token) * 2 + plane;
       break;
-    case PagedLayout::kCpuBlock:  // opaque block of B rows of (K heads, V heads)
+    case kernels::PagedLayout::kCpuBlock:  // opaque block of B rows of (K heads, V heads)
       vector_index = ((block * B + token) * 2 + plane) * H + head;
       break;
   }
@@ -152,7 +156,7 @@ std::vector<int64_t> RandomBlockSlotMapping(uint32_t num_blocks, uint32_t block_
 
 std::vector<int64_t> CaseSlotMapping(const LayoutCase& c, uint32_t skip_percent,
                                      std::mt19937_64& rng) {
-  if (c.layout == PagedLayout::kCpuBlock) {
+  if (c.layout == kernels::PagedLayout::kCpuBlock) {
     return RandomBlockSlotMapping(c.shape.num_blocks, c.shape.block_size, c.num_tokens,
                                   skip_percent, rng);
   }
@@ -174,7 +178,7 @@ namespace {
 // Calls fn(paged_offset, row_offset) for every byte of token position `slot`.
 template <typename Fn>
 void ForEachByte(const LayoutCase& c, int64_t slot, Fn&& fn) {
-  const PagedShape& s = c.shape;
+  const kernels::PagedShape& s = c.shape;
   const uint32_t block = static_cast<uint32_t>(slot / s.block_size);
   const uint32_t token = static_cast<uint32_t>(slot % s.block_size);
   const uint32_t head_bytes = s.head_size * s.elem_bytes;
@@ -208,7 +212,7 @@ std::vector<uint8_t> OracleScatter(const LayoutCase& c, std::vector<uint8_t> pag
                                    std::span<const int64_t> slots) {
   const uint64_t row = RowBytes(c);
   const int64_t num_slots = int64_t{c.shape.num_blocks} * c.shape.block_size;
-  if (c.layout == PagedLayout::kCpuBlock) {
+  if (c.layout == kernels::PagedLayout::kCpuBlock) {
     ForEachOpaqueBlock(c, slots, [&](uint64_t paged_offset, uint64_t offset, uint64_t bytes) {
       for (uint64_t i = 0; i < bytes; ++i) paged[paged_offset + i] = stripe[offset + i];
     });
@@ -227,7 +231,7 @@ std::vector<uint8_t> OracleGather(const LayoutCase& c, std::span<const uint8_t> 
                                   std::vector<uint8_t> stripe, std::span<const int64_t> slots) {
   const uint64_t row = RowBytes(c);
   const int64_t num_slots = int64_t{c.shape.num_blocks} * c.shape.block_size;
-  if (c.layout == PagedLayout::kCpuBlock) {
+  if (c.layout == kernels::PagedLayout::kCpuBlock) {
     ForEachOpaqueBlock(c, slots, [&](uint64_t paged_offset, uint64_t offset, uint64_t bytes) {
       for (uint64_t i = 0; i < bytes; ++i) stripe[offset + i] = paged[paged_offset + i];
     });
@@ -250,4 +254,4 @@ int64_t FirstDifference(std::span<const uint8_t> a, std::span<const uint8_t> b) 
   return -1;
 }
 
-}  // namespace rangekv::kernels::testing
+}  // namespace rangekv::testing

@@ -15,13 +15,13 @@
 
 #include "kernels/paged_kv.h"
 
-namespace rangekv::kernels::testing {
+namespace rangekv::testing {
 
 inline constexpr uint8_t kPoison = 0xCD;
 
 struct LayoutCase {
-  PagedLayout layout = PagedLayout::kFlashAttnNhd;
-  PagedShape shape;
+  kernels::PagedLayout layout = kernels::PagedLayout::kFlashAttnNhd;
+  kernels::PagedShape shape;
   uint32_t num_tokens = 0;  // stripe tokens; <= num_blocks * block_size
   uint64_t seed = 0;
   std::string Name() const;  // gtest-safe: letters, digits, '_'
@@ -34,13 +34,13 @@ struct LayoutCase {
 // kCpuBlock cases have a whole number of blocks of tokens.
 std::vector<LayoutCase> AllLayoutCases(uint64_t seed, uint32_t scale = 1);
 
-const char* LayoutName(PagedLayout layout);
+const char* LayoutName(kernels::PagedLayout layout);
 
 // Byte offset, inside one layer's C-contiguous tensor of `layout`, of byte `byte` of the head
 // vector (plane, block, token_in_block, head). For kCpuBlock (whose block interior is opaque)
 // this is the engine's own convention inside a block: token-major rows of K heads then V heads.
-uint64_t OracleOffset(PagedLayout layout, const PagedShape& shape, uint32_t plane, uint32_t block,
-                      uint32_t token_in_block, uint32_t head, uint32_t byte);
+uint64_t OracleOffset(kernels::PagedLayout layout, const kernels::PagedShape& shape, uint32_t plane,
+                      uint32_t block, uint32_t token_in_block, uint32_t head, uint32_t byte);
 
 // `n` distinct slots in [0, num_slots), in random order, about `skip_percent`% replaced by -1.
 // REQUIRES: n <= num_slots.
@@ -71,10 +71,10 @@ std::vector<uint8_t> OracleGather(const LayoutCase& c, std::span<const uint8_t> 
 
 // Planes of a layout's stripe row (1 for MLA, else 2: K then V, kCpuBlock included) and the
 // stripe row bytes of a case.
-uint32_t NumPlanes(PagedLayout layout);
+uint32_t NumPlanes(kernels::PagedLayout layout);
 uint64_t RowBytes(const LayoutCase& c);
 
 // Index of the first differing byte, or -1 when equal (for readable failure messages).
 int64_t FirstDifference(std::span<const uint8_t> a, std::span<const uint8_t> b);
 
-}  // namespace rangekv::kernels::testing
+}  // namespace rangekv::testing

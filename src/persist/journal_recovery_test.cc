@@ -14,10 +14,10 @@
 #include "base/log.h"
 #include "persist/journal.h"
 #include "persist/journal_format.h"
-#include "persist/persist_test_util.h"
 #include "persist/persistence.h"
 #include "testing/fault_env.h"
 #include "testing/temp_dir.h"
+#include "testing/tiny_store.h"
 
 namespace rangekv::persist {
 namespace {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "persist/persist_test_util.h"
+#include "testing/tiny_store.h"
 
 using namespace rangekv;
 using namespace rangekv::persist;
-using namespace rangekv::persist::testing;
+using namespace rangekv::testing;
 
 int main(int argc, char** argv) {
   if (argc < 2) {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "persist/payload_digests.h"
-#include "persist/persist_test_util.h"
 #include "persist/store_layout.h"
 #include "testing/temp_dir.h"
+#include "testing/tiny_store.h"
 
 namespace rangekv::persist {
 namespace {

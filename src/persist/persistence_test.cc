@@ -9,11 +9,12 @@
 #include "base/digest.h"
 #include "base/log.h"
 #include "env/posix_env.h"
-#include "persist/persist_test_util.h"
 #include "persist/snapshot_format.h"
 #include "persist/store_layout.h"
+#include "testing/dir_journal_env.h"
 #include "testing/fault_env.h"
 #include "testing/temp_dir.h"
+#include "testing/tiny_store.h"
 
 namespace rangekv::persist {
 namespace {

@@ -38,27 +38,28 @@
 #include <thread>
 
 #include "base/log.h"
-#include "engine/engine_test_util.h"
 #include "persist/offline.h"
 #include "service/service_test_shapes.h"
 #include "service/store_service.h"
 #include "service_proto/unix_socket.h"
-#include "testing/engine_testing.h"
+#include "testing/engine_fixture.h"
+#include "testing/engine_internals.h"
+#include "testing/gate_env.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv::service {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RestoreAndVerify;
-using engine_testing::StoreAll;
-using service_test::ClientOptions;
-using service_test::kGranularity;
-using service_test::kSeed;
-using service_test::kT;
-using service_test::kW;
-using service_test::RawHello;
+using testing::ClientOptions;
+using testing::Envelope;
+using testing::kGranularity;
+using testing::kSeed;
+using testing::kT;
+using testing::KvFixture;
+using testing::kW;
+using testing::RawHello;
+using testing::RestoreAndVerify;
+using testing::StoreAll;
 using Clock = std::chrono::steady_clock;
 
 template <typename Pred>
@@ -157,7 +158,7 @@ bool SendHeader(int fd, MessageType type, uint32_t body_bytes) {
 
 // One-pack prefixes (kT tokens each): prefix i of `seed`.
 std::vector<int32_t> OnePack(int i, uint64_t seed = 500) {
-  return engine_testing::RandomTokens(kT, seed + static_cast<uint64_t>(i));
+  return testing::RandomTokens(kT, seed + static_cast<uint64_t>(i));
 }
 
 // The hit a restore of a one-pack prefix gets when it is stored: never the last token, rounded
@@ -166,8 +167,8 @@ constexpr uint64_t kOnePackHit = (kT - 1) / kGranularity * kGranularity;
 
 // ---- two owners ---------------------------------------------------------------------------------
 
-EngineOptions Embedded(const std::string& dir, uint64_t packs = service_test::kPacks) {
-  return engine_testing::SmallOptions(dir, service_test::Model(), kW, packs);
+EngineOptions Embedded(const std::string& dir, uint64_t packs = testing::kPacks) {
+  return testing::SmallOptions(dir, testing::Model(), kW, packs);
 }
 
 TEST(MisuseTest, ASecondEngineOnOneStoreFailsAtOnceNamingTheHolder) {
@@ -260,17 +261,17 @@ class MisuseServiceTest : public ::testing::Test {
     service_.reset();
     Start(o);
   }
-  Engine& Client(uint64_t capacity_packs = service_test::kPacks) {
+  Engine& Client(uint64_t capacity_packs = testing::kPacks) {
     EngineOptions o = ClientOptions(socket_);
-    o.capacity_bytes = capacity_packs * o.capacity_bytes / service_test::kPacks;
+    o.capacity_bytes = capacity_packs * o.capacity_bytes / testing::kPacks;
     auto e = Engine::Open(o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     engines_.push_back(std::move(e).value());
     return *engines_.back();
   }
   std::string StoreDir() {
-    auto g = DeriveGeometry(service_test::Model(), kW);
-    return dir_.Join("svc") + "/default/" + DeriveNamespace(service_test::Model(), *g).ToHex();
+    auto g = DeriveGeometry(testing::Model(), kW);
+    return dir_.Join("svc") + "/default/" + DeriveNamespace(testing::Model(), *g).ToHex();
   }
 
   testing::TempDir dir_;
@@ -401,7 +402,7 @@ TEST(MisuseServiceCrashTest, AcknowledgedPublicationsSurviveACrashWhateverTheFir
   Child restarted = Driver({"serve", dir.Join("svc"), socket, "every_publish"});
   ASSERT_TRUE(WaitForLine(restarted, "LISTENING"));
   EngineOptions o = ClientOptions(socket);
-  o.capacity_bytes = 2 * (o.capacity_bytes / service_test::kPacks);  // two packs, asked first
+  o.capacity_bytes = 2 * (o.capacity_bytes / testing::kPacks);  // two packs, asked first
   auto e = Engine::Open(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   auto f = KvFixture::Make(**e, KvCacheLayout::kFlashAttnNhd, 64);
@@ -474,7 +475,7 @@ TEST(MisuseTest, WaitingOnALayerOfAnUnboundRestoreFailsAtOnce) {
 
 TEST(MisuseTest, BlockingWaitsTakeADeadline) {
   testing::TempDir dir;
-  engine_testing::GateEnv gate(DefaultEnv(), "packs.rkv");
+  testing::GateEnv gate(DefaultEnv(), "packs.rkv");
   EngineOptions o = Embedded(dir.Join("store"));
   o.env = &gate;
   auto e = Engine::Open(o);

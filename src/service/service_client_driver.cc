@@ -19,13 +19,13 @@
 #include <string>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "service/service_test_shapes.h"
 #include "service/store_service.h"
 #include "service_proto/read_gate.h"
+#include "testing/engine_fixture.h"
 
 using namespace rangekv;
-using namespace rangekv::engine_testing;
+using namespace rangekv::testing;
 
 namespace {
 
@@ -35,7 +35,7 @@ int Fail(const std::string& why) {
 }
 
 std::unique_ptr<Engine> OpenClient(const std::string& socket) {
-  EngineOptions o = service_test::ClientOptions(socket);
+  EngineOptions o = testing::ClientOptions(socket);
   auto e = Engine::Open(o);
   if (!e.ok()) {
     std::fprintf(stderr, "driver: open: %s\n", e.status().ToString().c_str());
@@ -71,8 +71,8 @@ int Store(const std::string& socket, int client) {
   if (engine == nullptr) return 1;
   auto fixture = KvFixture::Make(*engine, KvCacheLayout::kFlashAttnNhd, 64);
   if (!fixture.ok()) return Fail(fixture.status().ToString());
-  const auto tokens = service_test::ClientTokens(client);
-  auto stored = StoreAll(*engine, **fixture, tokens, service_test::kSeed, 100 + client);
+  const auto tokens = testing::ClientTokens(client);
+  auto stored = StoreAll(*engine, **fixture, tokens, testing::kSeed, 100 + client);
   if (!stored.ok()) return Fail(stored.status().ToString());
   if (!stored->outcome.status.ok()) return Fail(stored->outcome.status.ToString());
   std::printf("stored client=%d disposition=%d writes=%llu\n", client,
@@ -88,13 +88,11 @@ int Restore(const std::string& socket, int clients) {
   auto fixture = KvFixture::Make(*engine, KvCacheLayout::kFlashAttnNhd, 64);
   if (!fixture.ok()) return Fail(fixture.status().ToString());
   for (int c = 0; c < clients; ++c) {
-    const auto tokens = service_test::ClientTokens(c);
-    auto r = RestoreAndVerify(*engine, **fixture,
-                              engine_testing::Envelope("restore-" + std::to_string(c)), tokens,
-                              service_test::kGranularity, service_test::kSeed, 7 + c);
+    const auto tokens = testing::ClientTokens(c);
+    auto r = RestoreAndVerify(*engine, **fixture, testing::Envelope("restore-" + std::to_string(c)),
+                              tokens, testing::kGranularity, testing::kSeed, 7 + c);
     if (!r.ok()) return Fail(r.status().ToString());
-    const uint64_t want =
-        (tokens.size() - 1) / service_test::kGranularity * service_test::kGranularity;
+    const uint64_t want = (tokens.size() - 1) / testing::kGranularity * testing::kGranularity;
     if (r->lookup.hit_tokens != want) {
       return Fail("client " + std::to_string(c) + ": hit " + std::to_string(r->lookup.hit_tokens) +
                   ", want " + std::to_string(want));
@@ -115,24 +113,23 @@ int Hold(const std::string& socket) {
   auto fixture = KvFixture::Make(*engine, KvCacheLayout::kFlashAttnNhd, 64);
   if (!fixture.ok()) return Fail(fixture.status().ToString());
   // A restore of client 0's prefix, claimed and bound, never finished.
-  const auto tokens = service_test::ClientTokens(0);
-  auto lookup =
-      engine->Lookup(engine_testing::Envelope("held-restore"), tokens, service_test::kGranularity);
+  const auto tokens = testing::ClientTokens(0);
+  auto lookup = engine->Lookup(testing::Envelope("held-restore"), tokens, testing::kGranularity);
   if (!lookup.ok() || lookup->hit_tokens == 0) return Fail("hold: no hit");
   RestoreRequest rr;
   rr.ticket = lookup->ticket;
-  rr.envelope = engine_testing::Envelope("held-restore");
+  rr.envelope = testing::Envelope("held-restore");
   rr.tokens = tokens;
   rr.endpoint_tokens = lookup->hit_tokens;
   auto restore = engine->StartRestore(rr);
   if (!restore.ok()) return Fail("hold: " + restore.status().ToString());
   // A store of a new prefix with only layer 0 produced: reserved, never published.
-  const auto held = service_test::HeldTokens();
+  const auto held = testing::HeldTokens();
   const auto slots = (*fixture)->Slots(held.size(), 3);
-  Status filled = (*fixture)->Fill(held, 0, slots, service_test::kSeed);
+  Status filled = (*fixture)->Fill(held, 0, slots, testing::kSeed);
   if (!filled.ok()) return Fail(filled.ToString());
   StoreRequest sr;
-  sr.envelope = engine_testing::Envelope("held-store");
+  sr.envelope = testing::Envelope("held-store");
   sr.tokens = held;
   sr.kv = &(*fixture)->kv();
   sr.slot_mapping = slots;
@@ -148,7 +145,7 @@ int Hold(const std::string& socket) {
 }  // namespace
 
 int Gate(const std::string& socket, int slots, bool hangup) {
-  auto fd = service_test::RawHello(socket);
+  auto fd = testing::RawHello(socket);
   if (!fd.ok()) return Fail("gate: " + fd.status().ToString());
   Status sent =
       service::SendFrame(*fd, static_cast<uint16_t>(service::MessageType::kAttachReadGate), {});
@@ -175,8 +172,7 @@ int Gate(const std::string& socket, int slots, bool hangup) {
 // Holds an embedded engine open on DIR (misuse_test: a second opener must fail, naming this
 // process; after SIGKILL the kernel releases the store's lock).
 int Open(const std::string& dir) {
-  EngineOptions o = engine_testing::SmallOptions(dir, service_test::Model(), service_test::kW,
-                                                 service_test::kPacks);
+  EngineOptions o = testing::SmallOptions(dir, testing::Model(), testing::kW, testing::kPacks);
   auto e = Engine::Open(o);
   if (!e.ok()) return Fail("open: " + e.status().ToString());
   std::printf("OPEN\n");

@@ -19,25 +19,25 @@
 #include <cstring>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "persist/identity_record.h"
 #include "persist/store_layout.h"
 #include "service/service_test_shapes.h"
 #include "service_proto/unix_socket.h"
+#include "testing/engine_fixture.h"
 #include "testing/temp_dir.h"
 
 namespace rangekv::service {
 namespace {
 
-using engine_testing::Envelope;
-using engine_testing::KvFixture;
-using engine_testing::RestoreAndVerify;
-using engine_testing::StoreAll;
-using service_test::ClientOptions;
-using service_test::ClientTokens;
-using service_test::kGranularity;
-using service_test::kSeed;
-using service_test::RawHello;
+using testing::ClientOptions;
+using testing::ClientTokens;
+using testing::Envelope;
+using testing::kGranularity;
+using testing::kSeed;
+using testing::KvFixture;
+using testing::RawHello;
+using testing::RestoreAndVerify;
+using testing::StoreAll;
 
 template <typename Pred>
 bool Eventually(Pred pred, int seconds = 60) {
@@ -412,7 +412,7 @@ TEST_F(ServiceTest, SigkilledClientIsReclaimedAndOthersAreUnaffected) {
   }));
   EXPECT_EQ(service_->stats().sessions_reclaimed, 1u);
   // Nothing the holder was writing became visible; its prefix stores and restores cleanly now.
-  const auto held = service_test::HeldTokens();
+  const auto held = testing::HeldTokens();
   auto miss = a.Lookup(Envelope("after"), held, kGranularity);
   ASSERT_TRUE(miss.ok());
   EXPECT_EQ(miss->hit_tokens, 0u);

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine_test_util.h"
 #include "service_proto/protocol.h"
 #include "service_proto/unix_socket.h"
+#include "testing/engine_fixture.h"
 
-namespace rangekv::service_test {
+namespace rangekv::testing {
 
 // 4 layers, 2 heads x 16 x bf16: s = 128 bytes; W = 8 KiB: T = 64 tokens per stripe.
 inline constexpr uint64_t kW = 8192;
@@ -21,11 +21,11 @@ inline constexpr uint64_t kSeed = 11;
 inline constexpr uint64_t kGranularity = 16;
 inline constexpr uint64_t kPacks = 32;
 
-inline ModelSpec Model() { return engine_testing::SmallModel(4, 2, 16); }
+inline ModelSpec Model() { return testing::SmallModel(4, 2, 16); }
 
 inline EngineOptions ClientOptions(const std::string& socket,
                                    const std::string& tenant = "default") {
-  EngineOptions o = engine_testing::SmallOptions("", Model(), kW, kPacks);
+  EngineOptions o = testing::SmallOptions("", Model(), kW, kPacks);
   o.store_service = "unix://" + socket;
   o.tenant = tenant;
   return o;
@@ -33,13 +33,13 @@ inline EngineOptions ClientOptions(const std::string& socket,
 
 // Client c's prefix: 3 packs + 10 tokens shared by every client, then 2 packs + 5 of its own.
 inline std::vector<int32_t> ClientTokens(int client) {
-  std::vector<int32_t> t = engine_testing::RandomTokens(3 * kT + 10, 1000);
-  const auto tail = engine_testing::RandomTokens(2 * kT + 5, 2000 + client);
+  std::vector<int32_t> t = testing::RandomTokens(3 * kT + 10, 1000);
+  const auto tail = testing::RandomTokens(2 * kT + 5, 2000 + client);
   t.insert(t.end(), tail.begin(), tail.end());
   return t;
 }
 
-inline std::vector<int32_t> HeldTokens() { return engine_testing::RandomTokens(2 * kT, 9999); }
+inline std::vector<int32_t> HeldTokens() { return testing::RandomTokens(2 * kT, 9999); }
 
 // A session opened by hand (no engine): Hello for Model(), the passed pack descriptor closed.
 // Returns the connected socket.
@@ -62,4 +62,4 @@ inline Result<int> RawHello(const std::string& socket) {
   return fd;
 }
 
-}  // namespace rangekv::service_test
+}  // namespace rangekv::testing

@@ -1,4 +1,5 @@
-// Test helpers for the engine's end-to-end tests (linked by tests only).
+// Fixtures for the engine's end-to-end tests (library rangekv_engine_testing; linked by tests
+// and test drivers only).
 //
 //   - SmallModel / SmallOptions: geometries with small stripes so the real pipeline runs with
 //     real bytes in milliseconds, and pools sized for a 2-core CI machine.
@@ -6,32 +7,23 @@
 //     rows with canonical bytes (a pure function of seed, layer, path position and token id)
 //     through chosen slots, and compares them back bit for bit.
 //   - StoreAll / RestoreAndVerify: drive one store / one restore through the public API.
-//   - JitterEnv: an Env whose reads and writes each sleep a seeded random delay first.
-//   - GateEnv: an Env whose reads block while its gate is closed (a sync point: tests hold
-//     reads in flight without sleeping), counting the readers it holds.
-//   - PayloadFreeEnv and CountOnlyDevice: a file seam that keeps only file headers and a device
-//     whose kernels validate their arguments but move nothing. With them the whole pipeline runs
-//     at the paper's full 6 GiB geometry with no payload bytes, so its work-unit counters can be
-//     asserted at full size.
 //
-// Thread-safety: GateEnv, PayloadFreeEnv and CountOnlyDevice are thread-safe; the fixtures are
-// used by one thread at a time.
+// The file seams and the device the engine's tests inject are beside it in testing/:
+// gate_env.h, jitter_env.h, payload_free_env.h, count_only_device.h.
+//
+// Thread-safety: the fixtures are used by one thread at a time.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "base/thread_annotations.h"
-#include "device/device.h"
 #include "rangekv/engine.h"
 #include "rangekv/env.h"
 
-namespace rangekv::engine_testing {
+namespace rangekv::testing {
 
 // L layers of H kv heads x D elements of `dtype_bytes` (s = 2 x H x D x dtype_bytes), or MLA
 // with `mla_latent` elements when non-zero.
@@ -131,103 +123,4 @@ Result<RestoreResult> RestoreAndVerify(Engine& engine, KvFixture& fixture,
 
 RequestEnvelope Envelope(const std::string& request_id, uint32_t attempt = 0);
 
-// ---- file seams and devices ---------------------------------------------------------------
-
-// Wraps `base`. While closed, every ReadAt (or WriteAt, per `op`) on a file whose path ends
-// with `suffix` and whose range overlaps [offset, offset + length) blocks at the gate.
-class GateEnv final : public EnvWrapper {
- public:
-  enum class Op : uint8_t { kRead, kWrite };
-  GateEnv(Env* base, std::string suffix, Op op = Op::kRead, uint64_t offset = 0,
-          uint64_t length = UINT64_MAX)
-      : EnvWrapper(base), suffix_(std::move(suffix)), op_(op), offset_(offset), length_(length) {}
-
-  void Close();
-  void Open();
-  // Blocks until at least `n` readers are held at the closed gate.
-  void WaitHeld(uint32_t n);
-  uint32_t held() const;
-
-  Result<std::unique_ptr<File>> OpenFile(const std::string& path,
-                                         const FileOptions& options) override;
-  Result<std::unique_ptr<File>> CreateFile(const std::string& path,
-                                           const FileOptions& options) override;
-
- private:
-  friend class GatedFile;
-  void Pass(const std::string& path, Op op, uint64_t offset, uint64_t size);
-  Result<std::unique_ptr<File>> Wrap(const std::string& path, Result<std::unique_ptr<File>> f);
-
-  std::string suffix_;
-  Op op_;
-  uint64_t offset_;
-  uint64_t length_;
-  mutable Mutex mu_;
-  CondVar cv_;
-  bool closed_ GUARDED_BY(mu_) = false;
-  uint32_t held_ GUARDED_BY(mu_) = 0;
-};
-
-// Wraps `base`: every ReadAt / WriteAt first sleeps a seeded pseudo-random 0..max_delay_us
-// (a function of the seed and the op's sequence number). Not a sync point: it widens the windows
-// in which concurrent requests interleave, so a stress test meets many orders; tests that use it
-// assert outcomes, never timing.
-class JitterEnv final : public EnvWrapper {
- public:
-  JitterEnv(Env* base, uint64_t seed, uint32_t max_delay_us)
-      : EnvWrapper(base), seed_(seed), max_delay_us_(max_delay_us) {}
-
-  Result<std::unique_ptr<File>> OpenFile(const std::string& path,
-                                         const FileOptions& options) override;
-  Result<std::unique_ptr<File>> CreateFile(const std::string& path,
-                                           const FileOptions& options) override;
-  void Delay();
-
- private:
-  const uint64_t seed_;
-  const uint32_t max_delay_us_;
-  std::atomic<uint64_t> ops_{0};
-};
-
-// An in-memory Env that keeps the first kKeptBytes of each file (headers) and drops payload:
-// writes beyond succeed and store nothing, reads beyond succeed and leave the buffer untouched.
-class PayloadFreeEnv final : public Env {
- public:
-  static constexpr uint64_t kKeptBytes = 64 * 1024;
-
-  Result<std::unique_ptr<File>> OpenFile(const std::string& path,
-                                         const FileOptions& options) override;
-  Result<std::unique_ptr<File>> CreateFile(const std::string& path,
-                                           const FileOptions& options) override;
-  Status RenameFile(const std::string& from, const std::string& to) override;
-  Status DeleteFile(const std::string& path) override;
-  bool FileExists(const std::string& path) override;
-  Status CreateDir(const std::string&) override { return OkStatus(); }
-  Status SyncDir(const std::string&) override { return OkStatus(); }
-  // In memory: the store directory and its files always read as this user's, owner-only.
-  Result<PathInfo> Stat(const std::string& path) override;
-  Status SetPermissions(const std::string&, uint32_t) override { return OkStatus(); }
-  // In memory too: a lock is a name in a set while its FileLock lives.
-  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path, const std::string& holder,
-                                             uint32_t permissions) override;
-  Result<std::optional<std::string>> LockHolder(const std::string& path) override;
-
-  struct FileState {
-    Mutex mu;
-    uint64_t size GUARDED_BY(mu) = 0;
-    std::vector<uint8_t> head GUARDED_BY(mu);
-  };
-
- private:
-  Mutex mu_;
-  std::map<std::string, std::shared_ptr<FileState>> files_ GUARDED_BY(mu_);
-  std::shared_ptr<std::map<std::string, std::string>> locks_ =
-      std::make_shared<std::map<std::string, std::string>>();  // path -> holder, under mu_
-};
-
-// A device that is `inner` (a HostDevice) except that Scatter and Gather validate their
-// arguments and move nothing, and Digest validates its arguments and writes 0 for every span.
-// Banks and paged KV are never touched by a kernel.
-Result<std::unique_ptr<Device>> MakeCountOnlyDevice();
-
-}  // namespace rangekv::engine_testing
+}  // namespace rangekv::testing

@@ -1,4 +1,4 @@
-#include "persist/persist_test_util.h"
+#include "testing/tiny_store.h"
 
 #include <string>
 #include <vector>
@@ -6,82 +6,7 @@
 #include "base/check.h"
 #include "persist/store_layout.h"
 
-namespace rangekv::persist::testing {
-
-// ---- DirJournalEnv ----------------------------------------------------------------------------
-
-std::vector<std::string> DirJournalEnv::Pending() const {
-  std::vector<std::string> out;
-  for (const Op& op : ops_) {
-    switch (op.kind) {
-      case Op::Kind::kCreate:
-        out.push_back("create " + op.a);
-        break;
-      case Op::Kind::kRename:
-        out.push_back("rename " + op.a + " -> " + op.b);
-        break;
-      case Op::Kind::kDelete:
-        out.push_back("delete " + op.a);
-        break;
-    }
-  }
-  return out;
-}
-
-Result<std::unique_ptr<File>> DirJournalEnv::CreateFile(const std::string& path,
-                                                        const FileOptions& options) {
-  Result<std::unique_ptr<File>> f = target()->CreateFile(path, options);
-  if (f.ok()) ops_.push_back({Op::Kind::kCreate, path, "", std::nullopt});
-  return f;
-}
-
-Status DirJournalEnv::RenameFile(const std::string& from, const std::string& to) {
-  std::optional<std::string> saved;
-  if (target()->FileExists(to)) {
-    RANGEKV_ASSIGN_OR_RETURN(std::string old, target()->ReadSmallFile(to, 64 << 20));
-    saved = std::move(old);
-  }
-  RANGEKV_RETURN_IF_ERROR(target()->RenameFile(from, to));
-  ops_.push_back({Op::Kind::kRename, from, to, std::move(saved)});
-  return OkStatus();
-}
-
-Status DirJournalEnv::DeleteFile(const std::string& path) {
-  Result<std::string> contents = target()->ReadSmallFile(path, 64 << 20);
-  RANGEKV_RETURN_IF_ERROR(target()->DeleteFile(path));
-  ops_.push_back({Op::Kind::kDelete, path, "",
-                  contents.ok() ? std::optional<std::string>(*contents) : std::string()});
-  return OkStatus();
-}
-
-Status DirJournalEnv::SyncDir(const std::string& dir) {
-  RANGEKV_RETURN_IF_ERROR(target()->SyncDir(dir));
-  ops_.clear();  // tests keep every file in one directory
-  return OkStatus();
-}
-
-Status DirJournalEnv::Crash(uint64_t keep_mask) {
-  for (size_t i = ops_.size(); i-- > 0;) {
-    if (keep_mask & (uint64_t{1} << i)) continue;
-    const Op& op = ops_[i];
-    switch (op.kind) {
-      case Op::Kind::kCreate:
-        if (target()->FileExists(op.a)) RANGEKV_RETURN_IF_ERROR(target()->DeleteFile(op.a));
-        break;
-      case Op::Kind::kRename:
-        if (target()->FileExists(op.b)) RANGEKV_RETURN_IF_ERROR(target()->RenameFile(op.b, op.a));
-        if (op.saved) RANGEKV_RETURN_IF_ERROR(target()->WriteSmallFile(op.b, *op.saved, true));
-        break;
-      case Op::Kind::kDelete:
-        RANGEKV_RETURN_IF_ERROR(target()->WriteSmallFile(op.a, op.saved.value_or(""), true));
-        break;
-    }
-  }
-  ops_.clear();
-  return OkStatus();
-}
-
-// ---- tiny store -------------------------------------------------------------------------------
+namespace rangekv::testing {
 
 Geometry TinyGeometry() {
   ModelSpec spec;
@@ -111,9 +36,9 @@ std::vector<int32_t> Tokens(uint64_t n, int32_t first) {
 }
 
 Result<TinyStore> TinyStore::Open(Env* env, const std::string& dir, bool create,
-                                  const PersistenceOptions& base_options, uint32_t pack_count,
-                                  uint64_t salt) {
-  const StorePaths paths(dir);
+                                  const persist::PersistenceOptions& base_options,
+                                  uint32_t pack_count, uint64_t salt) {
+  const persist::StorePaths paths(dir);
   TinyStore s;
   if (create) {
     PackCreateOptions co;
@@ -127,24 +52,25 @@ Result<TinyStore> TinyStore::Open(Env* env, const std::string& dir, bool create,
     RANGEKV_ASSIGN_OR_RETURN(PackFile p, PackFile::Open(env, paths.pack(), e));
     s.pack.emplace(std::move(p));
   }
-  PersistenceOptions o = base_options;
+  persist::PersistenceOptions o = base_options;
   o.directory = DirectoryOptions::ForGeometry(s.pack->geometry(),
                                               static_cast<uint32_t>(s.pack->pack_count()));
   if (o.digest_block_tokens == 0) o.digest_block_tokens = 16;
   RANGEKV_ASSIGN_OR_RETURN(
       s.index,
-      OpenIndex(env, dir, *s.pack, create ? PackOrigin::kCreated : PackOrigin::kOpened, o));
+      persist::OpenIndex(env, dir, *s.pack,
+                         create ? persist::PackOrigin::kCreated : persist::PackOrigin::kOpened, o));
   return s;
 }
 
 Status TinyStore::Store(const NamespaceId& ns, std::span<const int32_t> tokens) {
   RANGEKV_RETURN_IF_ERROR(index.persistence->MarkDirty());
   Directory& dir = *index.directory;
-  DigestTable& digests = *index.digests;
+  persist::DigestTable& digests = *index.digests;
   RANGEKV_ASSIGN_OR_RETURN(Reservation r, dir.Reserve(ns, tokens));
   if (r.outcome != ReserveOutcome::kReserved) return OkStatus();
   const Geometry& g = pack->geometry();
-  const DigestGeometry& dg = digests.geometry();
+  const persist::DigestGeometry& dg = digests.geometry();
   std::vector<uint8_t> stripe;
   std::vector<uint64_t> d;
   for (const PackRecord& rec : r.records) {
@@ -162,7 +88,7 @@ Status TinyStore::Store(const NamespaceId& ns, std::span<const int32_t> tokens) 
                                pack->file()->WriteAt(offset, stripe.data(), stripe.size()));
       if (n != stripe.size()) return Status(StatusCode::kShortTransfer, "test write");
       d.assign(dg.BlocksFor(rec.tokens), 0);
-      RANGEKV_RETURN_IF_ERROR(ComputeLayerDigests(dg, stripe.data(), rec.tokens, d));
+      RANGEKV_RETURN_IF_ERROR(persist::ComputeLayerDigests(dg, stripe.data(), rec.tokens, d));
       RANGEKV_RETURN_IF_ERROR(digests.RecordLayer(rec.pack_slot, rec.generation, l, d));
     }
     RANGEKV_RETURN_IF_ERROR(digests.CheckComplete(rec.pack_slot, rec.generation));
@@ -181,7 +107,7 @@ Result<uint64_t> TinyStore::Restore(const NamespaceId& ns, std::span<const int32
   std::vector<uint8_t> buf;
   for (const PackRecord& rec : claimed.records) {
     for (uint32_t l = 0; l < g.layers && result.ok(); ++l) {
-      Result<VerifyPlan> plan = index.digests->PlanVerify(
+      Result<persist::VerifyPlan> plan = index.digests->PlanVerify(
           rec.pack_slot, rec.generation, rec.pack_token_offset, rec.pack_token_offset + rec.tokens);
       if (!plan.ok()) {
         result = plan.status();
@@ -218,4 +144,4 @@ Status TinyStore::SaveClean() {
   return index.persistence->SaveClean(*pack, *index.directory, *index.digests);
 }
 
-}  // namespace rangekv::persist::testing
+}  // namespace rangekv::testing

@@ -41,6 +41,7 @@ gpu_init() {
   start=$(date +%s)
   status=0
   built=0
+  bench_pin=()
 }
 
 note() { echo "$*" | tee -a "$sum"; }
@@ -162,7 +163,7 @@ step() {
 bench() {
   local name=$1 to=$2
   shift 2
-  step "$name" "$to" "$rkv" bench "$@" --json "$work/$name.json"
+  step "$name" "$to" "${bench_pin[@]}" "$rkv" bench "$@" --json "$work/$name.json"
   grep -E "^(point|[0-9]+(-LW|-TP)? |(embedded|service|svc-thrd) |N=[0-9]+: best|(method|ceiling|best-ceil|posix|uring) )|rangekv: medians|/ best ceiling|per-object /|checksum cost|journal cost|check:|MISSED|worst median ratio|where the service" \
     "$work/$name.txt" 2>/dev/null | cut -c1-170 | sed 's/^/  /' | head -40 | tee -a "$sum"
 }

@@ -41,7 +41,10 @@
 #               .gpu/weed/weed.xz: xz -c "$(command -v weed)" > .gpu/weed/weed.xz) and Debian's
 #               redis-server (in .deb) on 127.0.0.1, then bench remote restoring into CUDA
 #               memory (REMOTE_POINTS, default 192,6144,6144-LW,327680; the per-object model up
-#               to 6,144 objects), then the same on the host device (REMOTE_DEVICES)
+#               to 6,144 objects), then the same on the host device (REMOTE_DEVICES);
+#               REMOTE_CPUS (a taskset list, e.g. 0,1) pins the servers and the bench to
+#               those cores (0,1 stands in for the 2-vCPU dev VM); REMOTE_VARIANTS, ';'-separated
+#               sets of extra bench arguments, runs the bench once per set
 #   list        these names
 # Environment (all optional): OUT where the files come back (default ./out/gpu: gpu.tgz with
 # every log, table and JSON, and summary.txt), BUDGET (540 s), ROUNDS (3), REPS (5),
@@ -191,18 +194,34 @@ suite_remote() {
     fi
   fi
   rm -rf "$servers"
-  RANGEKV_WEED=$weed step remote_servers 60 bash testing/remote/servers.sh start "$servers" || return
+  local pin=() # children inherit the affinity: the servers and the bench share these cores
+  [ -z "${REMOTE_CPUS:-}" ] || { pin=(taskset -c "$REMOTE_CPUS"); note "pinned to cores $REMOTE_CPUS"; }
+  RANGEKV_WEED=$weed step remote_servers 60 "${pin[@]}" bash testing/remote/servers.sh start \
+    "$servers" || return
   # shellcheck source=/dev/null
   . "$servers/env"
-  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION
+  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION RANGEKV_TEST_WEED_PID \
+    RANGEKV_TEST_REDIS_PID
   rm -rf "$shm" && mkdir -p "$shm"
+  local variants i=0 v
+  IFS=';' read -r -a variants <<<"${REMOTE_VARIANTS:-}"
+  ((${#variants[@]})) || variants=("")
+  bench_pin=("${pin[@]}")
   for dev in ${REMOTE_DEVICES:-cuda host}; do
-    bench "remote_$dev" 240 remote --device "$dev" --dir "$shm" \
-      --remote "s3://$RANGEKV_TEST_S3_BUCKET/gpu-$dev" --remote-endpoint "$RANGEKV_TEST_S3_ENDPOINT" \
-      --directory "$RANGEKV_TEST_REDIS" --tokens 49152 --reps 3 \
-      --points "${REMOTE_POINTS:-192,6144,6144-LW,327680}" --per-object-max 6144
-    grep -E "^local hit" "$work/remote_$dev.txt" | cut -c1-170 | sed 's/^/  /' | tee -a "$sum"
+    for v in "${variants[@]}"; do
+      local name="remote_$dev" extra=()
+      ((${#variants[@]} == 1)) || name="remote_${dev}_$((i++))"
+      read -r -a extra <<<"$v"
+      [ -z "$v" ] || note "$name: $v"
+      bench "$name" 240 remote --device "$dev" --dir "$shm" \
+        --remote "s3://$RANGEKV_TEST_S3_BUCKET/gpu-$dev" \
+        --remote-endpoint "$RANGEKV_TEST_S3_ENDPOINT" --directory "$RANGEKV_TEST_REDIS" \
+        --tokens 49152 --reps "${REPS:-3}" --points "${REMOTE_POINTS:-192,6144,6144-LW,327680}" \
+        --per-object-max 6144 "${extra[@]}"
+      grep -E "^local hit" "$work/$name.txt" | cut -c1-170 | sed 's/^/  /' | tee -a "$sum"
+    done
   done
+  bench_pin=()
   bash testing/remote/servers.sh stop "$servers"
   cp "$servers"/*.log "$work/" 2>/dev/null
   rm -rf "$shm" "$servers"

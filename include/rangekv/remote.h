@@ -34,8 +34,10 @@ struct RemoteTierOptions {
   // Bound on one stripe's ranged GETs; past it the stripe fails closed (its tokens are
   // recomputed).
   uint32_t read_timeout_ms = 10000;
-  // Bytes per ranged GET: a stripe span is fetched as ceil(span / get_bytes) GETs in parallel
-  // (0 = one GET per span). [0] or [64 KiB, 1 GiB].
+  // Bytes per ranged GET. 0: one GET carries the consecutive layers of a run that share a
+  // multipart part of its object (up to 4 stripe spans, each landing in its own read bank), or
+  // one span. Otherwise a stripe span is fetched as ceil(span / get_bytes) GETs in parallel.
+  // [0] or [64 KiB, 1 GiB].
   uint64_t get_bytes = 0;
   // Sockets to the object store in all, and threads driving them.
   uint32_t connections = 32;

@@ -65,6 +65,15 @@ EngineOptions NodeOptions(testing::RemoteServers* s, const std::string& dir,
   return o;
 }
 
+// Node options with banks enough for a GET to carry all 4 layers of a run (SmallOptions keeps
+// 4 banks, 3 of them for lookup-time prefetch).
+EngineOptions RidingOptions(testing::RemoteServers* s, const std::string& dir) {
+  EngineOptions o = NodeOptions(s, dir);
+  o.tuning.read_banks = 8;
+  o.tuning.prefetch_banks = 7;
+  return o;
+}
+
 remote::Publisher* PublisherOf(Engine& e) { return EngineAccess::Core(e).store().publisher(); }
 
 // Node A stores `tokens` and waits until its packs are published.
@@ -218,6 +227,109 @@ TEST(EngineRemote, TamperedObjectIsNeverDeliveredAndQuarantined) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->hit_tokens, 128u);
   (*b)->ReleaseRequest(Envelope("b2"));
+}
+
+TEST(EngineRemote, OneRunRidesOneGetPerPartBitExact) {
+  REQUIRE_SERVERS();
+  ::rangekv::testing::TempDir dir;
+  // 128 tokens: one pack, one run; its 4 layers lie one stripe pitch apart in the object,
+  // inside one 5 MiB part.
+  const auto tokens = RandomTokens(128, 12);
+  auto a = Engine::Open(NodeOptions(servers, dir.Join("a")));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  StoreAndPublish(**a, tokens, 13);
+  ASSERT_EQ((*a)->remote_stats().packs_published, 1u);
+  auto b = Engine::Open(RidingOptions(servers, dir.Join("b")));
+  ASSERT_TRUE(b.ok());
+  auto fb = KvFixture::Make(**b, KvCacheLayout::kFlashAttnNhd, 256);
+  ASSERT_TRUE(fb.ok());
+  auto r = RestoreAndVerify(**b, **fb, Envelope("b1"), tokens, 16, 13, 3,
+                            testing::WaitMode::kEveryLayer);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookup.hit_tokens, 112u);
+  EXPECT_TRUE(r->outcome.failed.empty());
+  EXPECT_EQ(r->outcome.delivered_tokens, 112u);
+  EXPECT_EQ(r->mismatches, 0u);
+  // One GET carried the 4 layers, each into its own bank, each verified on its own.
+  EXPECT_EQ((*b)->remote_stats().gets, 1u);
+  EXPECT_EQ((*b)->remote_stats().verified_spans, 4u);
+  EXPECT_EQ((*b)->remote_stats().get_bytes, 4u * 128 * 512);
+
+  // get_bytes set: every span is cut into GETs of that size and none rides another's.
+  EngineOptions oc = RidingOptions(servers, dir.Join("c"));
+  oc.remote.get_bytes = 64 << 10;
+  auto c = Engine::Open(oc);
+  ASSERT_TRUE(c.ok());
+  auto fc = KvFixture::Make(**c, KvCacheLayout::kFlashAttnNhd, 256);
+  ASSERT_TRUE(fc.ok());
+  auto rc = RestoreAndVerify(**c, **fc, Envelope("c1"), tokens, 16, 13, 4);
+  ASSERT_TRUE(rc.ok()) << rc.status().ToString();
+  EXPECT_EQ(rc->mismatches, 0u);
+  EXPECT_TRUE(rc->outcome.failed.empty());
+  EXPECT_EQ((*c)->remote_stats().gets, 4u);
+}
+
+TEST(EngineRemote, ARidingGetDropsThePitchPaddingBetweenLayers) {
+  REQUIRE_SERVERS();
+  ::rangekv::testing::TempDir dir;
+  // 101 tokens: one pack; a layer's 51,712 bytes sit in a 53,248-byte pitch (rounded to 4,096),
+  // so one GET reads 1,536 bytes of padding between layers and drops them.
+  const auto tokens = RandomTokens(101, 14);
+  auto a = Engine::Open(NodeOptions(servers, dir.Join("a")));
+  ASSERT_TRUE(a.ok());
+  StoreAndPublish(**a, tokens, 15);
+  auto b = Engine::Open(RidingOptions(servers, dir.Join("b")));
+  ASSERT_TRUE(b.ok());
+  auto fb = KvFixture::Make(**b, KvCacheLayout::kFlashAttnNhd, 256);
+  ASSERT_TRUE(fb.ok());
+  auto r =
+      RestoreAndVerify(**b, **fb, Envelope("b1"), tokens, 4, 15, 3, testing::WaitMode::kEveryLayer);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookup.hit_tokens, 100u);
+  EXPECT_TRUE(r->outcome.failed.empty());
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ((*b)->remote_stats().gets, 1u);
+  EXPECT_EQ((*b)->remote_stats().get_bytes, 3u * 53248 + 51712);
+}
+
+TEST(EngineRemote, TamperedLayerInARidingGetIsNeverDelivered) {
+  REQUIRE_SERVERS();
+  ::rangekv::testing::TempDir dir;
+  const auto tokens = RandomTokens(128, 16);
+  auto a = Engine::Open(NodeOptions(servers, dir.Join("a")));
+  ASSERT_TRUE(a.ok());
+  StoreAndPublish(**a, tokens, 17);
+  auto clients =
+      remote::ConnectRemote(NodeOptions(servers, "").remote, "default", (*a)->namespace_id());
+  ASSERT_TRUE(clients.ok());
+  const auto& c = **clients;
+  std::string next;
+  auto listed = c.s3->ListObjects(c.scope.bucket, c.scope.PacksPrefix(), "", &next,
+                                  remote::DeadlineIn(milliseconds(5000)));
+  ASSERT_TRUE(listed.ok());
+  std::string victim;
+  for (const auto& o : *listed) {
+    if (!o.key.ends_with(".manifest")) victim = o.key;
+  }
+  ASSERT_FALSE(victim.empty());
+  auto bytes =
+      c.s3->GetObject(c.scope.bucket, victim, 64 << 20, remote::DeadlineIn(milliseconds(5000)));
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[2 * 65536 + 777] ^= 0x01;  // layer 2 of the 4 one GET carries
+  ASSERT_TRUE(
+      c.s3->PutObject(c.scope.bucket, victim, *bytes, remote::DeadlineIn(milliseconds(5000))).ok());
+
+  auto b = Engine::Open(RidingOptions(servers, dir.Join("b")));
+  ASSERT_TRUE(b.ok());
+  auto fb = KvFixture::Make(**b, KvCacheLayout::kFlashAttnNhd, 256);
+  auto r = RestoreAndVerify(**b, **fb, Envelope("b1"), tokens, 16, 17, 5);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookup.hit_tokens, 112u);
+  ASSERT_FALSE(r->outcome.failed.empty());  // the run's tokens fail: layer 2 cannot be served
+  EXPECT_EQ(r->outcome.delivered_tokens, 0u);
+  EXPECT_EQ(r->mismatches, 0u);
+  EXPECT_EQ((*b)->remote_stats().gets, 1u);
+  EXPECT_GE((*b)->remote_stats().quarantined, 1u);
 }
 
 TEST(EngineRemote, LeaseHeldRefusesGcAndCapacityRetiresLeastRecentlyUsed) {

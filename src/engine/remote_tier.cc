@@ -430,33 +430,76 @@ Status RemoteTier::PlanSpans(std::span<const RemoteRecord> records, TokenInterva
   return OkStatus();
 }
 
-Status RemoteTier::Read(const Span& span, uint8_t* buf, uint64_t* gets) {
+uint32_t RemoteTier::SpansPerGet(const Span& first) const {
+  if (clients_->options.get_bytes != 0) return 1;
+  auto pack = Find(first.pack_slot);
+  if (pack == nullptr || pack->manifest.stripe_pitch == 0) return 1;
+  const remote::PackManifest& m = pack->manifest;
+  return static_cast<uint32_t>(
+      std::clamp<uint64_t>(m.part_bytes / m.stripe_pitch, 1, kMaxSpansPerGet));
+}
+
+bool RemoteTier::JoinsGet(const Span& first, const Span& prev, const Span& next) const {
+  if (next.file_index != kRemoteFileIndex || next.pack_slot != first.pack_slot ||
+      next.generation != first.generation) {
+    return false;
+  }
+  const uint64_t prev_end = prev.file_offset + prev.length_bytes;
+  if (next.file_offset < prev_end || next.file_offset - prev_end > kMaxGetGapBytes) return false;
+  auto pack = Find(first.pack_slot);
+  if (pack == nullptr || pack->manifest.part_bytes == 0) return false;
+  const uint64_t part = pack->manifest.part_bytes;
+  return (next.file_offset + next.length_bytes - 1) / part == first.file_offset / part;
+}
+
+Status RemoteTier::Read(std::span<const Span* const> spans, std::span<uint8_t* const> bufs,
+                        uint64_t* gets) {
   *gets = 0;
-  auto pack = Find(span.pack_slot);
+  if (spans.empty() || spans.size() != bufs.size()) return Internal("remote read of no span");
+  const Span& first = *spans[0];
+  auto pack = Find(first.pack_slot);
   if (pack == nullptr)
-    return NotFound("cluster-tier pack handle " + std::to_string(span.pack_slot));
+    return NotFound("cluster-tier pack handle " + std::to_string(first.pack_slot));
   if (pack->bad.load(std::memory_order_acquire)) {
     return Corruption("cluster-tier object " + pack->object_id + " failed its digests");
   }
   const remote::RemoteClients& c = *clients_;
-  const uint64_t piece = c.options.get_bytes == 0 ? span.length_bytes : c.options.get_bytes;
-  const uint64_t n = (span.length_bytes + piece - 1) / piece;
-  std::vector<remote::S3Request> reqs(n);
-  std::vector<remote::S3Request*> batch(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    remote::S3Request& r = reqs[i];
+  std::vector<remote::S3Request> reqs;
+  if (spans.size() > 1) {  // one GET, each span's bytes into its own buffer
+    for (size_t i = 1; i < spans.size(); ++i) {
+      if (!JoinsGet(first, *spans[i - 1], *spans[i])) {
+        return Internal("remote spans that cannot share a GET");
+      }
+    }
+    remote::S3Request& r = reqs.emplace_back();
+    r.range_offset = first.file_offset;
+    r.range_length = spans.back()->file_offset + spans.back()->length_bytes - first.file_offset;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      r.segments.push_back({spans[i]->file_offset - first.file_offset,
+                            std::span<uint8_t>(bufs[i], spans[i]->length_bytes)});
+    }
+  } else {  // one span: ceil(span / get_bytes) GETs into its buffer
+    const uint64_t piece = c.options.get_bytes == 0 ? first.length_bytes : c.options.get_bytes;
+    const uint64_t n = (first.length_bytes + piece - 1) / piece;
+    reqs.resize(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      remote::S3Request& r = reqs[i];
+      r.range_offset = first.file_offset + i * piece;
+      r.range_length = std::min(piece, first.length_bytes - i * piece);
+      r.into = std::span<uint8_t>(bufs[0] + i * piece, r.range_length);
+    }
+  }
+  std::vector<remote::S3Request*> batch;
+  for (remote::S3Request& r : reqs) {
     r.bucket = c.scope.bucket;
     r.key = pack->key;
-    r.range_offset = span.file_offset + i * piece;
-    r.range_length = std::min(piece, span.length_bytes - i * piece);
-    r.into = std::span<uint8_t>(buf + i * piece, r.range_length);
-    batch[i] = &r;
+    batch.push_back(&r);
   }
-  *gets = n;
+  *gets = reqs.size();
   const Status s = c.s3->Execute(
       batch, SteadyClock::now() + std::chrono::milliseconds(c.options.read_timeout_ms));
   MutexLock l(stats_mu_);
-  stats_.gets += n;
+  stats_.gets += reqs.size();
   for (const auto& r : reqs) {
     stats_.get_bytes += r.bytes;
     if (!r.status.ok()) ++stats_.failed_gets;

@@ -111,8 +111,25 @@ class RemoteTier {
   Status PlanSpans(std::span<const RemoteRecord> records, TokenInterval tokens, uint32_t layers,
                    bool verify, std::vector<Span>* out) const;
 
-  // Reads a remote span into `buf` (span.length_bytes bytes). *gets: GETs issued.
-  Status Read(const Span& span, uint8_t* buf, uint64_t* gets);
+  // GETs and parts. With get_bytes == 0 a GET carries up to a multipart part: the spans of
+  // consecutive layers of one run lie one stripe pitch apart in the object, so the restore
+  // pipeline hands Read the spans one GET can carry together, each into its own read bank; an
+  // S3 server stores a part as a unit, and one GET per part costs it the least per byte
+  // (docs/scale-out.md "Measured"). With get_bytes > 0 each span is cut into GETs of that size.
+  //
+  // Spans one GET may carry, `first` leading (1 when get_bytes > 0 or first's pack is unknown).
+  uint32_t SpansPerGet(const Span& first) const;
+  // Whether `next` may ride the GET `first` leads, after `prev` (the group's last so far): the
+  // same object and generation, ascending, at most kMaxGetGapBytes of padding between prev and
+  // next, and next ending inside first's part.
+  bool JoinsGet(const Span& first, const Span& prev, const Span& next) const;
+  static constexpr uint64_t kMaxGetGapBytes = 64 << 10;
+  static constexpr uint32_t kMaxSpansPerGet = 4;
+
+  // Reads remote spans into their buffers (spans[i].length_bytes bytes into bufs[i]): one span
+  // as ceil(span / get_bytes) GETs, or spans a JoinsGet chain admitted as one GET (the padding
+  // between them read and dropped). *gets: GETs issued.
+  Status Read(std::span<const Span* const> spans, std::span<uint8_t* const> bufs, uint64_t* gets);
 
   // PayloadIntegrity's restore side for remote spans.
   Result<store::DigestBlocks> PlanVerify(const Span& span);

@@ -180,6 +180,17 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(
     jobs_.GiveBack(slot);
     return planned;
   }
+  // Cluster-tier spans ride GETs several layers at a time where consecutive stripes of the plan
+  // are consecutive layers of one run (one remote run per layer, nothing local; riders are
+  // taken in plan order): the lookahead window widens to match, so as many GETs stay in flight
+  // as with one span each.
+  uint32_t spans_per_get = 1;
+  if (context_.remote != nullptr && remote_spans.size() == slot->plan.size() &&
+      remote_spans.size() == layers_) {
+    for (const Span& s : remote_spans) {
+      spans_per_get = std::max(spans_per_get, context_.remote->SpansPerGet(s));
+    }
+  }
   auto job = std::make_shared<RestoreJob>(&mu_, id, std::move(request_id), tokens, slot);
 
   MutexLock l(mu_);
@@ -187,7 +198,7 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(
   st.hold = std::move(hold);
   st.claimed = claimed;
   st.progress.Reset(layers_, static_cast<uint32_t>(slot->plan.size() / layers_),
-                    context_.options->tuning.lookahead_layers,
+                    std::min(layers_, context_.options->tuning.lookahead_layers * spans_per_get),
                     context_.options->tuning.ablations.delivery);
   st.bank_of.assign(st.progress.stripes(), kNoBank);
   st.layer_status.assign(layers_, OkStatus());
@@ -516,11 +527,36 @@ bool RestorePipeline::PickRead(ReadPick* pick) {
     pick->job = job;
     pick->stripe = *stripe;
     pick->bank = *bank;
+    pick->riders = 0;
     jobs_.Served(k);
     ++reads_in_flight_;
+    AddRiders(*job, st, purpose, pick);
     return true;
   }
   return false;
+}
+
+void RestorePipeline::AddRiders(RestoreJob& job, RestoreJobState& st, BankPurpose purpose,
+                                ReadPick* pick) {
+  static_assert(ReadPick::kMaxRiders + 1 == RemoteTier::kMaxSpansPerGet);
+  const std::vector<Span>& plan = job.slot->plan;
+  const Span& first = plan[pick->stripe];
+  if (first.file_index != kRemoteFileIndex || context_.remote == nullptr) return;
+  const uint32_t most = std::min(context_.remote->SpansPerGet(first) - 1, ReadPick::kMaxRiders);
+  const Span* prev = &first;
+  while (pick->riders < most) {
+    const auto next = st.progress.NextToRead();
+    if (!next || !context_.remote->JoinsGet(first, *prev, plan[*next])) return;
+    const auto bank = jobs_.AcquireBank(purpose, &job.counters, &Counters::read_bank_acquisitions);
+    if (!bank) return;  // the GET goes with the spans it has
+    st.progress.Issue(*next);
+    if (!st.bound) Count(&job, &Counters::prefetched_stripes);
+    pick->rider_stripe[pick->riders] = *next;
+    pick->rider_bank[pick->riders] = *bank;
+    ++pick->riders;
+    ++reads_in_flight_;
+    prev = &plan[*next];
+  }
 }
 
 Status RestorePipeline::PrepareReads(const Span& span, uint8_t* buf, IoBatch& batch) const {
@@ -720,13 +756,26 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
     uint64_t bytes = 0;
     const uint64_t submit_ns = SteadyNs();
     Status status = OkStatus();
+    std::array<uint64_t, ReadPick::kMaxRiders> rider_bytes{};
     if (span.file_index == kRemoteFileIndex) {
-      // The cluster tier: ceil(span / get_bytes) ranged GETs in parallel into the same bank.
+      // The cluster tier: one GET for the span and its riders (consecutive layers of the
+      // object's part), or ceil(span / get_bytes) GETs in parallel into the same bank.
+      std::array<const Span*, ReadPick::kMaxRiders + 1> spans{&span};
+      std::array<uint8_t*, ReadPick::kMaxRiders + 1> bufs{buf};
+      for (uint32_t i = 0; i < pick.riders; ++i) {
+        spans[i + 1] = &pick.job->slot->plan[pick.rider_stripe[i]];
+        bufs[i + 1] = banks_[pick.rider_bank[i]].io_buffer();
+      }
       uint64_t gets = 0;
-      status = context_.remote != nullptr ? context_.remote->Read(span, buf, &gets)
-                                          : Internal("a remote span without a cluster tier");
+      status = context_.remote != nullptr
+                   ? context_.remote->Read(std::span(spans).first(pick.riders + 1),
+                                           std::span(bufs).first(pick.riders + 1), &gets)
+                   : Internal("a remote span without a cluster tier");
       Count(pick.job.get(), &Counters::native_reads, gets);
-      if (status.ok()) bytes = span.length_bytes;
+      if (status.ok()) {
+        bytes = span.length_bytes;
+        for (uint32_t i = 0; i < pick.riders; ++i) rider_bytes[i] = spans[i + 1]->length_bytes;
+      }
       Count(pick.job.get(), &Counters::restore_read_ns, SteadyNs() - submit_ns);
     } else {
       status = PrepareReads(span, buf, batch);
@@ -739,13 +788,26 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
       bytes = batch.bytes_moved();
       Count(pick.job.get(), &Counters::restore_read_ns, SteadyNs() - submit_ns);
     }
+    std::array<Status, ReadPick::kMaxRiders> rider_status;
+    rider_status.fill(status);
     if (status.ok() && verify_) {
       const uint64_t plan_start_ns = SteadyNs();
       status = PlanVerdict(span, banks_[pick.bank]);
+      for (uint32_t i = 0; i < pick.riders; ++i) {
+        rider_status[i] =
+            PlanVerdict(pick.job->slot->plan[pick.rider_stripe[i]], banks_[pick.rider_bank[i]]);
+      }
       Count(pick.job.get(), &Counters::restore_verify_ns, SteadyNs() - plan_start_ns);
     }
     MutexLock l(mu_);
     CompleteRead(pick, status, bytes);
+    for (uint32_t i = 0; i < pick.riders; ++i) {
+      ReadPick rider;
+      rider.job = pick.job;
+      rider.stripe = pick.rider_stripe[i];
+      rider.bank = pick.rider_bank[i];
+      CompleteRead(rider, rider_status[i], rider_bytes[i]);
+    }
   }
 }
 

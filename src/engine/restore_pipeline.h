@@ -50,6 +50,7 @@
 // stream; blocking waits (I/O, fences, events) never do.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -231,6 +232,12 @@ class RestorePipeline {
     std::shared_ptr<RestoreJob> job;
     uint32_t stripe = 0;
     uint32_t bank = 0;
+    // Cluster-tier stripes riding the same GET (RemoteTier::JoinsGet), each with its own bank
+    // (RemoteTier::kMaxSpansPerGet - 1 at most; checked in restore_pipeline.cc).
+    static constexpr uint32_t kMaxRiders = 3;
+    uint32_t riders = 0;
+    std::array<uint32_t, kMaxRiders> rider_stripe{};
+    std::array<uint32_t, kMaxRiders> rider_bank{};
   };
   struct FenceEntry {
     std::shared_ptr<RestoreJob> job;
@@ -245,6 +252,10 @@ class RestorePipeline {
   void Reaper();
 
   bool PickRead(ReadPick* pick) REQUIRES(mu_);
+  // Adds to a picked cluster-tier stripe the next stripes that can ride its GET, while banks of
+  // `purpose` are free.
+  void AddRiders(RestoreJob& job, RestoreJobState& st, BankPurpose purpose, ReadPick* pick)
+      REQUIRES(mu_);
   // Fills `batch` with the native reads of one stripe into `buf`.
   Status PrepareReads(const Span& span, uint8_t* buf, IoBatch& batch) const;
   // Verdict, read worker (no lock): plans the digest blocks of the stripe read into

@@ -107,6 +107,52 @@ TEST(S3Client, PutGetRangesListDelete) {
   EXPECT_LE(st.connections_opened, 16u);
 }
 
+TEST(S3Client, OneRangedGetLandsInSegmentsAndDropsTheGaps) {
+  REQUIRE_SERVERS();
+  auto s3 = MakeS3(servers);
+  ASSERT_NE(s3, nullptr);
+  const auto data = RandomBytes(1 << 20, 2);
+  const auto dl = DeadlineIn(milliseconds(20000));
+  ASSERT_TRUE(s3->PutObject(servers->bucket(), "t1/segments.bin", data, dl).ok());
+  // Bytes [1000, 1000 + 700000) in three buffers, with gaps of 4,000 and 1 byte dropped.
+  std::vector<uint8_t> a(300000, 0xee), b(200000, 0xee), c(195999, 0xee);
+  S3Request r;
+  r.bucket = servers->bucket();
+  r.key = "t1/segments.bin";
+  r.range_offset = 1000;
+  r.range_length = 700000;
+  r.segments = {{0, a}, {304000, b}, {504001, c}};
+  ASSERT_TRUE(s3->Execute(r, dl).ok()) << r.status.ToString();
+  EXPECT_EQ(r.bytes, 700000u);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), data.begin() + 1000));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), data.begin() + 305000));
+  EXPECT_TRUE(std::equal(c.begin(), c.end(), data.begin() + 505001));
+  // Segments out of order, overlapping, past the range, or beside `into`: refused, nothing sent.
+  const uint64_t sent = s3->stats().requests;
+  for (const std::vector<S3Request::Segment>& bad : std::vector<std::vector<S3Request::Segment>>{
+           {{304000, b}, {0, a}}, {{0, a}, {299999, b}}, {{600000, b}}}) {
+    S3Request x = r;
+    x.segments = bad;
+    EXPECT_EQ(s3->Execute(x, dl).code(), StatusCode::kInvalidArgument);
+  }
+  S3Request both = r;
+  both.into = a;
+  EXPECT_EQ(s3->Execute(both, dl).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s3->stats().requests, sent);
+  // The object shorter than the range: a short transfer, never a write past a segment.
+  std::vector<uint8_t> tail(8192, 0xee);
+  S3Request past;
+  past.bucket = servers->bucket();
+  past.key = "t1/segments.bin";
+  past.range_offset = data.size() - 4096;
+  past.range_length = 8192;
+  past.segments = {{0, std::span(tail).first(4096)}, {4096, std::span(tail).subspan(4096)}};
+  EXPECT_FALSE(s3->Execute(past, dl).ok());
+  EXPECT_TRUE(std::equal(tail.begin(), tail.begin() + 4096, data.end() - 4096));
+  EXPECT_TRUE(std::all_of(tail.begin() + 4096, tail.end(), [](uint8_t x) { return x == 0xee; }));
+  ASSERT_TRUE(s3->DeleteObject(servers->bucket(), "t1/segments.bin", dl).ok());
+}
+
 TEST(S3Client, MultipartUploadAppearsOnlyWhenCompleted) {
   REQUIRE_SERVERS();
   auto s3 = MakeS3(servers);

@@ -68,6 +68,21 @@ std::string Decode(std::string_view s) {
 
 Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 
+Status CheckSegments(const S3Request& r) {
+  if (r.segments.empty()) return OkStatus();
+  if (r.method != S3Method::kGet || r.range_length == 0 || !r.into.empty()) {
+    return InvalidArgument("S3 request segments need a ranged GET and no `into` buffer");
+  }
+  uint64_t at = 0;
+  for (const S3Request::Segment& s : r.segments) {
+    if (s.offset < at || s.into.size() > r.range_length - std::min(s.offset, r.range_length)) {
+      return InvalidArgument("S3 request segments overlap, descend or pass the range's end");
+    }
+    at = s.offset + s.into.size();
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string XmlText(std::string_view xml, std::string_view tag, size_t from, size_t* end) {
@@ -104,6 +119,7 @@ class S3Client::Driver {
     CURL* easy = nullptr;
     curl_slist* headers = nullptr;
     uint64_t upload_pos = 0;
+    size_t segment = 0;  // the segment OnWrite fills next
     bool overflow = false;
   };
 
@@ -151,7 +167,34 @@ class S3Client::Driver {
     auto* t = static_cast<Transfer*>(user);
     S3Request& r = *t->req;
     const uint64_t len = size * n;
-    if (!r.into.empty()) {
+    if (!r.segments.empty()) {
+      if (r.bytes + len > r.range_length) {
+        t->overflow = true;
+        return 0;
+      }
+      // The piece [pos, pos + len) of the range, copied where it meets the segments.
+      uint64_t pos = r.bytes;
+      const char* p = data;
+      const uint64_t end = r.bytes + len;
+      while (pos < end && t->segment < r.segments.size()) {
+        const S3Request::Segment& seg = r.segments[t->segment];
+        const uint64_t seg_end = seg.offset + seg.into.size();
+        if (pos >= seg_end) {
+          ++t->segment;
+          continue;
+        }
+        if (pos < seg.offset) {  // a gap: dropped
+          const uint64_t skip = std::min(end, seg.offset) - pos;
+          pos += skip;
+          p += skip;
+          continue;
+        }
+        const uint64_t k = std::min(end, seg_end) - pos;
+        std::memcpy(seg.into.data() + (pos - seg.offset), p, k);
+        pos += k;
+        p += k;
+      }
+    } else if (!r.into.empty()) {
       if (r.bytes + len > r.into.size()) {
         t->overflow = true;
         return 0;  // aborts the transfer: never write past the caller's buffer
@@ -278,9 +321,10 @@ class S3Client::Driver {
     const std::string what = std::string(MethodName(r.method)) + " " + r.bucket + "/" + r.key;
     Status s = OkStatus();
     if (t.overflow) {
-      s = OutOfRange(what + ": response larger than the " +
-                     std::to_string(r.into.empty() ? r.max_body_bytes : r.into.size()) +
-                     "-byte buffer");
+      const uint64_t room = !r.segments.empty() ? r.range_length
+                            : r.into.empty()    ? r.max_body_bytes
+                                                : r.into.size();
+      s = OutOfRange(what + ": response larger than the " + std::to_string(room) + "-byte buffer");
     } else if (code == CURLE_OPERATION_TIMEDOUT) {
       s = Unavailable(what + ": deadline passed (" + curl_easy_strerror(code) + ")");
     } else if (code != CURLE_OK) {
@@ -476,6 +520,9 @@ Status S3Client::Execute(std::span<S3Request* const> batch, Deadline deadline) {
   const size_t n = drivers_.size();
   std::vector<std::vector<std::unique_ptr<Driver::Transfer>>> per(n);
   const uint32_t first = next_driver_.fetch_add(1, std::memory_order_relaxed);
+  for (S3Request* r : batch) {
+    RANGEKV_RETURN_IF_ERROR(CheckSegments(*r));
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     S3Request& r = *batch[i];
     r.status = OkStatus();

@@ -68,6 +68,15 @@ struct S3Request {
   // Where a GET's body goes: into `into` (exactly range_length bytes for a ranged GET, at most
   // into.size() otherwise), or, when `into` is empty, into `body` (at most max_body_bytes).
   std::span<uint8_t> into;
+  // Or, for a ranged GET only: into several buffers (one GET landing in several read banks).
+  // Each segment takes the body bytes [offset, offset + into.size()) of the range; segments are
+  // ascending and disjoint; body bytes no segment covers (a small gap between two) are read and
+  // dropped. `into` must then be empty.
+  struct Segment {
+    uint64_t offset = 0;
+    std::span<uint8_t> into;
+  };
+  std::vector<Segment> segments;
   uint64_t max_body_bytes = 16u << 20;
   // A PUT or POST body (not copied).
   std::span<const uint8_t> upload;

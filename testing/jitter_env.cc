@@ -7,18 +7,9 @@
 #include <thread>
 #include <utility>
 
+#include "testing/split_mix.h"
+
 namespace rangekv::testing {
-
-namespace {
-
-uint64_t SplitMix(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 class JitterFile final : public FileWrapper {  // fd() -1: every op must pass the delay
  public:

@@ -42,10 +42,6 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-double Now() {
-  return std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count();
-}
-
 struct RemoteBenchConfig {
   std::string remote;  // s3://bucket/prefix
   std::string endpoint;
@@ -118,7 +114,7 @@ struct TimedRestore {
 };
 TimedRestore LookupAndRestore(Engine& e, const std::string& id, std::span<const int32_t> prompt,
                               uint64_t granularity, PagedKvSpace& kv) {
-  const double t0 = Now();
+  const double t0 = NowSeconds();
   LookupResult lr = Must(e.Lookup(Env(id), prompt, granularity), "lookup");
   RestoreRequest rq;
   rq.ticket = lr.ticket;
@@ -129,13 +125,13 @@ TimedRestore LookupAndRestore(Engine& e, const std::string& id, std::span<const 
   Must(h.BindSlots(kv.engine_kv(), std::span<const int64_t>(kv.slots()).first(lr.hit_tokens)),
        "bind");
   for (uint32_t l = 0; l < e.geometry().layers; ++l) Must(h.WaitLayer(l), "layer");
-  const double seconds = Now() - t0;
+  const double seconds = NowSeconds() - t0;
   Must(h.Finish().status, "restore");
   return {lr.hit_tokens, seconds};
 }
 
 void RunRemoteBench(const RemoteBenchConfig& c) {
-  const double wall0 = Now();
+  const double wall0 = NowSeconds();
   ModelSpec model;  // Llama-3.1-8B's KV, one rank of TP=8: s = 512 bytes
   model.model_id = "bench/llama-3.1-8b-tp8";
   model.layers = 32;
@@ -194,11 +190,11 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
     Must(h.Finish(StoreWait::kUntilVisible).status, "store on node A");
   }
   remote::Publisher* pub = engine_internal::EngineAccess::Core(*a).store().publisher();
-  const double pub0 = Now();
+  const double pub0 = NowSeconds();
   if (pub == nullptr || !pub->Flush(std::chrono::minutes(30))) {
     Fail("publishing", Internal("node A's uploads did not finish"));
   }
-  const double publish_s = Now() - pub0;
+  const double publish_s = NowSeconds() - pub0;
   const RemoteTierStats as = a->remote_stats();
   std::fprintf(stderr, "rangekv bench remote: published %llu packs (%s) in %.2f s\n",
                static_cast<unsigned long long>(as.packs_published),
@@ -244,13 +240,13 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
       }
       at += size;
     }
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     for (size_t i = 0; i < reqs.size(); i += conns) {  // `conns` at a time
       std::vector<remote::S3Request*> batch;
       for (size_t k = i; k < std::min(reqs.size(), i + conns); ++k) batch.push_back(&reqs[k]);
       Must(s3->Execute(batch, remote::DeadlineIn(std::chrono::minutes(5))), "ceiling GET");
     }
-    return static_cast<double>(object_bytes) / (1u << 30) / (Now() - t0);
+    return static_cast<double>(object_bytes) / (1u << 30) / (NowSeconds() - t0);
   };
   struct Cell {
     uint32_t conns;
@@ -410,7 +406,7 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
     std::vector<double> po_times;
     uint64_t po_rts = 0, po_gets = 0;
     for (uint32_t r = 0; r <= c.reps; ++r) {
-      const double t0 = Now();
+      const double t0 = NowSeconds();
       uint64_t lookup_rts = 0;
       std::vector<remote::RedisCommand> exists;
       for (size_t i = 0; i < sets.size(); i += 1024) {
@@ -442,7 +438,7 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
         }
         Must(clients->s3->Execute(batch, remote::DeadlineIn(std::chrono::minutes(10))), "GET");
       }
-      const double sec = Now() - t0;
+      const double sec = NowSeconds() - t0;
       if (r > 0) po_times.push_back(sec);
       po_rts = lookup_rts;
       po_gets = get_reqs.size();
@@ -503,7 +499,7 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   out["local_hit"] = {{"with_tier_s", with_tier}, {"without_tier_s", without_tier}};
   std::printf("ceiling: %u connections x %s GETs, %.2f GiB/s (grid of %zu cells)\n", best.conns,
               FormatBytes(best.piece).c_str(), best.gib_s, grid.size());
-  out["wall_s"] = Now() - wall0;
+  out["wall_s"] = NowSeconds() - wall0;
   if (!c.json.empty()) {
     std::FILE* f = std::fopen(c.json.c_str(), "w");
     if (f != nullptr) {

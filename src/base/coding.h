@@ -11,6 +11,8 @@
 //               stops at the first short read.
 //   Load* / Store*  fixed-offset access into a buffer the caller has already bounds-checked
 //               (a fixed-size header page).
+//   PutGeometry / GetGeometry  a Geometry's fields in one fixed order (the store service's
+//               messages and the cluster tier's manifests carry it).
 //
 // Thread-safety: plain values.
 #pragma once
@@ -20,6 +22,8 @@
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "rangekv/geometry.h"
 
 namespace rangekv::coding {
 
@@ -115,5 +119,27 @@ class ByteReader {
   size_t pos_ = 0;
   bool ok_ = true;
 };
+
+// 6 x u32 then 4 x u64 (56 bytes): layers, kv_heads_per_rank, head_size, mla_latent_size,
+// dtype_bytes, block_size, token_bytes, stripe_bytes, tokens_per_stripe, pack_bytes. Decoding
+// checks only that the bytes are there; the caller validates the values.
+inline void PutGeometry(ByteWriter& w, const Geometry& g) {
+  w.U32(g.layers);
+  w.U32(g.kv_heads_per_rank);
+  w.U32(g.head_size);
+  w.U32(g.mla_latent_size);
+  w.U32(g.dtype_bytes);
+  w.U32(g.block_size);
+  w.U64(g.token_bytes);
+  w.U64(g.stripe_bytes);
+  w.U64(g.tokens_per_stripe);
+  w.U64(g.pack_bytes);
+}
+[[nodiscard]] inline bool GetGeometry(ByteReader& r, Geometry* g) {
+  return r.U32(&g->layers) && r.U32(&g->kv_heads_per_rank) && r.U32(&g->head_size) &&
+         r.U32(&g->mla_latent_size) && r.U32(&g->dtype_bytes) && r.U32(&g->block_size) &&
+         r.U64(&g->token_bytes) && r.U64(&g->stripe_bytes) && r.U64(&g->tokens_per_stripe) &&
+         r.U64(&g->pack_bytes);
+}
 
 }  // namespace rangekv::coding

@@ -42,5 +42,38 @@ TEST(CodingTest, ReaderStopsAtTheEnd) {
   EXPECT_FALSE(r.Skip(1));
 }
 
+TEST(CodingTest, GeometryRoundTripsInFiftySixBytes) {
+  Geometry g;
+  g.layers = 32;
+  g.kv_heads_per_rank = 1;
+  g.head_size = 128;
+  g.mla_latent_size = 0;
+  g.dtype_bytes = 2;
+  g.block_size = 16;
+  g.token_bytes = 512;
+  g.stripe_bytes = 64ull << 20;
+  g.tokens_per_stripe = 131072;
+  g.pack_bytes = 2ull << 30;
+  ByteWriter w;
+  PutGeometry(w, g);
+  ASSERT_EQ(w.size(), 56u);
+  EXPECT_EQ(LoadU32(w.bytes().data()), 32u);                // layers first
+  EXPECT_EQ(LoadU64(w.bytes().data() + 48), g.pack_bytes);  // pack_bytes last
+  Geometry back;
+  ByteReader r(w.bytes());
+  ASSERT_TRUE(GetGeometry(r, &back));
+  EXPECT_EQ(r.remaining(), 0u);
+  EXPECT_EQ(back.layers, g.layers);
+  EXPECT_EQ(back.head_size, g.head_size);
+  EXPECT_EQ(back.token_bytes, g.token_bytes);
+  EXPECT_EQ(back.stripe_bytes, g.stripe_bytes);
+  EXPECT_EQ(back.tokens_per_stripe, g.tokens_per_stripe);
+  EXPECT_EQ(back.pack_bytes, g.pack_bytes);
+  // One byte short: false, and the reader says so.
+  ByteReader shorter(std::span(w.bytes()).first(55));
+  EXPECT_FALSE(GetGeometry(shorter, &back));
+  EXPECT_FALSE(shorter.ok());
+}
+
 }  // namespace
 }  // namespace rangekv::coding

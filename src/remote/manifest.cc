@@ -48,17 +48,7 @@ std::vector<uint8_t> EncodeManifest(const PackManifest& m) {
   w.U32(format::kManifestHeaderBytes);
   w.U64(m.ns.lo);
   w.U64(m.ns.hi);
-  const Geometry& g = m.geometry;
-  w.U32(g.layers);
-  w.U32(g.kv_heads_per_rank);
-  w.U32(g.head_size);
-  w.U32(g.mla_latent_size);
-  w.U32(g.dtype_bytes);
-  w.U32(g.block_size);
-  w.U64(g.token_bytes);
-  w.U64(g.stripe_bytes);
-  w.U64(g.tokens_per_stripe);
-  w.U64(g.pack_bytes);
+  coding::PutGeometry(w, m.geometry);
   w.U64(m.store_uuid_lo);
   w.U64(m.store_uuid_hi);
   w.U32(m.slot);
@@ -111,11 +101,7 @@ Result<PackManifest> DecodeManifest(std::span<const uint8_t> bytes) {
   Geometry& g = m.geometry;
   uint32_t pad = 0, blocks = 0, extents = 0;
   std::span<const uint8_t> parent;
-  bool ok = body.U64(&m.ns.lo) && body.U64(&m.ns.hi) && body.U32(&g.layers) &&
-            body.U32(&g.kv_heads_per_rank) && body.U32(&g.head_size) &&
-            body.U32(&g.mla_latent_size) && body.U32(&g.dtype_bytes) && body.U32(&g.block_size) &&
-            body.U64(&g.token_bytes) && body.U64(&g.stripe_bytes) &&
-            body.U64(&g.tokens_per_stripe) && body.U64(&g.pack_bytes) &&
+  bool ok = body.U64(&m.ns.lo) && body.U64(&m.ns.hi) && coding::GetGeometry(body, &g) &&
             body.U64(&m.store_uuid_lo) && body.U64(&m.store_uuid_hi) && body.U32(&m.slot) &&
             body.U32(&pad) && body.U64(&m.generation) && body.U64(&m.path_begin) &&
             body.U64(&m.stored_tokens) && body.View(format::kParentKeyBytes, &parent) &&

@@ -11,6 +11,7 @@ namespace {
 
 using coding::ByteReader;
 using coding::ByteWriter;
+using coding::PutGeometry;
 
 // Every DirectoryStats field, in wire order (appending is a protocol version bump). clang-format
 // rewraps these lists differently on every run, so they are kept as written.
@@ -69,18 +70,6 @@ void PutRecord(ByteWriter& w, const PackRecord& r) {
 void PutRecords(ByteWriter& w, std::span<const PackRecord> records) {
   w.U32(static_cast<uint32_t>(records.size()));
   for (const PackRecord& r : records) PutRecord(w, r);
-}
-void PutGeometry(ByteWriter& w, const Geometry& g) {
-  w.U32(g.layers);
-  w.U32(g.kv_heads_per_rank);
-  w.U32(g.head_size);
-  w.U32(g.mla_latent_size);
-  w.U32(g.dtype_bytes);
-  w.U32(g.block_size);
-  w.U64(g.token_bytes);
-  w.U64(g.stripe_bytes);
-  w.U64(g.tokens_per_stripe);
-  w.U64(g.pack_bytes);
 }
 
 // A bounded reader: the first failure names its field and sticks.
@@ -161,18 +150,7 @@ class Reader {
     records->resize(n);
     for (uint32_t i = 0; i < n && status_.ok(); ++i) Record(&(*records)[i]);
   }
-  void Geometry(rangekv::Geometry* g) {
-    U32(&g->layers, "layers");
-    U32(&g->kv_heads_per_rank, "kv_heads_per_rank");
-    U32(&g->head_size, "head_size");
-    U32(&g->mla_latent_size, "mla_latent_size");
-    U32(&g->dtype_bytes, "dtype_bytes");
-    U32(&g->block_size, "block_size");
-    U64(&g->token_bytes, "token_bytes");
-    U64(&g->stripe_bytes, "stripe_bytes");
-    U64(&g->tokens_per_stripe, "tokens_per_stripe");
-    U64(&g->pack_bytes, "pack_bytes");
-  }
+  void Geometry(rangekv::Geometry* g) { Check(coding::GetGeometry(r_, g), "geometry"); }
   // OK when every field decoded and no byte is left over.
   Status Finish() {
     if (status_.ok() && r_.remaining() != 0) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/digest.h"
 #include "base/log.h"
 #include "base/thread_annotations.h"
@@ -38,12 +39,6 @@ std::string PerObjectStats::ToJson() const {
 }
 
 namespace {
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 // LMCache's CacheEngineKey (and LayerCacheEngineKey when layer >= 0): model name, world size,
 // worker id, chunk hash, dtype, layer. Strings are copied into every key, as the stock
@@ -147,7 +142,7 @@ kernels::PagedKvView HeadSlice(const kernels::PagedKvView& layer, uint32_t head_
   return v;
 }
 
-void MarkNow(void* arg) { static_cast<std::atomic<uint64_t>*>(arg)->store(NowNs()); }
+void MarkNow(void* arg) { static_cast<std::atomic<uint64_t>*>(arg)->store(SteadyNs()); }
 
 }  // namespace
 
@@ -285,9 +280,9 @@ class PerObjectStore::Impl {
                            const PagedKvLayers& source) {
     PerObjectStoreReport report;
     const PerObjectStats before = Snapshot();
-    const uint64_t t0 = NowNs();
+    const uint64_t t0 = SteadyNs();
     report.status = DoPut(path_tokens, naming, source, &report.objects);
-    report.elapsed_ns = NowNs() - t0;
+    report.elapsed_ns = SteadyNs() - t0;
     report.work = Snapshot() - before;
     return report;
   }
@@ -422,7 +417,7 @@ class PerObjectStore::Impl {
                              const PagedKvLayers& target) {
     PerObjectRestoreReport report;
     const PerObjectStats before = Snapshot();
-    const uint64_t t0 = NowNs();
+    const uint64_t t0 = SteadyNs();
     std::vector<std::atomic<uint64_t>> marks(naming.layers);
     report.status = DoGet(path_tokens, naming, target, marks, &report.objects);
     if (report.status.ok()) {

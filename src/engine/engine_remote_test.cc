@@ -65,6 +65,27 @@ EngineOptions NodeOptions(testing::RemoteServers* s, const std::string& dir,
   return o;
 }
 
+// Flips one byte, at `offset`, of the published object whose key contains `key_part` (the last
+// one listed); *key: its key.
+void FlipObjectByte(const remote::RemoteClients& c, const std::string& key_part, uint64_t offset,
+                    std::string* key) {
+  std::string next;
+  auto listed = c.s3->ListObjects(c.scope.bucket, c.scope.PacksPrefix(), "", &next,
+                                  remote::DeadlineIn(milliseconds(5000)));
+  ASSERT_TRUE(listed.ok());
+  for (const auto& o : *listed) {
+    if (!o.key.ends_with(".manifest") && o.key.find(key_part) != std::string::npos) *key = o.key;
+  }
+  ASSERT_FALSE(key->empty());
+  auto bytes =
+      c.s3->GetObject(c.scope.bucket, *key, 64 << 20, remote::DeadlineIn(milliseconds(5000)));
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_LT(offset, bytes->size());
+  (*bytes)[offset] ^= 0x10;
+  ASSERT_TRUE(
+      c.s3->PutObject(c.scope.bucket, *key, *bytes, remote::DeadlineIn(milliseconds(5000))).ok());
+}
+
 // Node options with banks enough for a GET to carry all 4 layers of a run (SmallOptions keeps
 // 4 banks, 3 of them for lookup-time prefetch).
 EngineOptions RidingOptions(testing::RemoteServers* s, const std::string& dir) {
@@ -188,21 +209,8 @@ TEST(EngineRemote, TamperedObjectIsNeverDeliveredAndQuarantined) {
       remote::ConnectRemote(NodeOptions(servers, "").remote, "default", (*a)->namespace_id());
   ASSERT_TRUE(clients.ok());
   const auto& c = **clients;
-  std::string next;
-  auto listed = c.s3->ListObjects(c.scope.bucket, c.scope.PacksPrefix(), "", &next,
-                                  remote::DeadlineIn(milliseconds(5000)));
-  ASSERT_TRUE(listed.ok());
-  std::string victim;
-  for (const auto& o : *listed) {
-    if (!o.key.ends_with(".manifest") && o.key.find("-1-") != std::string::npos) victim = o.key;
-  }
-  ASSERT_FALSE(victim.empty());
-  auto bytes =
-      c.s3->GetObject(c.scope.bucket, victim, 64 << 20, remote::DeadlineIn(milliseconds(5000)));
-  ASSERT_TRUE(bytes.ok());
-  (*bytes)[100] ^= 0x10;  // layer 0, token 0 of pack 1 (path tokens 128..255)
-  ASSERT_TRUE(
-      c.s3->PutObject(c.scope.bucket, victim, *bytes, remote::DeadlineIn(milliseconds(5000))).ok());
+  std::string victim;  // layer 0, token 0 of pack 1 (path tokens 128..255)
+  ASSERT_NO_FATAL_FAILURE(FlipObjectByte(c, "-1-", 100, &victim));
 
   auto b = Engine::Open(NodeOptions(servers, dir.Join("b")));
   ASSERT_TRUE(b.ok());
@@ -303,21 +311,8 @@ TEST(EngineRemote, TamperedLayerInARidingGetIsNeverDelivered) {
       remote::ConnectRemote(NodeOptions(servers, "").remote, "default", (*a)->namespace_id());
   ASSERT_TRUE(clients.ok());
   const auto& c = **clients;
-  std::string next;
-  auto listed = c.s3->ListObjects(c.scope.bucket, c.scope.PacksPrefix(), "", &next,
-                                  remote::DeadlineIn(milliseconds(5000)));
-  ASSERT_TRUE(listed.ok());
-  std::string victim;
-  for (const auto& o : *listed) {
-    if (!o.key.ends_with(".manifest")) victim = o.key;
-  }
-  ASSERT_FALSE(victim.empty());
-  auto bytes =
-      c.s3->GetObject(c.scope.bucket, victim, 64 << 20, remote::DeadlineIn(milliseconds(5000)));
-  ASSERT_TRUE(bytes.ok());
-  (*bytes)[2 * 65536 + 777] ^= 0x01;  // layer 2 of the 4 one GET carries
-  ASSERT_TRUE(
-      c.s3->PutObject(c.scope.bucket, victim, *bytes, remote::DeadlineIn(milliseconds(5000))).ok());
+  std::string victim;  // layer 2 of the 4 one GET carries
+  ASSERT_NO_FATAL_FAILURE(FlipObjectByte(c, "", 2 * 65536 + 777, &victim));
 
   auto b = Engine::Open(RidingOptions(servers, dir.Join("b")));
   ASSERT_TRUE(b.ok());

@@ -5,7 +5,8 @@
 // only changes how the prefix is named (the reuse granularity: 256-, 64-, 16-, 8-token chunks,
 // per-layer chunks). Beside it, in the same run:
 //   - the ceiling: the same server's ranged-GET throughput over the same objects, a grid of
-//     connections x GET size, each cell into one host buffer (no lookup, no verification);
+//     connections (4-32) x GET size (8 MiB, 32 MiB and the objects' multipart part), each cell
+//     into one host buffer (no lookup, no verification);
 //   - a per-object remote model built the peers' way: one S3 object and one Redis key per
 //     logical object (chunk, or chunk x layer), a lookup of every key (pipelined in batches of
 //     1,024, generous to it) and one GET per object with as many connections as the ceiling's
@@ -30,6 +31,7 @@
 #include "device/device.h"
 #include "engine/engine_core.h"
 #include "rangekv/engine.h"
+#include "remote/manifest.h"
 #include "remote/publisher.h"
 #include "remote/remote_clients.h"
 #include "tools/bench/paged_kv.h"
@@ -52,6 +54,8 @@ struct RemoteBenchConfig {
   uint32_t reps = 3;
   uint32_t connections = 32;
   uint64_t get_bytes = 0;
+  uint32_t read_workers = 0;  // 0: the engine's default
+  uint32_t io_threads = 2;
   bool per_object = true;
   uint64_t per_object_max = 65536;
   std::string device = "host";  // where both nodes' paged KV lives: host, cuda or auto
@@ -149,6 +153,7 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   ro.directory = c.directory;
   ro.connections = c.connections;
   ro.get_bytes = c.get_bytes;
+  ro.io_threads = c.io_threads;
   ro.lookup_timeout_ms = 10000;
   ro.read_timeout_ms = 60000;
 
@@ -254,8 +259,21 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
     double gib_s;
   };
   std::vector<Cell> grid;
+  // GET sizes: 8 and 32 MiB, and one multipart part of the published objects (an S3 server
+  // stores a part as a unit; node B's GETs carry a part where they can: remote_tier.h).
+  std::vector<uint64_t> pieces = {8ull << 20, 32ull << 20};
+  if (!objects.empty()) {
+    remote::S3Request mr;
+    mr.bucket = clients->scope.bucket;
+    mr.key = objects.front().first + ".manifest";
+    Must(clients->s3->Execute(mr, remote::DeadlineIn(std::chrono::seconds(30))), "manifest");
+    const remote::PackManifest m = Must(remote::DecodeManifest(mr.body), "manifest");
+    if (std::find(pieces.begin(), pieces.end(), m.part_bytes) == pieces.end()) {
+      pieces.push_back(m.part_bytes);
+    }
+  }
   for (uint32_t conns : {4u, 8u, 16u, 32u}) {
-    for (uint64_t piece : {8ull << 20, 32ull << 20}) {
+    for (uint64_t piece : pieces) {
       ranged(conns, piece);  // warm-up
       std::vector<double> v;
       for (uint32_t r = 0; r < c.reps; ++r) v.push_back(ranged(conns, piece));
@@ -271,6 +289,12 @@ void RunRemoteBench(const RemoteBenchConfig& c) {
   EngineOptions eb = ea;
   eb.store_dir = scratch->Join("b");
   eb.remote.publish = false;
+  if (c.read_workers != 0) {  // spans in flight: workers, layers ahead and banks to match
+    eb.tuning.read_workers = c.read_workers;
+    eb.tuning.lookahead_layers = std::max(eb.tuning.lookahead_layers, c.read_workers);
+    eb.tuning.read_banks = std::max(eb.tuning.read_banks, 2 * c.read_workers);
+    eb.tuning.prefetch_banks = eb.tuning.read_banks - 1;
+  }
   auto b = Must(Engine::Open(eb), "opening node B");
   nlohmann::json out;
   out["payload_bytes"] = bytes;
@@ -530,7 +554,14 @@ void AddBenchRemoteCommand(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--connections", c->connections, "Node B's S3 connections")
       ->capture_default_str();
-  cmd->add_option("--get-bytes", c->get_bytes, "Node B's bytes per ranged GET (0: one per span)")
+  cmd->add_option("--get-bytes", c->get_bytes,
+                  "Node B's bytes per ranged GET (0: a multipart part's consecutive spans per GET)")
+      ->capture_default_str();
+  cmd->add_option("--read-workers", c->read_workers,
+                  "Node B's read workers (stripe spans in flight; 0: the engine's default)")
+      ->capture_default_str();
+  cmd->add_option("--io-threads", c->io_threads, "Threads driving the S3 connections")
+      ->check(CLI::Range(1u, 64u))
       ->capture_default_str();
   cmd->add_flag("--per-object,!--no-per-object", c->per_object, "Run the per-object model")
       ->capture_default_str();

@@ -31,8 +31,8 @@ struct RemoteTierOptions {
   // Restore side. Bound on a lookup's cluster walk (round trips, lease, manifests); past it the
   // lookup answers with what the node holds (a miss for the rest, never a stall).
   uint32_t lookup_timeout_ms = 250;
-  // Bound on one stripe's ranged GETs; past it the stripe fails closed (its tokens are
-  // recomputed).
+  // Bound on one stripe's ranged GETs (a GET carrying n stripes: n times it); past it the
+  // stripes fail closed (their tokens are recomputed).
   uint32_t read_timeout_ms = 10000;
   // Bytes per ranged GET. 0: one GET carries the consecutive layers of a run that share a
   // multipart part of its object (up to 4 stripe spans, each landing in its own read bank), or

@@ -262,6 +262,13 @@ TEST(EngineRemote, OneRunRidesOneGetPerPartBitExact) {
   EXPECT_EQ((*b)->remote_stats().gets, 1u);
   EXPECT_EQ((*b)->remote_stats().verified_spans, 4u);
   EXPECT_EQ((*b)->remote_stats().get_bytes, 4u * 128 * 512);
+  // Again on the same engine: the first restore gave back every bank and its read.
+  auto r2 = RestoreAndVerify(**b, **fb, Envelope("b2"), tokens, 16, 13, 5,
+                             testing::WaitMode::kEveryLayer);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_TRUE(r2->outcome.failed.empty());
+  EXPECT_EQ(r2->mismatches, 0u);
+  EXPECT_EQ((*b)->remote_stats().gets, 2u);
 
   // get_bytes set: every span is cut into GETs of that size and none rides another's.
   EngineOptions oc = RidingOptions(servers, dir.Join("c"));
@@ -324,6 +331,9 @@ TEST(EngineRemote, TamperedLayerInARidingGetIsNeverDelivered) {
   EXPECT_EQ(r->outcome.delivered_tokens, 0u);
   EXPECT_EQ(r->mismatches, 0u);
   EXPECT_EQ((*b)->remote_stats().gets, 1u);
+  // The GET itself succeeded: exactly one span, layer 2, failed its digests.
+  EXPECT_EQ((*b)->remote_stats().failed_gets, 0u);
+  EXPECT_EQ((*b)->GetStats().checksum_failures, 1u);
   EXPECT_GE((*b)->remote_stats().quarantined, 1u);
 }
 

@@ -496,8 +496,10 @@ Status RemoteTier::Read(std::span<const Span* const> spans, std::span<uint8_t* c
     batch.push_back(&r);
   }
   *gets = reqs.size();
+  // read_timeout_ms bounds one stripe's bytes: a GET carrying n stripes gets n times it.
   const Status s = c.s3->Execute(
-      batch, SteadyClock::now() + std::chrono::milliseconds(c.options.read_timeout_ms));
+      batch, SteadyClock::now() + std::chrono::milliseconds(c.options.read_timeout_ms) *
+                                      static_cast<int64_t>(spans.size()));
   MutexLock l(stats_mu_);
   stats_.gets += reqs.size();
   for (const auto& r : reqs) {

@@ -16,9 +16,10 @@
 // (kForeignOwner, kNotFound, kTokenMismatch; an endpoint beyond the remote hit is
 // kEndpointBeyondTicket). The claimed records become spans (PlanSpans): per remote run and
 // layer, one span of the object's bytes (widened to whole digest blocks), at most a stripe, so a
-// remote restore is (runs x layers) spans exactly as a local one, each fetched by
-// ceil(span / get_bytes) ranged GETs in parallel (Read). Spans name the run by a handle in
-// pack_slot and file_index = kRemoteFileIndex.
+// remote restore is (runs x layers) spans exactly as a local one. Read fetches them by ranged
+// GETs: with get_bytes 0 one GET for the consecutive layers of a run inside one multipart part
+// (the restore pipeline's riders), else ceil(span / get_bytes) GETs per span in parallel.
+// Spans name the run by a handle in pack_slot and file_index = kRemoteFileIndex.
 //
 // Integrity (RemoteIntegrity): the engine's PayloadIntegrity for remote spans is answered here
 // from the manifest's digests, so remote bytes go through the same device verdict as local
@@ -120,8 +121,9 @@ class RemoteTier {
   // Spans one GET may carry, `first` leading (1 when get_bytes > 0 or first's pack is unknown).
   uint32_t SpansPerGet(const Span& first) const;
   // Whether `next` may ride the GET `first` leads, after `prev` (the group's last so far): the
-  // same object and generation, ascending, at most kMaxGetGapBytes of padding between prev and
-  // next, and next ending inside first's part.
+  // same object and generation, ascending, at most kMaxGetGapBytes of bytes between prev and
+  // next (the padding of a pitch, or stored tokens outside the restored span), and next ending
+  // inside first's part.
   bool JoinsGet(const Span& first, const Span& prev, const Span& next) const;
   static constexpr uint64_t kMaxGetGapBytes = 64 << 10;
   static constexpr uint32_t kMaxSpansPerGet = 4;

@@ -186,10 +186,9 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(
   // as with one span each.
   uint32_t spans_per_get = 1;
   if (context_.remote != nullptr && remote_spans.size() == slot->plan.size() &&
-      remote_spans.size() == layers_) {
-    for (const Span& s : remote_spans) {
-      spans_per_get = std::max(spans_per_get, context_.remote->SpansPerGet(s));
-    }
+      remote_spans.size() == layers_ && layers_ >= 2 &&
+      context_.remote->JoinsGet(remote_spans[0], remote_spans[0], remote_spans[1])) {
+    spans_per_get = context_.remote->SpansPerGet(remote_spans[0]);
   }
   auto job = std::make_shared<RestoreJob>(&mu_, id, std::move(request_id), tokens, slot);
 
@@ -509,7 +508,8 @@ void RestorePipeline::AfterProgress(RestoreJob& job) {
 // ---- read workers -------------------------------------------------------------------------
 
 bool RestorePipeline::PickRead(ReadPick* pick) {
-  if (reads_in_flight_ >= read_limit_) return false;  // the engine's share of the medium
+  // The engine's share of the medium; a GET carrying riders is one read.
+  if (reads_in_flight_ >= read_limit_) return false;
   for (size_t k = 0; k < jobs_.active_count(); ++k) {
     const std::shared_ptr<RestoreJob>& job = jobs_.ServiceOrder(k);
     RestoreJobState& st = job->state.Locked(mu_);
@@ -553,8 +553,7 @@ void RestorePipeline::AddRiders(RestoreJob& job, RestoreJobState& st, BankPurpos
     if (!st.bound) Count(&job, &Counters::prefetched_stripes);
     pick->rider_stripe[pick->riders] = *next;
     pick->rider_bank[pick->riders] = *bank;
-    ++pick->riders;
-    ++reads_in_flight_;
+    ++pick->riders;  // one GET: the group counts as one read against read_limit_
     prev = &plan[*next];
   }
 }
@@ -800,6 +799,7 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
       Count(pick.job.get(), &Counters::restore_verify_ns, SteadyNs() - plan_start_ns);
     }
     MutexLock l(mu_);
+    --reads_in_flight_;  // the pick's one read (its riders shared it)
     CompleteRead(pick, status, bytes);
     for (uint32_t i = 0; i < pick.riders; ++i) {
       ReadPick rider;
@@ -812,9 +812,6 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
 }
 
 void RestorePipeline::CompleteRead(const ReadPick& pick, const Status& status, uint64_t bytes) {
-  // The worker completing this read picks the next one itself (its loop), so the cap needs no
-  // wake-up here.
-  --reads_in_flight_;
   RestoreJob& job = *pick.job;
   RestoreJobState& st = job.state.Locked(mu_);
   Count(&job, &Counters::bytes_read, bytes);

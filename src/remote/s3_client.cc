@@ -521,7 +521,10 @@ Status S3Client::Execute(std::span<S3Request* const> batch, Deadline deadline) {
   std::vector<std::vector<std::unique_ptr<Driver::Transfer>>> per(n);
   const uint32_t first = next_driver_.fetch_add(1, std::memory_order_relaxed);
   for (S3Request* r : batch) {
-    RANGEKV_RETURN_IF_ERROR(CheckSegments(*r));
+    if (Status bad = CheckSegments(*r); !bad.ok()) {
+      for (S3Request* each : batch) each->status = bad;  // nothing was sent
+      return bad;
+    }
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     S3Request& r = *batch[i];

@@ -66,6 +66,9 @@ def test_ctrl_c_interrupts_a_wait_and_the_handle_stays_usable(make_engine):
     with pytest.raises(TimeoutError):  # DeadlineExceeded is also a TimeoutError
         s.wait_extracted(timeout=0)
     main = threading.main_thread().ident
+    # Python leaves SIGINT ignored when it started ignored (a runner's background job, nohup):
+    # Ctrl-C's handler is installed for this test so the signal is seen wherever it runs.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))
     timer.start()
     start = time.monotonic()
@@ -74,6 +77,7 @@ def test_ctrl_c_interrupts_a_wait_and_the_handle_stays_usable(make_engine):
             s.wait_extracted()
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 10
     # Nothing leaked: the store finishes (aborted: its layers were never produced), the engine
     # stores and closes as usual.

@@ -86,12 +86,14 @@ void FlipObjectByte(const remote::RemoteClients& c, const std::string& key_part,
       c.s3->PutObject(c.scope.bucket, *key, *bytes, remote::DeadlineIn(milliseconds(5000))).ok());
 }
 
-// Node options with banks enough for a GET to carry all 4 layers of a run (SmallOptions keeps
-// 4 banks, 3 of them for lookup-time prefetch).
+// Node options with banks and reads enough for a GET to carry all 4 layers of a run (SmallOptions
+// keeps 4 banks, 3 of them for lookup-time prefetch, and 2 read workers: the read cap a GET's
+// spans count against).
 EngineOptions RidingOptions(testing::RemoteServers* s, const std::string& dir) {
   EngineOptions o = NodeOptions(s, dir);
   o.tuning.read_banks = 8;
   o.tuning.prefetch_banks = 7;
+  o.tuning.read_workers = 4;
   return o;
 }
 

@@ -508,7 +508,7 @@ void RestorePipeline::AfterProgress(RestoreJob& job) {
 // ---- read workers -------------------------------------------------------------------------
 
 bool RestorePipeline::PickRead(ReadPick* pick) {
-  // The engine's share of the medium; a GET carrying riders is one read.
+  // The engine's share of the medium, in stripe reads (riders included: AddRiders).
   if (reads_in_flight_ >= read_limit_) return false;
   for (size_t k = 0; k < jobs_.active_count(); ++k) {
     const std::shared_ptr<RestoreJob>& job = jobs_.ServiceOrder(k);
@@ -544,7 +544,10 @@ void RestorePipeline::AddRiders(RestoreJob& job, RestoreJobState& st, BankPurpos
   if (first.file_index != kRemoteFileIndex || context_.remote == nullptr) return;
   const uint32_t most = std::min(context_.remote->SpansPerGet(first) - 1, ReadPick::kMaxRiders);
   const Span* prev = &first;
-  while (pick->riders < most) {
+  // Each rider is a stripe read against read_limit_: with the default cap (read_workers) and
+  // banks (twice the workers) every GET then carries the same number of spans, so a restore's
+  // GET count depends on its bytes only.
+  while (pick->riders < most && reads_in_flight_ < read_limit_) {
     const auto next = st.progress.NextToRead();
     if (!next || !context_.remote->JoinsGet(first, *prev, plan[*next])) return;
     const auto bank = jobs_.AcquireBank(purpose, &job.counters, &Counters::read_bank_acquisitions);
@@ -553,7 +556,8 @@ void RestorePipeline::AddRiders(RestoreJob& job, RestoreJobState& st, BankPurpos
     if (!st.bound) Count(&job, &Counters::prefetched_stripes);
     pick->rider_stripe[pick->riders] = *next;
     pick->rider_bank[pick->riders] = *bank;
-    ++pick->riders;  // one GET: the group counts as one read against read_limit_
+    ++pick->riders;
+    ++reads_in_flight_;
     prev = &plan[*next];
   }
 }
@@ -799,7 +803,7 @@ void RestorePipeline::ReadWorker(uint32_t worker) {
       Count(pick.job.get(), &Counters::restore_verify_ns, SteadyNs() - plan_start_ns);
     }
     MutexLock l(mu_);
-    --reads_in_flight_;  // the pick's one read (its riders shared it)
+    reads_in_flight_ -= 1 + pick.riders;
     CompleteRead(pick, status, bytes);
     for (uint32_t i = 0; i < pick.riders; ++i) {
       ReadPick rider;

@@ -233,8 +233,8 @@ class RestorePipeline {
     uint32_t stripe = 0;
     uint32_t bank = 0;
     // Cluster-tier stripes riding the same GET (RemoteTier::JoinsGet), each with its own bank
-    // (RemoteTier::kMaxSpansPerGet - 1 at most; checked in restore_pipeline.cc). They share
-    // the pick's one read in reads_in_flight_.
+    // (RemoteTier::kMaxSpansPerGet - 1 at most; checked in restore_pipeline.cc). Each counts
+    // as a stripe read in reads_in_flight_ (within read_limit_).
     static constexpr uint32_t kMaxRiders = 3;
     uint32_t riders = 0;
     std::array<uint32_t, kMaxRiders> rider_stripe{};

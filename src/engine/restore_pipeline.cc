@@ -182,8 +182,8 @@ Result<std::shared_ptr<RestoreJob>> RestorePipeline::Start(
   }
   // Cluster-tier spans ride GETs several layers at a time where consecutive stripes of the plan
   // are consecutive layers of one run (one remote run per layer, nothing local; riders are
-  // taken in plan order): the lookahead window widens to match, so as many GETs stay in flight
-  // as with one span each.
+  // taken in plan order): the lookahead window widens to match, so a GET's riders fall inside
+  // it as its lead does (each still counts as a read against read_limit_).
   uint32_t spans_per_get = 1;
   if (context_.remote != nullptr && remote_spans.size() == slot->plan.size() &&
       remote_spans.size() == layers_ && layers_ >= 2 &&
